@@ -1,0 +1,34 @@
+//! collsim: a congestion-aware simulator and synthesizer for collective-communication algorithms.
+//!
+//! Data flows topology -> schedule -> simulation -> report. Algorithms and the synthesizer produce
+//! schedules; the simulator consumes only the schedule IR and knows nothing of algorithms.
+
+pub mod units;
+pub mod topology;
+
+/// Errors collsim reports to its user. `Input` covers everything wrong with what the user gave
+/// (files, flags, schedules); the command line maps it to exit status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Input(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn input(message: impl Into<String>) -> Error {
+        Error::Input(message.into())
+    }
+
+    pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+}

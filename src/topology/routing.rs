@@ -1,0 +1,230 @@
+//! Deterministic routing: the next link a message takes from a node towards its destination.
+//!
+//! Built-in dimensional shapes use dimension-order routing (lowest dimension first; a Ring dimension
+//! takes the shorter direction, a tie goes +1), computed in closed form. Explicit graphs and faulty
+//! topologies use shortest paths by (latency, hops), ties broken towards the lowest next node id;
+//! their next-hop tables are built once per destination that a schedule uses, so memory grows with
+//! nodes x destinations used, never with all pairs up front.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::build::{strides, DimKind};
+use super::{LinkId, NodeId, Topology};
+use crate::Error;
+
+/// Route lookups for one simulation.
+pub struct Router<'t> {
+    topology: &'t Topology,
+    strides: Vec<u32>,
+    /// Shortest-path next links per destination (only for non-dimensional topologies).
+    tables: HashMap<NodeId, Vec<LinkId>>,
+}
+
+const NO_LINK: LinkId = LinkId::MAX;
+
+impl<'t> Router<'t> {
+    /// Prepares routes towards every destination in `destinations`.
+    pub fn new(
+        topology: &'t Topology,
+        destinations: impl IntoIterator<Item = NodeId>,
+    ) -> Result<Router<'t>, Error> {
+        let mut tables = HashMap::new();
+        if !topology.uses_dimension_routing() {
+            for dst in destinations {
+                if let std::collections::hash_map::Entry::Vacant(e) = tables.entry(dst) {
+                    e.insert(shortest_path_tree(topology, dst));
+                }
+            }
+        }
+        Ok(Router {
+            topology,
+            strides: strides(topology.dims()),
+            tables,
+        })
+    }
+
+    pub fn topology(&self) -> &'t Topology {
+        self.topology
+    }
+
+    /// The link a message at `at` takes towards `dst` (`at != dst`).
+    pub fn next_link(&self, at: NodeId, dst: NodeId) -> LinkId {
+        if self.topology.uses_dimension_routing() {
+            let next = self.dimension_order_next(at, dst);
+            self.topology
+                .link_between(at, next)
+                .expect("dimension-order routing follows built links")
+        } else {
+            let link = self.tables[&dst][at as usize];
+            debug_assert_ne!(link, NO_LINK, "connectivity was checked when the topology was built");
+            link
+        }
+    }
+
+    /// Number of links on the route from `src` to `dst`.
+    pub fn hops(&self, src: NodeId, dst: NodeId) -> u32 {
+        let mut at = src;
+        let mut hops = 0;
+        while at != dst {
+            at = self.topology.link(self.next_link(at, dst)).dst;
+            hops += 1;
+        }
+        hops
+    }
+
+    fn dimension_order_next(&self, at: NodeId, dst: NodeId) -> NodeId {
+        let dims = self.topology.dims();
+        if self.topology.is_switch(at) {
+            let (d, base) = self.topology.switch_group(at);
+            let (n, stride) = (dims[d as usize].size, self.strides[d as usize]);
+            return base + ((dst / stride) % n) * stride;
+        }
+        for (d, dim) in dims.iter().enumerate() {
+            let (n, stride) = (dim.size, self.strides[d]);
+            let (from, to) = ((at / stride) % n, (dst / stride) % n);
+            if from == to {
+                continue;
+            }
+            let step_to = |c: u32| at - from * stride + c * stride;
+            return match dim.kind {
+                DimKind::Ring => {
+                    let clockwise = (to + n - from) % n;
+                    if n - clockwise < clockwise {
+                        step_to((from + n - 1) % n)
+                    } else {
+                        step_to((from + 1) % n)
+                    }
+                }
+                DimKind::UniRing => step_to((from + 1) % n),
+                DimKind::Line => step_to(if to > from { from + 1 } else { from - 1 }),
+                DimKind::FullyConnected => step_to(to),
+                DimKind::Switch => self.switch_of(at, d),
+            };
+        }
+        unreachable!("dimension_order_next called with at == dst")
+    }
+
+    fn switch_of(&self, npu: NodeId, d: usize) -> NodeId {
+        let topo = self.topology;
+        let (n, stride) = (topo.dims()[d].size, self.strides[d]);
+        let base = npu - ((npu / stride) % n) * stride;
+        // Switch ids are assigned dimension by dimension, groups in order of their first NPU.
+        let before: u32 = topo.dims()[..d]
+            .iter()
+            .filter(|dim| dim.kind == DimKind::Switch && dim.size >= 2)
+            .map(|dim| topo.npus() / dim.size)
+            .sum();
+        let group = (base % stride) + (base / (stride * n)) * stride;
+        topo.npus() + before + group
+    }
+}
+
+/// Next link from every node towards `dst` by shortest (latency, hops), ties to the lowest next node.
+fn shortest_path_tree(topology: &Topology, dst: NodeId) -> Vec<LinkId> {
+    let nodes = topology.nodes() as usize;
+    let mut incoming: Vec<Vec<LinkId>> = vec![Vec::new(); nodes];
+    for (id, link) in topology.links().iter().enumerate() {
+        incoming[link.dst as usize].push(id as LinkId);
+    }
+    let mut dist: Vec<(u64, u32)> = vec![(u64::MAX, u32::MAX); nodes];
+    dist[dst as usize] = (0, 0);
+    let mut heap = BinaryHeap::new();
+    heap.push(Reverse(((0u64, 0u32), dst)));
+    while let Some(Reverse((d, v))) = heap.pop() {
+        if d > dist[v as usize] {
+            continue;
+        }
+        // Messages never transit a failed NPU (it has no links) and never transit an NPU that is
+        // the destination; other NPUs may forward.
+        for &l in &incoming[v as usize] {
+            let link = topology.link(l);
+            let cand = (d.0 + link.latency.ps(), d.1 + 1);
+            if cand < dist[link.src as usize] {
+                dist[link.src as usize] = cand;
+                heap.push(Reverse((cand, link.src)));
+            }
+        }
+    }
+    (0..nodes as NodeId)
+        .map(|v| {
+            if v == dst {
+                return NO_LINK;
+            }
+            topology
+                .out_links_of(v)
+                .iter()
+                .copied()
+                .filter(|&l| dist[topology.link(l).dst as usize].0 != u64::MAX)
+                .min_by_key(|&l| {
+                    let link = topology.link(l);
+                    let (lat, hops) = dist[link.dst as usize];
+                    ((lat + link.latency.ps(), hops + 1), link.dst)
+                })
+                .unwrap_or(NO_LINK)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::build::{multi_dim, Dim};
+    use super::*;
+    use crate::units::{Bandwidth, Time};
+
+    fn dims(spec: &[(DimKind, u32)]) -> Topology {
+        let dims = spec
+            .iter()
+            .map(|&(k, n)| Dim::new(k, n, Bandwidth::gb_per_sec(1.0), Time::from_ns(1)))
+            .collect();
+        multi_dim("t", dims).unwrap()
+    }
+
+    fn path(r: &Router, src: NodeId, dst: NodeId) -> Vec<NodeId> {
+        let mut at = src;
+        let mut out = vec![at];
+        while at != dst {
+            at = r.topology().link(r.next_link(at, dst)).dst;
+            out.push(at);
+        }
+        out
+    }
+
+    #[test]
+    fn ring_takes_shorter_direction_and_ties_go_clockwise() {
+        let t = dims(&[(DimKind::Ring, 8)]);
+        let r = Router::new(&t, 0..8).unwrap();
+        assert_eq!(path(&r, 0, 3), vec![0, 1, 2, 3]);
+        assert_eq!(path(&r, 0, 4), vec![0, 1, 2, 3, 4]);
+        assert_eq!(path(&r, 0, 5), vec![0, 7, 6, 5]);
+        assert_eq!(path(&r, 6, 1), vec![6, 7, 0, 1]);
+    }
+
+    #[test]
+    fn multi_dim_routes_lowest_dimension_first_through_switches() {
+        // [Ring 2, Switch 4]: 0 -> 7 = (0,0) -> (1,3): ring hop to 1, then switch 9, then 7.
+        let t = dims(&[(DimKind::Ring, 2), (DimKind::Switch, 4)]);
+        let r = Router::new(&t, 0..8).unwrap();
+        assert_eq!(path(&r, 0, 7), vec![0, 1, 9, 7]);
+        assert_eq!(path(&r, 6, 0), vec![6, 8, 0]);
+    }
+
+    #[test]
+    fn switch_ids_follow_dimension_then_group_order() {
+        // [Switch 2, Switch 3]: dim-0 groups {0,1},{2,3},{4,5} -> 6,7,8; dim-1 groups {0,2,4},{1,3,5} -> 9,10.
+        let t = dims(&[(DimKind::Switch, 2), (DimKind::Switch, 3)]);
+        let r = Router::new(&t, 0..6).unwrap();
+        assert_eq!(path(&r, 2, 3), vec![2, 7, 3]);
+        assert_eq!(path(&r, 1, 5), vec![1, 10, 5]);
+        assert_eq!(path(&r, 0, 5), vec![0, 6, 1, 10, 5]);
+    }
+
+    #[test]
+    fn shortest_path_routes_around_a_failed_link() {
+        let mut t = dims(&[(DimKind::Line, 3), (DimKind::Line, 3)]);
+        t.remove(&[], &[(0, 1), (1, 0)]).unwrap();
+        let r = Router::new(&t, 0..9).unwrap();
+        assert_eq!(path(&r, 0, 1), vec![0, 3, 4, 1]);
+        assert_eq!(r.hops(0, 2), 4);
+    }
+}

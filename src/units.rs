@@ -1,0 +1,326 @@
+//! Typed physical units: byte counts, picosecond time and link bandwidth.
+//!
+//! Bandwidth and time are newtypes so that a GB/GiB or ns/us mix-up cannot compile silently; every
+//! conversion names its unit. Parsing follows DESIGN.md "Units": `1KB` is 1e3 bytes, `1KiB` is 1024.
+
+use std::fmt;
+
+/// Simulated time, an integer count of picoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    pub const ZERO: Time = Time(0);
+
+    pub fn from_ps(ps: u64) -> Time {
+        Time(ps)
+    }
+
+    /// Whole nanoseconds (exact).
+    pub fn from_ns(ns: u64) -> Time {
+        Time(ns * 1_000)
+    }
+
+    pub fn ps(self) -> u64 {
+        self.0
+    }
+
+    /// Nanoseconds as a float (for reports and bandwidth arithmetic).
+    pub fn as_ns_f64(self) -> f64 {
+        self.0 as f64 / 1e3
+    }
+
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e12
+    }
+
+    /// Nanoseconds with up to three decimals, trailing zeros trimmed (DESIGN.md "Outputs").
+    pub fn ns_string(self) -> String {
+        let whole = self.0 / 1_000;
+        let frac = self.0 % 1_000;
+        if frac == 0 {
+            whole.to_string()
+        } else {
+            let s = format!("{whole}.{frac:03}");
+            s.trim_end_matches('0').to_string()
+        }
+    }
+}
+
+impl std::ops::Add for Time {
+    type Output = Time;
+    fn add(self, rhs: Time) -> Time {
+        Time(self.0 + rhs.0)
+    }
+}
+
+impl std::ops::Sub for Time {
+    type Output = Time;
+    fn sub(self, rhs: Time) -> Time {
+        Time(self.0 - rhs.0)
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ps = self.0 as f64;
+        if ps >= 1e12 {
+            write!(f, "{:.3} s", ps / 1e12)
+        } else if ps >= 1e9 {
+            write!(f, "{:.3} ms", ps / 1e9)
+        } else if ps >= 1e6 {
+            write!(f, "{:.3} us", ps / 1e6)
+        } else {
+            write!(f, "{:.3} ns", ps / 1e3)
+        }
+    }
+}
+
+/// Bandwidth of one direction of a link, stored in bytes per second.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Bandwidth(f64);
+
+impl Bandwidth {
+    /// Bytes per second; must be finite and positive (checked by the parsers and builders).
+    pub fn bytes_per_sec(bps: f64) -> Bandwidth {
+        Bandwidth(bps)
+    }
+
+    /// Decimal gigabytes per second (1e9 B/s).
+    pub fn gb_per_sec(gbps: f64) -> Bandwidth {
+        Bandwidth(gbps * 1e9)
+    }
+
+    /// Binary gigabytes per second (2^30 B/s), the unit ASTRA-sim and TACOS mean by "GB/s".
+    pub fn gib_per_sec(gibps: f64) -> Bandwidth {
+        Bandwidth(gibps * (1u64 << 30) as f64)
+    }
+
+    pub fn as_bytes_per_sec(self) -> f64 {
+        self.0
+    }
+
+    pub fn as_gib_per_sec(self) -> f64 {
+        self.0 / (1u64 << 30) as f64
+    }
+
+    /// Bytes per nanosecond, computed as ASTRA-sim does (`GiB/s * 2^30 / 1e9`).
+    pub fn bytes_per_ns(self) -> f64 {
+        self.0 / 1e9
+    }
+
+    /// Time to push `bytes` through this bandwidth, rounded to the nearest picosecond.
+    pub fn transmit_time(self, bytes: u64) -> Time {
+        Time((bytes as f64 * 1e12 / self.0).round() as u64)
+    }
+
+    /// Split this bandwidth `ways` ways (for links shared by several logical channels).
+    pub fn divided(self, ways: u32) -> Bandwidth {
+        Bandwidth(self.0 / ways as f64)
+    }
+}
+
+impl fmt::Display for Bandwidth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gib = self.as_gib_per_sec();
+        if (gib - gib.round()).abs() < 1e-9 {
+            write!(f, "{}GiB/s", gib.round())
+        } else {
+            write!(f, "{}GB/s", self.0 / 1e9)
+        }
+    }
+}
+
+/// Errors from parsing a quantity; the caller adds which field it came from.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("cannot read {kind} '{text}': {why}")]
+pub struct UnitError {
+    kind: &'static str,
+    text: String,
+    why: String,
+}
+
+fn unit_error(kind: &'static str, text: &str, why: impl Into<String>) -> UnitError {
+    UnitError {
+        kind,
+        text: text.to_string(),
+        why: why.into(),
+    }
+}
+
+/// Splits `"12.5GiB/s"` into `(12.5, "GiB/s")`.
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let t = text.trim();
+    let end = t
+        .char_indices()
+        .find(|&(i, c)| {
+            !(c.is_ascii_digit()
+                || c == '.'
+                || c == '_'
+                || ((c == 'e' || c == 'E')
+                    && t[i + 1..].starts_with(|d: char| d.is_ascii_digit() || d == '-'))
+                || ((c == '-' || c == '+') && (i == 0 || t[..i].ends_with(['e', 'E']))))
+        })
+        .map(|(i, _)| i)
+        .unwrap_or(t.len());
+    let number: f64 = t[..end].replace('_', "").parse().ok()?;
+    Some((number, t[end..].trim()))
+}
+
+/// Parses a byte count: `4096`, `1KB` (1e3), `1KiB` (1024), `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`.
+pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
+    let (number, unit) =
+        split_number(text).ok_or_else(|| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"))?;
+    let scale: f64 = match unit {
+        "" | "B" => 1.0,
+        "KB" | "kB" => 1e3,
+        "KiB" => 1024.0,
+        "MB" => 1e6,
+        "MiB" => (1u64 << 20) as f64,
+        "GB" => 1e9,
+        "GiB" => (1u64 << 30) as f64,
+        "TB" => 1e12,
+        "TiB" => (1u64 << 40) as f64,
+        _ => return Err(unit_error("size", text, format!("unknown unit '{unit}'"))),
+    };
+    let bytes = number * scale;
+    if !bytes.is_finite() || bytes < 0.0 {
+        return Err(unit_error("size", text, "must be a non-negative number of bytes"));
+    }
+    if (bytes - bytes.round()).abs() > 1e-6 * bytes.max(1.0) {
+        return Err(unit_error("size", text, "is not a whole number of bytes"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Parses a duration into picoseconds: `500ns`, `0.5us`, `2ms`, `1s`, `250ps`. The unit is required.
+pub fn parse_time(text: &str) -> Result<Time, UnitError> {
+    let (number, unit) =
+        split_number(text).ok_or_else(|| unit_error("time", text, "expected e.g. 500ns, 0.5us"))?;
+    let ps_per_unit = match unit {
+        "ps" => 1.0,
+        "ns" => 1e3,
+        "us" | "µs" => 1e6,
+        "ms" => 1e9,
+        "s" => 1e12,
+        "" => return Err(unit_error("time", text, "needs a unit: ps, ns, us, ms or s")),
+        _ => return Err(unit_error("time", text, format!("unknown unit '{unit}'"))),
+    };
+    let ps = number * ps_per_unit;
+    if !ps.is_finite() || ps < 0.0 {
+        return Err(unit_error("time", text, "must be a non-negative duration"));
+    }
+    Ok(Time(ps.round() as u64))
+}
+
+/// Parses a bandwidth: `50GB/s` (1e9 B/s), `50GiB/s` (2^30 B/s), `400Gbps` (bits), `MB/s`, `TB/s`.
+/// The unit is required: a bare number is exactly the GB-or-GiB ambiguity this type exists to prevent.
+pub fn parse_bandwidth(text: &str) -> Result<Bandwidth, UnitError> {
+    let (number, unit) = split_number(text)
+        .ok_or_else(|| unit_error("bandwidth", text, "expected e.g. 50GB/s, 50GiB/s, 400Gbps"))?;
+    let bytes_per_sec_per_unit = match unit {
+        "GB/s" | "GBps" => 1e9,
+        "GiB/s" => (1u64 << 30) as f64,
+        "MB/s" => 1e6,
+        "MiB/s" => (1u64 << 20) as f64,
+        "TB/s" => 1e12,
+        "TiB/s" => (1u64 << 40) as f64,
+        "B/s" => 1.0,
+        "Gbps" | "Gb/s" => 1e9 / 8.0,
+        "Mbps" | "Mb/s" => 1e6 / 8.0,
+        "Tbps" | "Tb/s" => 1e12 / 8.0,
+        "" => return Err(unit_error("bandwidth", text, "needs a unit, e.g. GB/s, GiB/s or Gbps")),
+        _ => return Err(unit_error("bandwidth", text, format!("unknown unit '{unit}'"))),
+    };
+    let bps = number * bytes_per_sec_per_unit;
+    if !bps.is_finite() || bps <= 0.0 {
+        return Err(unit_error("bandwidth", text, "must be positive"));
+    }
+    Ok(Bandwidth(bps))
+}
+
+/// Human-readable byte count with binary prefixes where exact, decimal otherwise.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (scale, name) in UNITS {
+        if bytes >= scale && bytes % scale == 0 {
+            return format!("{}{name}", bytes / scale);
+        }
+    }
+    const DEC: [(u64, &str); 4] = [(1_000_000_000_000, "TB"), (1_000_000_000, "GB"), (1_000_000, "MB"), (1_000, "KB")];
+    for (scale, name) in DEC {
+        if bytes >= scale && bytes % scale == 0 {
+            return format!("{}{name}", bytes / scale);
+        }
+    }
+    format!("{bytes}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_distinguish_decimal_and_binary_prefixes() {
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_bytes("1KB").unwrap(), 1000);
+        assert_eq!(parse_bytes("1KiB").unwrap(), 1024);
+        assert_eq!(parse_bytes("2MB").unwrap(), 2_000_000);
+        assert_eq!(parse_bytes("2MiB").unwrap(), 2 << 20);
+        assert_eq!(parse_bytes("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_bytes("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("0.5GiB").unwrap(), 1 << 29);
+        assert!(parse_bytes("1.5").is_err());
+        assert!(parse_bytes("-3").is_err());
+        assert!(parse_bytes("1XB").is_err());
+        assert!(parse_bytes("").is_err());
+    }
+
+    #[test]
+    fn times_parse_to_picoseconds() {
+        assert_eq!(parse_time("500ns").unwrap(), Time(500_000));
+        assert_eq!(parse_time("0.5us").unwrap(), Time(500_000));
+        assert_eq!(parse_time("2ms").unwrap(), Time(2_000_000_000));
+        assert_eq!(parse_time("1s").unwrap(), Time(1_000_000_000_000));
+        assert!(parse_time("30").is_err());
+        assert!(parse_time("-1ns").is_err());
+        assert!(parse_time("1h").is_err());
+    }
+
+    #[test]
+    fn bandwidth_units_differ_as_documented() {
+        assert_eq!(parse_bandwidth("50GB/s").unwrap().as_bytes_per_sec(), 50e9);
+        assert_eq!(
+            parse_bandwidth("50GiB/s").unwrap().as_bytes_per_sec(),
+            50.0 * 1073741824.0
+        );
+        assert_eq!(parse_bandwidth("400Gbps").unwrap().as_bytes_per_sec(), 50e9);
+        assert!(parse_bandwidth("0GB/s").is_err());
+        assert!(parse_bandwidth("-5GB/s").is_err());
+        assert!(parse_bandwidth("5 furlongs").is_err());
+        assert!(parse_bandwidth("50").is_err());
+    }
+
+    #[test]
+    fn transmit_time_rounds_to_nearest_picosecond() {
+        let bw = Bandwidth::gib_per_sec(50.0);
+        // 1 GiB / 8 at 50 GiB/s is exactly 2.5 ms.
+        assert_eq!(bw.transmit_time(1 << 27), Time(2_500_000_000));
+        // 1 byte at 3 B/ns: 333.33 ps rounds to 333 ps.
+        assert_eq!(Bandwidth::gb_per_sec(3.0).transmit_time(1), Time(333));
+    }
+
+    #[test]
+    fn astra_bytes_per_ns_matches_their_conversion() {
+        // ASTRA-sim: bw * (1 << 30) / 1e9 in double precision.
+        let theirs = 50.0 * (1u64 << 30) as f64 / 1e9;
+        assert_eq!(Bandwidth::gib_per_sec(50.0).bytes_per_ns(), theirs);
+    }
+
+    #[test]
+    fn ns_strings_trim_trailing_zeros() {
+        assert_eq!(Time(1_500).ns_string(), "1.5");
+        assert_eq!(Time(2_000).ns_string(), "2");
+        assert_eq!(Time(2_001).ns_string(), "2.001");
+    }
+}
