@@ -3,8 +3,16 @@
 //! Data flows topology -> schedule -> simulation -> report. Algorithms and the synthesizer produce
 //! schedules; the simulator consumes only the schedule IR and knows nothing of algorithms.
 
-pub mod units;
+pub mod algorithms;
+pub mod bound;
+pub mod cli;
+pub mod collective;
+pub mod experiment;
+pub mod report;
+pub mod schedule;
+pub mod sim;
 pub mod topology;
+pub mod units;
 
 /// Errors collsim reports to its user. `Input` covers everything wrong with what the user gave
 /// (files, flags, schedules); the command line maps it to exit status 2.

@@ -169,8 +169,8 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 
 /// Parses a byte count: `4096`, `1KB` (1e3), `1KiB` (1024), `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
-    let (number, unit) =
-        split_number(text).ok_or_else(|| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"))?;
+    let (number, unit) = split_number(text)
+        .ok_or_else(|| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"))?;
     let scale: f64 = match unit {
         "" | "B" => 1.0,
         "KB" | "kB" => 1e3,
@@ -185,7 +185,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     };
     let bytes = number * scale;
     if !bytes.is_finite() || bytes < 0.0 {
-        return Err(unit_error("size", text, "must be a non-negative number of bytes"));
+        return Err(unit_error(
+            "size",
+            text,
+            "must be a non-negative number of bytes",
+        ));
     }
     if (bytes - bytes.round()).abs() > 1e-6 * bytes.max(1.0) {
         return Err(unit_error("size", text, "is not a whole number of bytes"));
@@ -203,7 +207,13 @@ pub fn parse_time(text: &str) -> Result<Time, UnitError> {
         "us" | "µs" => 1e6,
         "ms" => 1e9,
         "s" => 1e12,
-        "" => return Err(unit_error("time", text, "needs a unit: ps, ns, us, ms or s")),
+        "" => {
+            return Err(unit_error(
+                "time",
+                text,
+                "needs a unit: ps, ns, us, ms or s",
+            ))
+        }
         _ => return Err(unit_error("time", text, format!("unknown unit '{unit}'"))),
     };
     let ps = number * ps_per_unit;
@@ -229,8 +239,20 @@ pub fn parse_bandwidth(text: &str) -> Result<Bandwidth, UnitError> {
         "Gbps" | "Gb/s" => 1e9 / 8.0,
         "Mbps" | "Mb/s" => 1e6 / 8.0,
         "Tbps" | "Tb/s" => 1e12 / 8.0,
-        "" => return Err(unit_error("bandwidth", text, "needs a unit, e.g. GB/s, GiB/s or Gbps")),
-        _ => return Err(unit_error("bandwidth", text, format!("unknown unit '{unit}'"))),
+        "" => {
+            return Err(unit_error(
+                "bandwidth",
+                text,
+                "needs a unit, e.g. GB/s, GiB/s or Gbps",
+            ))
+        }
+        _ => {
+            return Err(unit_error(
+                "bandwidth",
+                text,
+                format!("unknown unit '{unit}'"),
+            ))
+        }
     };
     let bps = number * bytes_per_sec_per_unit;
     if !bps.is_finite() || bps <= 0.0 {
@@ -241,13 +263,23 @@ pub fn parse_bandwidth(text: &str) -> Result<Bandwidth, UnitError> {
 
 /// Human-readable byte count with binary prefixes where exact, decimal otherwise.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
     for (scale, name) in UNITS {
         if bytes >= scale && bytes % scale == 0 {
             return format!("{}{name}", bytes / scale);
         }
     }
-    const DEC: [(u64, &str); 4] = [(1_000_000_000_000, "TB"), (1_000_000_000, "GB"), (1_000_000, "MB"), (1_000, "KB")];
+    const DEC: [(u64, &str); 4] = [
+        (1_000_000_000_000, "TB"),
+        (1_000_000_000, "GB"),
+        (1_000_000, "MB"),
+        (1_000, "KB"),
+    ];
     for (scale, name) in DEC {
         if bytes >= scale && bytes % scale == 0 {
             return format!("{}{name}", bytes / scale);

@@ -86,7 +86,9 @@ pub fn multi_dim(name: impl Into<String>, dims: Vec<Dim>) -> Result<Topology, Er
     let mut npus: u64 = 1;
     for (d, dim) in dims.iter().enumerate() {
         if dim.size == 0 {
-            return Err(Error::input(format!("topology {name}: dimension {d} has size 0")));
+            return Err(Error::input(format!(
+                "topology {name}: dimension {d} has size 0"
+            )));
         }
         let bps = dim.bandwidth.as_bytes_per_sec();
         if !(bps.is_finite() && bps > 0.0) {
@@ -97,7 +99,9 @@ pub fn multi_dim(name: impl Into<String>, dims: Vec<Dim>) -> Result<Topology, Er
         npus *= dim.size as u64;
     }
     if npus > (1u64 << 30) {
-        return Err(Error::input(format!("topology {name}: {npus} NPUs is too many")));
+        return Err(Error::input(format!(
+            "topology {name}: {npus} NPUs is too many"
+        )));
     }
     let npus = npus as u32;
     let strides = strides(&dims);
@@ -123,7 +127,13 @@ pub fn multi_dim(name: impl Into<String>, dims: Vec<Dim>) -> Result<Topology, Er
             match dim.kind {
                 DimKind::Ring => {
                     // A ring of two is one link each way, not two parallel ones.
-                    let pairs = if n == 2 { 1 } else if n > 2 { n } else { 0 };
+                    let pairs = if n == 2 {
+                        1
+                    } else if n > 2 {
+                        n
+                    } else {
+                        0
+                    };
                     for k in 0..pairs {
                         connect(member(k), member((k + 1) % n), true);
                     }
@@ -208,7 +218,9 @@ pub fn dragonfly(
 ) -> Result<Topology, Error> {
     let name = format!("dragonfly:{groups}x{per_group}");
     if groups == 0 || per_group == 0 {
-        return Err(Error::input(format!("topology {name}: sizes must be positive")));
+        return Err(Error::input(format!(
+            "topology {name}: sizes must be positive"
+        )));
     }
     let npus = groups * per_group;
     let mut links = Vec::new();
@@ -250,9 +262,27 @@ mod tests {
 
     #[test]
     fn ring_of_n_has_2n_links_and_ring_of_two_has_two() {
-        assert_eq!(multi_dim("r", vec![dim(DimKind::Ring, 8)]).unwrap().links().len(), 16);
-        assert_eq!(multi_dim("r", vec![dim(DimKind::Ring, 2)]).unwrap().links().len(), 2);
-        assert_eq!(multi_dim("u", vec![dim(DimKind::UniRing, 8)]).unwrap().links().len(), 8);
+        assert_eq!(
+            multi_dim("r", vec![dim(DimKind::Ring, 8)])
+                .unwrap()
+                .links()
+                .len(),
+            16
+        );
+        assert_eq!(
+            multi_dim("r", vec![dim(DimKind::Ring, 2)])
+                .unwrap()
+                .links()
+                .len(),
+            2
+        );
+        assert_eq!(
+            multi_dim("u", vec![dim(DimKind::UniRing, 8)])
+                .unwrap()
+                .links()
+                .len(),
+            8
+        );
     }
 
     #[test]
@@ -262,7 +292,10 @@ mod tests {
         for n in [4, 6, 1, 9] {
             assert!(t.link_between(5, n).is_some(), "5 -> {n}");
         }
-        assert!(t.link_between(3, 4).is_none(), "no wrap-around between rows");
+        assert!(
+            t.link_between(3, 4).is_none(),
+            "no wrap-around between rows"
+        );
         assert_eq!(t.links().len(), 2 * (3 * 3 + 4 * 2));
     }
 

@@ -21,12 +21,19 @@ use crate::Error;
 
 /// Reads a topology file in any of the supported forms.
 pub fn load_topology_file(path: &Path) -> Result<Topology, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::input(format!("{}: cannot read topology file: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{}: cannot read topology file: {e}",
+            path.display()
+        ))
+    })?;
     let shown = path.display().to_string();
-    let value: Value = serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
+    let value: Value =
+        serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
     let Value::Mapping(map) = &value else {
-        return Err(Error::input(format!("{shown}: expected a YAML mapping of topology fields")));
+        return Err(Error::input(format!(
+            "{shown}: expected a YAML mapping of topology fields"
+        )));
     };
     let has = |k: &str| map.contains_key(Value::String(k.into()));
     let name = path
@@ -94,13 +101,19 @@ fn from_astra(file: &str, net: AstraNetwork) -> Result<Topology, Error> {
             }
         };
         if net.npus_count[d] == 0 {
-            return Err(Error::input(format!("{file}: npus_count[{d}] must be at least 1")));
+            return Err(Error::input(format!(
+                "{file}: npus_count[{d}] must be at least 1"
+            )));
         }
         if !(net.bandwidth[d].is_finite() && net.bandwidth[d] > 0.0) {
-            return Err(Error::input(format!("{file}: bandwidth[{d}] must be positive")));
+            return Err(Error::input(format!(
+                "{file}: bandwidth[{d}] must be positive"
+            )));
         }
         if !(net.latency[d].is_finite() && net.latency[d] >= 0.0) {
-            return Err(Error::input(format!("{file}: latency[{d}] must be non-negative")));
+            return Err(Error::input(format!(
+                "{file}: latency[{d}] must be non-negative"
+            )));
         }
         out.push(Dim::new(
             kind,
@@ -127,7 +140,9 @@ fn quantity<T, E: std::fmt::Display>(
     parse: impl Fn(&str) -> Result<T, E>,
 ) -> Result<T, Error> {
     match value {
-        Value::String(s) => parse(s).map_err(|e| Error::input(format!("{file}: field '{field}': {e}"))),
+        Value::String(s) => {
+            parse(s).map_err(|e| Error::input(format!("{file}: field '{field}': {e}")))
+        }
         other => Err(Error::input(format!(
             "{file}: field '{field}': {other:?} needs a unit, e.g. '50GB/s', '50GiB/s' or '500ns'"
         ))),
@@ -175,8 +190,18 @@ fn from_dims(file: &str, f: DimsFile) -> Result<Topology, Error> {
                 out.push(Dim::new(
                     kind,
                     entry.size,
-                    quantity(file, &format!("dims[{d}].bandwidth"), &entry.bandwidth, parse_bandwidth)?,
-                    quantity(file, &format!("dims[{d}].latency"), &entry.latency, parse_time)?,
+                    quantity(
+                        file,
+                        &format!("dims[{d}].bandwidth"),
+                        &entry.bandwidth,
+                        parse_bandwidth,
+                    )?,
+                    quantity(
+                        file,
+                        &format!("dims[{d}].latency"),
+                        &entry.latency,
+                        parse_time,
+                    )?,
                 ));
             }
             multi_dim(file, out)?
@@ -185,8 +210,12 @@ fn from_dims(file: &str, f: DimsFile) -> Result<Topology, Error> {
             let list = |field: &str, v: &Option<OneOrMany>| -> Vec<Value> {
                 match v {
                     None => vec![Value::String(
-                        if field == "bandwidth" { super::spec::DEFAULT_BANDWIDTH } else { super::spec::DEFAULT_LATENCY }
-                            .into(),
+                        if field == "bandwidth" {
+                            super::spec::DEFAULT_BANDWIDTH
+                        } else {
+                            super::spec::DEFAULT_LATENCY
+                        }
+                        .into(),
                     )],
                     Some(OneOrMany::One(x)) => vec![x.clone()],
                     Some(OneOrMany::Many(xs)) => xs.clone(),
@@ -246,7 +275,12 @@ struct GraphFile {
 fn from_graph(file: &str, g: GraphFile) -> Result<Topology, Error> {
     let mut links = Vec::with_capacity(g.links.len() * 2);
     for (i, l) in g.links.iter().enumerate() {
-        let bandwidth = quantity(file, &format!("links[{i}].bandwidth"), &l.bandwidth, parse_bandwidth)?;
+        let bandwidth = quantity(
+            file,
+            &format!("links[{i}].bandwidth"),
+            &l.bandwidth,
+            parse_bandwidth,
+        )?;
         let latency = quantity(file, &format!("links[{i}].latency"), &l.latency, parse_time)?;
         let mut add = |src, dst| {
             links.push(Link {
@@ -262,5 +296,12 @@ fn from_graph(file: &str, g: GraphFile) -> Result<Topology, Error> {
             add(l.dst, l.src);
         }
     }
-    Topology::from_parts(file.to_string(), g.npus, g.switches, links, Vec::new(), Vec::new())
+    Topology::from_parts(
+        file.to_string(),
+        g.npus,
+        g.switches,
+        links,
+        Vec::new(),
+        Vec::new(),
+    )
 }

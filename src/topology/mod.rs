@@ -139,12 +139,19 @@ impl Topology {
     fn check_connected(&self) -> Result<(), Error> {
         let active: Vec<NodeId> = self.active_npus();
         let Some(&first) = active.first() else {
-            return Err(Error::input(format!("topology {}: every NPU has been removed", self.name)));
+            return Err(Error::input(format!(
+                "topology {}: every NPU has been removed",
+                self.name
+            )));
         };
         for reverse in [false, true] {
             let reached = self.reachable_from(first, reverse);
             if let Some(&lost) = active.iter().find(|&&v| !reached[v as usize]) {
-                let (a, b) = if reverse { (lost, first) } else { (first, lost) };
+                let (a, b) = if reverse {
+                    (lost, first)
+                } else {
+                    (first, lost)
+                };
                 return Err(Error::input(format!(
                     "topology {} is disconnected: NPU {a} cannot reach NPU {b}",
                     self.name
@@ -169,7 +176,11 @@ impl Topology {
             let next: Box<dyn Iterator<Item = NodeId>> = if reverse {
                 Box::new(incoming[v as usize].iter().copied())
             } else {
-                Box::new(self.out_links_of(v).iter().map(|&l| self.links[l as usize].dst))
+                Box::new(
+                    self.out_links_of(v)
+                        .iter()
+                        .map(|&l| self.links[l as usize].dst),
+                )
             };
             for w in next {
                 // Traffic may pass through switches but never through a failed NPU.
@@ -264,7 +275,9 @@ impl Topology {
 
     /// NPUs that are not failed, in id order.
     pub fn active_npus(&self) -> Vec<NodeId> {
-        (0..self.npus).filter(|&v| !self.failed[v as usize]).collect()
+        (0..self.npus)
+            .filter(|&v| !self.failed[v as usize])
+            .collect()
     }
 
     pub fn is_active_npu(&self, node: NodeId) -> bool {
@@ -282,7 +295,9 @@ impl Topology {
 
     /// True when every link is matched by a link in the opposite direction.
     pub fn is_bidirectional(&self) -> bool {
-        self.links.iter().all(|l| self.link_between(l.dst, l.src).is_some())
+        self.links
+            .iter()
+            .all(|l| self.link_between(l.dst, l.src).is_some())
     }
 
     /// Smallest total ingress bandwidth over the active NPUs, in bytes per second.

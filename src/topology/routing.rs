@@ -57,7 +57,10 @@ impl<'t> Router<'t> {
                 .expect("dimension-order routing follows built links")
         } else {
             let link = self.tables[&dst][at as usize];
-            debug_assert_ne!(link, NO_LINK, "connectivity was checked when the topology was built");
+            debug_assert_ne!(
+                link, NO_LINK,
+                "connectivity was checked when the topology was built"
+            );
             link
         }
     }

@@ -45,7 +45,8 @@ impl TopologyOptions {
     /// Loads the file or builds the inline shape, then applies faults.
     pub fn build(&self) -> Result<Topology, Error> {
         let path = Path::new(&self.spec);
-        let looks_like_file = self.spec.ends_with(".yaml") || self.spec.ends_with(".yml") || path.exists();
+        let looks_like_file =
+            self.spec.ends_with(".yaml") || self.spec.ends_with(".yml") || path.exists();
         let mut topology = if looks_like_file {
             if self.bandwidth.is_some() || self.latency.is_some() {
                 return Err(Error::input(format!(
@@ -60,8 +61,11 @@ impl TopologyOptions {
                 "--bandwidth",
                 parse_bandwidth,
             )?;
-            let latencies =
-                parse_list(self.latency.as_deref().unwrap_or(DEFAULT_LATENCY), "--latency", parse_time)?;
+            let latencies = parse_list(
+                self.latency.as_deref().unwrap_or(DEFAULT_LATENCY),
+                "--latency",
+                parse_time,
+            )?;
             parse_inline(&self.spec, &bandwidths, &latencies)?
         };
         let npus = match &self.remove_npus {
@@ -111,9 +115,9 @@ fn parse_link_list(text: &str) -> Result<Vec<(NodeId, NodeId)>, Error> {
             )));
         };
         let id = |s: &str| {
-            s.trim()
-                .parse::<NodeId>()
-                .map_err(|_| Error::input(format!("--remove-links: '{item}' does not name two nodes")))
+            s.trim().parse::<NodeId>().map_err(|_| {
+                Error::input(format!("--remove-links: '{item}' does not name two nodes"))
+            })
         };
         let (a, b) = (id(a)?, id(b)?);
         out.push((a, b));
@@ -125,7 +129,13 @@ fn parse_link_list(text: &str) -> Result<Vec<(NodeId, NodeId)>, Error> {
 }
 
 /// Picks the value for dimension `d` from a one-or-per-dimension list.
-fn per_dim<T: Copy>(values: &[T], dims: usize, d: usize, what: &str, spec: &str) -> Result<T, Error> {
+fn per_dim<T: Copy>(
+    values: &[T],
+    dims: usize,
+    d: usize,
+    what: &str,
+    spec: &str,
+) -> Result<T, Error> {
     match values.len() {
         1 => Ok(values[0]),
         n if n == dims => Ok(values[d]),
@@ -149,7 +159,11 @@ fn parse_shape(text: &str, spec: &str) -> Result<Vec<u32>, Error> {
 /// Builds an inline spec: `ring:8`, `uring:8`, `fc:8`, `switch:16`, `mesh:AxB[xC]`, `torus:AxB[xC]`,
 /// `hypercube:D`, `dgx1`, `dragonfly:GxA` (local, global values), or an ASTRA-style hierarchy
 /// `dims:ring4,fc8,switch16`.
-pub fn parse_inline(spec: &str, bandwidths: &[Bandwidth], latencies: &[Time]) -> Result<Topology, Error> {
+pub fn parse_inline(
+    spec: &str,
+    bandwidths: &[Bandwidth],
+    latencies: &[Time],
+) -> Result<Topology, Error> {
     let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
     let kinds: Vec<(DimKind, u32)> = match kind {
         "ring" | "uring" | "fc" | "switch" => {
@@ -252,10 +266,16 @@ mod tests {
 
     #[test]
     fn per_dimension_bandwidth_lists_must_match_dimension_count() {
-        let t = TopologyOptions::new("mesh:4x2").with_links("50GB/s,25GB/s", "1us").build().unwrap();
+        let t = TopologyOptions::new("mesh:4x2")
+            .with_links("50GB/s,25GB/s", "1us")
+            .build()
+            .unwrap();
         let y = t.links().iter().find(|l| l.dim == Some(1)).unwrap();
         assert_eq!(y.bandwidth.as_bytes_per_sec(), 25e9);
-        let err = TopologyOptions::new("ring:4").with_links("1GB/s,2GB/s", "1us").build().unwrap_err();
+        let err = TopologyOptions::new("ring:4")
+            .with_links("1GB/s,2GB/s", "1us")
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("--bandwidth"), "{err}");
     }
 

@@ -1,0 +1,299 @@
+//! Command-line definitions and dispatch. Flags are parsed and validated here, in one place; the
+//! work happens in the library modules.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::algorithms::Algorithm;
+use crate::bound;
+use crate::collective::CollectiveKind;
+use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
+use crate::report::SUMMARY_HEADER;
+use crate::sim::{Observer, SimOptions, TimeModel};
+use crate::topology::{Topology, TopologyOptions};
+use crate::units::{parse_bandwidth, parse_bytes, parse_time};
+use crate::Error;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "collsim",
+    version,
+    about = "Simulate and synthesize collective-communication algorithms"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Simulate a schedule file or a built-in algorithm on a topology.
+    Simulate(SimulateArgs),
+    /// Print the lower bounds of a collective on a topology.
+    Bound(BoundArgs),
+}
+
+/// The network, shared by every command that takes `--topology`.
+#[derive(Args, Debug, Clone)]
+pub struct TopologyArgs {
+    /// YAML file (collsim or ASTRA-sim form) or inline spec: ring:8, uring:8, fc:8, switch:16,
+    /// mesh:8x8, torus:4x4x4, hypercube:6, dims:ring4,fc8, dgx1, dragonfly:GxA
+    #[arg(long, short = 't')]
+    pub topology: String,
+    /// Link bandwidth per direction, one value or one per dimension (e.g. 50GB/s, 50GiB/s, 400Gbps)
+    /// [default: 50GB/s]
+    #[arg(long)]
+    pub bandwidth: Option<String>,
+    /// Link latency, one value or one per dimension (e.g. 500ns, 0.5us) [default: 500ns]
+    #[arg(long)]
+    pub latency: Option<String>,
+    /// Failed NPUs to remove, e.g. 7,9
+    #[arg(long)]
+    pub remove_npus: Option<String>,
+    /// Failed links to remove: a-b (both directions) or a>b, comma-separated
+    #[arg(long)]
+    pub remove_links: Option<String>,
+}
+
+impl TopologyArgs {
+    pub fn build(&self) -> Result<Topology, Error> {
+        TopologyOptions {
+            spec: self.topology.clone(),
+            bandwidth: self.bandwidth.clone(),
+            latency: self.latency.clone(),
+            remove_npus: self.remove_npus.clone(),
+            remove_links: self.remove_links.clone(),
+        }
+        .build()
+    }
+}
+
+/// The collective, shared by simulate, synthesize, sweep and bound.
+#[derive(Args, Debug, Clone)]
+pub struct CollectiveArgs {
+    /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, reduce, gather, scatter
+    #[arg(long, short = 'c')]
+    pub collective: Option<String>,
+    /// Per-NPU buffer (all-gather: output; reduce-scatter: input), e.g. 1GiB, 64MB
+    #[arg(long, short = 's')]
+    pub size: Option<String>,
+    /// Pieces each NPU's data is split into for pipelining
+    #[arg(long, default_value_t = 1)]
+    pub chunks: u32,
+    /// Participating NPUs (a communicator), e.g. 0,2,4,6 [default: all]
+    #[arg(long)]
+    pub npus: Option<String>,
+    /// Root NPU of broadcast, reduce, gather and scatter [default: the first participant]
+    #[arg(long)]
+    pub root: Option<u32>,
+}
+
+impl CollectiveArgs {
+    /// The collective, or `None` when no `--collective` was given.
+    pub fn request(&self) -> Result<Option<CollectiveRequest>, Error> {
+        let Some(name) = &self.collective else {
+            if self.size.is_some() {
+                return Err(Error::input("--size needs --collective"));
+            }
+            return Ok(None);
+        };
+        let kind = CollectiveKind::parse(name)?;
+        let size = self
+            .size
+            .as_deref()
+            .ok_or_else(|| Error::input("--collective needs --size"))
+            .and_then(|s| parse_bytes(s).map_err(|e| Error::input(format!("--size: {e}"))))?;
+        let npus = self
+            .npus
+            .as_deref()
+            .map(|list| {
+                list.split(',')
+                    .map(|v| {
+                        v.trim()
+                            .parse::<u32>()
+                            .map_err(|_| Error::input(format!("--npus: '{v}' is not an NPU id")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(Some(CollectiveRequest {
+            kind,
+            size,
+            chunks: self.chunks,
+            npus,
+            root: self.root,
+        }))
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Csv,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeModelArg {
+    Exact,
+    Astra,
+}
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Schedule file (.csv or .json) to simulate instead of a built-in algorithm
+    #[arg(long, conflicts_with = "algorithm")]
+    pub schedule: Option<PathBuf>,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    /// ring, direct, rhd, dbt, hierarchical, themis, tacos
+    #[arg(long, short = 'a')]
+    pub algorithm: Option<String>,
+    /// Seed for randomised algorithms and validation
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
+    #[arg(long, value_enum, default_value = "exact")]
+    pub time_model: TimeModelArg,
+    /// Delay added at the destination of every message (e.g. 10ns)
+    #[arg(long)]
+    pub endpoint_delay: Option<String>,
+    /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
+    #[arg(long)]
+    pub reduce_bandwidth: Option<String>,
+    /// Results folder: summary.csv, transfers.csv, links.csv
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// stdout: a human summary (text) or the summary.csv header and row (csv)
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct BoundArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Shows a progress line on stderr for long simulations when stderr is a terminal.
+struct Progress {
+    shown: bool,
+}
+
+impl Observer for Progress {
+    fn progress(&mut self, completed: u64, total: u64) {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() && total > 0 {
+            eprint!(
+                "\r  simulating: {completed}/{total} transfers ({:.0}%)",
+                100.0 * completed as f64 / total as f64
+            );
+            self.shown = true;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
+}
+
+fn sim_options(args: &SimulateArgs) -> Result<SimOptions, Error> {
+    Ok(SimOptions {
+        time_model: match args.time_model {
+            TimeModelArg::Exact => TimeModel::Exact,
+            TimeModelArg::Astra => TimeModel::Astra,
+        },
+        endpoint_delay: args
+            .endpoint_delay
+            .as_deref()
+            .map(|s| parse_time(s).map_err(|e| Error::input(format!("--endpoint-delay: {e}"))))
+            .transpose()?
+            .unwrap_or_default(),
+        reduce_bandwidth: args
+            .reduce_bandwidth
+            .as_deref()
+            .map(|s| {
+                parse_bandwidth(s).map_err(|e| Error::input(format!("--reduce-bandwidth: {e}")))
+            })
+            .transpose()?,
+        record_transfers: args.out.is_some(),
+        record_busy_intervals: args.out.is_some(),
+    })
+}
+
+fn simulate(args: SimulateArgs) -> Result<(), Error> {
+    let source = match (&args.schedule, &args.algorithm) {
+        (Some(path), None) => ScheduleSource::File(path.clone()),
+        (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
+        (None, None) => return Err(Error::input("give --schedule FILE or --algorithm NAME")),
+        (Some(_), Some(_)) => unreachable!("clap rejects --schedule with --algorithm"),
+    };
+    let spec = RunSpec {
+        source,
+        collective: args.collective.request()?,
+        options: sim_options(&args)?,
+        seed: args.seed,
+    };
+    let topology = args.topology.build()?;
+    let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
+    if let Some(dir) = &args.out {
+        experiment::write_outputs(&topology, &outcome, dir)?;
+    }
+    match args.format {
+        Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),
+        Format::Text => print!("{}", outcome.summary.human()),
+    }
+    Ok(())
+}
+
+fn bound(args: BoundArgs) -> Result<(), Error> {
+    let topology = args.topology.build()?;
+    let request = args
+        .collective
+        .request()?
+        .ok_or_else(|| Error::input("bound needs --collective and --size"))?;
+    let c = request.resolve(&topology)?;
+    let b = bound::bounds(&topology, &c);
+    let cut = b.cut.map(|t| t.ns_string()).unwrap_or_default();
+    match args.format {
+        Format::Csv => {
+            println!("collective,size_bytes,npu_bound_ns,cut_bound_ns,latency_bound_ns,bound_ns");
+            println!(
+                "{},{},{},{cut},{},{}",
+                c.kind,
+                c.size,
+                b.npu.ns_string(),
+                b.latency.ns_string(),
+                b.total().ns_string()
+            );
+        }
+        Format::Text => {
+            println!("{} on {}", c.describe(), topology.name());
+            println!("  per-NPU bound   {}", b.npu);
+            if let Some(cut) = b.cut {
+                println!("  cut bound       {cut}");
+            }
+            println!("  latency bound   {}", b.latency);
+            println!("  lower bound     {}", b.total());
+        }
+    }
+    Ok(())
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Simulate(args) => simulate(args),
+        Command::Bound(args) => bound(args),
+    }
+}

@@ -1,0 +1,270 @@
+//! Reports: the summary row, per-transfer and per-link CSVs, and a results folder that is either
+//! complete or absent.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::schedule::{Schedule, TransferIndex};
+use crate::sim::SimResult;
+use crate::topology::Topology;
+use crate::units::Time;
+use crate::Error;
+
+/// Columns of `summary.csv`, in DESIGN.md order, then collsim's extras.
+pub const SUMMARY_HEADER: &str = "topology,npus,collective,algorithm,size_bytes,chunks_per_npu,\
+collective_time_ns,algbw_GBps,busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed,time_model";
+
+/// One simulated run.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub topology: String,
+    pub npus: u32,
+    /// Collective name, or `schedule` for an unclaimed schedule file.
+    pub collective: String,
+    pub algorithm: String,
+    pub size_bytes: Option<u64>,
+    pub chunks_per_npu: Option<u32>,
+    pub collective_time: Time,
+    /// nccl-tests bus-bandwidth factor of the collective.
+    pub busbw_factor: Option<f64>,
+    pub bound: Option<Time>,
+    pub transfers: usize,
+    pub synthesis_ms: Option<f64>,
+    pub seed: Option<u64>,
+    pub time_model: String,
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+impl Summary {
+    /// Size over time, in 1e9 bytes per second.
+    pub fn algbw_gbps(&self) -> Option<f64> {
+        let secs = self.collective_time.as_secs_f64();
+        self.size_bytes
+            .filter(|_| secs > 0.0)
+            .map(|s| s as f64 / secs / 1e9)
+    }
+
+    pub fn busbw_gbps(&self) -> Option<f64> {
+        Some(self.algbw_gbps()? * self.busbw_factor?)
+    }
+
+    /// bound / time: 1.0 means the schedule meets the lower bound.
+    pub fn efficiency(&self) -> Option<f64> {
+        let t = self.collective_time.ps();
+        self.bound
+            .filter(|_| t > 0)
+            .map(|b| b.ps() as f64 / t as f64)
+    }
+
+    /// The CSV row matching [`SUMMARY_HEADER`].
+    pub fn csv_row(&self) -> String {
+        let f =
+            |v: Option<f64>, digits: usize| v.map(|x| format!("{x:.digits$}")).unwrap_or_default();
+        let quote = |s: &str| {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        };
+        [
+            quote(&self.topology),
+            self.npus.to_string(),
+            quote(&self.collective),
+            quote(&self.algorithm),
+            opt(self.size_bytes),
+            opt(self.chunks_per_npu),
+            self.collective_time.ns_string(),
+            f(self.algbw_gbps(), 6),
+            f(self.busbw_gbps(), 6),
+            self.bound.map(Time::ns_string).unwrap_or_default(),
+            f(self.efficiency(), 6),
+            self.transfers.to_string(),
+            f(self.synthesis_ms, 3),
+            opt(self.seed),
+            self.time_model.clone(),
+        ]
+        .join(",")
+    }
+
+    /// A few human-readable lines for the terminal.
+    pub fn human(&self) -> String {
+        let mut out = format!(
+            "{} on {} ({} NPUs), algorithm {}\n",
+            self.collective, self.topology, self.npus, self.algorithm
+        );
+        if let Some(size) = self.size_bytes {
+            out += &format!(
+                "  size            {} ({size} B)\n",
+                crate::units::format_bytes(size)
+            );
+        }
+        out += &format!("  transfers       {}\n", self.transfers);
+        out += &format!("  collective time {}\n", self.collective_time);
+        if let (Some(a), Some(b)) = (self.algbw_gbps(), self.busbw_gbps()) {
+            out += &format!("  algbw / busbw   {a:.3} / {b:.3} GB/s\n");
+        }
+        if let (Some(bound), Some(e)) = (self.bound, self.efficiency()) {
+            out += &format!("  lower bound     {bound} (efficiency {e:.3})\n");
+        }
+        if let Some(ms) = self.synthesis_ms {
+            out += &format!("  synthesis       {ms:.1} ms\n");
+        }
+        out
+    }
+}
+
+/// A results folder whose files are written under temporary names and renamed into place only when
+/// the whole run succeeded, so a failed run never leaves a folder that looks complete.
+pub struct OutputDir {
+    dir: PathBuf,
+    pending: Vec<(PathBuf, PathBuf)>,
+}
+
+impl OutputDir {
+    pub fn create(dir: &Path) -> Result<OutputDir, Error> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        Ok(OutputDir {
+            dir: dir.to_path_buf(),
+            pending: Vec::new(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A path to write `name` to; it appears under its real name at [`OutputDir::commit`].
+    pub fn file(&mut self, name: &str) -> PathBuf {
+        let tmp = self.dir.join(format!(".{name}.partial"));
+        self.pending.push((tmp.clone(), self.dir.join(name)));
+        tmp
+    }
+
+    /// Moves every written file into place (summary files last, by call order).
+    pub fn commit(mut self) -> Result<(), Error> {
+        for (tmp, real) in std::mem::take(&mut self.pending) {
+            std::fs::rename(&tmp, &real).map_err(|e| Error::io(real.display(), e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.pending {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+fn writer(path: &Path) -> Result<BufWriter<File>, Error> {
+    Ok(BufWriter::with_capacity(
+        1 << 20,
+        File::create(path).map_err(|e| Error::io(path.display(), e))?,
+    ))
+}
+
+/// Writes `summary.csv`: the header and one row per summary.
+pub fn write_summary_csv(rows: &[Summary], path: &Path) -> Result<(), Error> {
+    let io = |e| Error::io(path.display(), e);
+    let mut w = writer(path)?;
+    writeln!(w, "{SUMMARY_HEADER}").map_err(io)?;
+    for row in rows {
+        writeln!(w, "{}", row.csv_row()).map_err(io)?;
+    }
+    w.flush().map_err(io)
+}
+
+/// Writes `transfers.csv` (`id,src,dst,bytes,start_ns,end_ns`), streaming from the recorded times;
+/// start is when the transfer was issued, end when it completed at its destination.
+pub fn write_transfers_csv(
+    schedule: &Schedule,
+    result: &SimResult,
+    path: &Path,
+) -> Result<(), Error> {
+    let io = |e| Error::io(path.display(), e);
+    let mut w = writer(path)?;
+    writeln!(w, "id,src,dst,bytes,start_ns,end_ns").map_err(io)?;
+    for i in 0..schedule.len() {
+        let t = schedule.transfer(i as TransferIndex);
+        writeln!(
+            w,
+            "{},{},{},{},{},{}",
+            schedule.id(i as TransferIndex),
+            t.src,
+            t.dst,
+            t.bytes,
+            result.issued[i].ns_string(),
+            result.completed[i].ns_string()
+        )
+        .map_err(io)?;
+    }
+    w.flush().map_err(io)
+}
+
+/// Writes `links.csv` (`src,dst,bytes,busy_ns,utilization`): utilisation is busy time over the
+/// collective time.
+pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> Result<(), Error> {
+    let io = |e| Error::io(path.display(), e);
+    let mut w = writer(path)?;
+    writeln!(w, "src,dst,bytes,busy_ns,utilization").map_err(io)?;
+    let total = result.finish.ps() as f64;
+    for (l, link) in topology.links().iter().enumerate() {
+        let busy = result.link_busy[l];
+        let utilization = if total > 0.0 {
+            busy.ps() as f64 / total
+        } else {
+            0.0
+        };
+        writeln!(
+            w,
+            "{},{},{},{},{:.6}",
+            link.src,
+            link.dst,
+            result.link_bytes[l],
+            busy.ns_string(),
+            utilization
+        )
+        .map_err(io)?;
+    }
+    w.flush().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bandwidths_and_efficiency_follow_their_definitions() {
+        let s = Summary {
+            size_bytes: Some(2_000_000_000),
+            collective_time: Time::from_ns(1_000_000_000),
+            busbw_factor: Some(1.5),
+            bound: Some(Time::from_ns(500_000_000)),
+            ..Summary::default()
+        };
+        assert_eq!(s.algbw_gbps(), Some(2.0));
+        assert_eq!(s.busbw_gbps(), Some(3.0));
+        assert_eq!(s.efficiency(), Some(0.5));
+        assert_eq!(
+            s.csv_row().split(',').count(),
+            SUMMARY_HEADER.split(',').count()
+        );
+    }
+
+    #[test]
+    fn uncommitted_output_leaves_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("collsim-out-{}", std::process::id()));
+        {
+            let mut out = OutputDir::create(&dir).unwrap();
+            std::fs::write(out.file("summary.csv"), "x").unwrap();
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

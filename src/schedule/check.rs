@@ -1,0 +1,146 @@
+//! Structural checks every schedule passes before simulation: NPUs exist, no self-sends, dependencies
+//! name real transfers and form no cycle.
+
+use super::{Schedule, TransferIndex};
+use crate::topology::Topology;
+use crate::Error;
+
+impl Schedule {
+    /// Checks the schedule against a topology; the error names the first bad transfer by its id.
+    pub fn check(&self, topology: &Topology) -> Result<(), Error> {
+        let n = self.len();
+        for (i, t) in self.transfers().iter().enumerate() {
+            let i = i as TransferIndex;
+            let id = self.id(i);
+            for (role, npu) in [("src", t.src), ("dst", t.dst)] {
+                if npu >= topology.npus() {
+                    return Err(Error::input(format!(
+                        "transfer {id}: {role} {npu} is not an NPU of {} (NPUs are 0..{})",
+                        topology.name(),
+                        topology.npus()
+                    )));
+                }
+                if !topology.is_active_npu(npu) {
+                    return Err(Error::input(format!(
+                        "transfer {id}: {role} {npu} is a failed NPU of {}",
+                        topology.name()
+                    )));
+                }
+            }
+            if t.src == t.dst {
+                return Err(Error::input(format!(
+                    "transfer {id}: sends from NPU {} to itself",
+                    t.src
+                )));
+            }
+            if let Some(&d) = self.deps(i).iter().find(|&&d| d as usize >= n) {
+                return Err(Error::input(format!(
+                    "transfer {id}: depends on unknown transfer index {d}"
+                )));
+            }
+            if let Some((lo, hi)) = self.pieces(i) {
+                if lo > hi {
+                    return Err(Error::input(format!(
+                        "transfer {id}: chunk range {lo}..{hi} is reversed"
+                    )));
+                }
+            }
+        }
+        self.check_acyclic()
+    }
+
+    fn check_acyclic(&self) -> Result<(), Error> {
+        if !self.has_deps() {
+            return Ok(());
+        }
+        let n = self.len();
+        let (start, dependents) = self.dependents();
+        let mut waiting: Vec<u32> = (0..n as TransferIndex)
+            .map(|t| self.deps(t).len() as u32)
+            .collect();
+        let mut ready: Vec<TransferIndex> = (0..n as TransferIndex)
+            .filter(|&t| waiting[t as usize] == 0)
+            .collect();
+        let mut done = 0usize;
+        while let Some(t) = ready.pop() {
+            done += 1;
+            for &d in &dependents[start[t as usize] as usize..start[t as usize + 1] as usize] {
+                waiting[d as usize] -= 1;
+                if waiting[d as usize] == 0 {
+                    ready.push(d);
+                }
+            }
+        }
+        if done == n {
+            return Ok(());
+        }
+        // Walk dependencies among the blocked transfers until one repeats: that is a cycle.
+        let first = (0..n)
+            .find(|&t| waiting[t] > 0)
+            .expect("some transfer is blocked") as TransferIndex;
+        let mut seen_at = vec![usize::MAX; n];
+        let mut path = Vec::new();
+        let mut at = first;
+        while seen_at[at as usize] == usize::MAX {
+            seen_at[at as usize] = path.len();
+            path.push(at);
+            at = *self
+                .deps(at)
+                .iter()
+                .find(|&&d| waiting[d as usize] > 0)
+                .expect("a blocked transfer waits on a blocked transfer");
+        }
+        let cycle: Vec<String> = path[seen_at[at as usize]..]
+            .iter()
+            .chain(std::iter::once(&at))
+            .map(|&t| self.id(t).to_string())
+            .collect();
+        Err(Error::input(format!(
+            "dependency cycle among transfers: {} (each waits for the next)",
+            cycle.join(" -> ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Transfer;
+    use super::*;
+    use crate::topology::TopologyOptions;
+
+    fn ring4() -> Topology {
+        TopologyOptions::new("ring:4").build().unwrap()
+    }
+
+    fn t(src: u32, dst: u32) -> Transfer {
+        Transfer { src, dst, bytes: 1 }
+    }
+
+    #[test]
+    fn cycles_are_named() {
+        let mut s = Schedule::new();
+        s.push(t(0, 1), &[]);
+        s.push(t(1, 2), &[2]);
+        s.push(t(2, 3), &[3]);
+        s.push(t(3, 0), &[1]);
+        let err = s.check(&ring4()).unwrap_err().to_string();
+        assert!(
+            err.contains("1 -> 2 -> 3 -> 1") || err.contains("2 -> 3 -> 1 -> 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn self_sends_and_unknown_npus_are_rejected() {
+        let mut s = Schedule::new();
+        s.push(t(0, 0), &[]);
+        assert!(s
+            .check(&ring4())
+            .unwrap_err()
+            .to_string()
+            .contains("to itself"));
+        let mut s = Schedule::new();
+        s.push(t(0, 9), &[]);
+        assert!(s.check(&ring4()).unwrap_err().to_string().contains("dst 9"));
+    }
+}

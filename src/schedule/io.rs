@@ -1,0 +1,414 @@
+//! Schedule files. CSV: header `id,src,dst,bytes,deps` (deps joined by `;`), optional `chunk`
+//! (`k` or a half-open range `lo..hi`) and `op` (`copy`/`reduce`). JSON: `{"transfers": [{"id",
+//! "src", "dst", "bytes", "deps", "chunk", "op"}]}`. Both are written streaming, row by row.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Op, Schedule, Transfer, TransferIndex};
+use crate::units::parse_bytes;
+use crate::Error;
+
+/// A transfer as read from a file, before dependency ids are resolved to list positions.
+struct RawTransfer {
+    id: u64,
+    transfer: Transfer,
+    deps: Vec<u64>,
+    pieces: Option<(u32, u32)>,
+    op: Op,
+}
+
+/// Reads a schedule from `.csv` or `.json` (chosen by extension).
+pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
+    let shown = path.display().to_string();
+    let file = File::open(path)
+        .map_err(|e| Error::input(format!("{shown}: cannot open schedule: {e}")))?;
+    let raw = match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => read_csv(&shown, file)?,
+        Some("json") => read_json(&shown, file)?,
+        _ => {
+            return Err(Error::input(format!(
+                "{shown}: unknown schedule format; use a .csv or .json file"
+            )))
+        }
+    };
+    assemble(&shown, raw)
+}
+
+fn assemble(file: &str, raw: Vec<RawTransfer>) -> Result<Schedule, Error> {
+    if raw.is_empty() {
+        return Err(Error::input(format!(
+            "{file}: the schedule has no transfers"
+        )));
+    }
+    let identity = raw.iter().enumerate().all(|(i, r)| r.id == i as u64);
+    let mut index_of: HashMap<u64, TransferIndex> = HashMap::new();
+    if !identity {
+        index_of.reserve(raw.len());
+        for (i, r) in raw.iter().enumerate() {
+            if index_of.insert(r.id, i as TransferIndex).is_some() {
+                return Err(Error::input(format!(
+                    "{file}: transfer id {} appears twice",
+                    r.id
+                )));
+            }
+        }
+    }
+    let n = raw.len() as u64;
+    let mut schedule = Schedule::with_capacity(raw.len());
+    let mut deps = Vec::new();
+    for (i, r) in raw.into_iter().enumerate() {
+        deps.clear();
+        for d in r.deps {
+            let index = if identity {
+                (d < n).then_some(d as TransferIndex)
+            } else {
+                index_of.get(&d).copied()
+            };
+            deps.push(index.ok_or_else(|| {
+                Error::input(format!(
+                    "{file}: transfer {} depends on unknown transfer id {d}",
+                    r.id
+                ))
+            })?);
+        }
+        let index = schedule.push(r.transfer, &deps);
+        debug_assert_eq!(index as usize, i);
+        schedule.set_id(index, r.id);
+        if let Some(p) = r.pieces {
+            schedule.set_pieces(index, p);
+        }
+        schedule.set_op(index, r.op);
+    }
+    Ok(schedule)
+}
+
+fn parse_pieces(text: &str) -> Option<(u32, u32)> {
+    let text = text.trim();
+    match text.split_once("..") {
+        Some((lo, hi)) => Some((lo.trim().parse().ok()?, hi.trim().parse().ok()?)),
+        None => {
+            let k: u32 = text.parse().ok()?;
+            Some((k, k.checked_add(1)?))
+        }
+    }
+}
+
+fn parse_op(text: &str) -> Option<Op> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "copy" => Some(Op::Copy),
+        "reduce" => Some(Op::Reduce),
+        _ => None,
+    }
+}
+
+const REQUIRED: [&str; 5] = ["id", "src", "dst", "bytes", "deps"];
+
+fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
+    let mut csv = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(BufReader::with_capacity(1 << 20, reader));
+    let headers = csv
+        .headers()
+        .map_err(|e| Error::input(format!("{file}: {e}")))?
+        .clone();
+    let column = |name: &str| headers.iter().position(|h| h == name);
+    for h in headers.iter() {
+        if !REQUIRED.contains(&h) && h != "chunk" && h != "op" {
+            return Err(Error::input(format!(
+                "{file}: unknown column '{h}' (expected id,src,dst,bytes,deps and optionally chunk,op)"
+            )));
+        }
+    }
+    let mut cols = [0usize; 5];
+    for (slot, name) in cols.iter_mut().zip(REQUIRED) {
+        *slot = column(name).ok_or_else(|| {
+            Error::input(format!(
+                "{file}: missing column '{name}' (header must include id,src,dst,bytes,deps)"
+            ))
+        })?;
+    }
+    let (chunk_col, op_col) = (column("chunk"), column("op"));
+    let mut out = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match csv.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(Error::input(format!("{file}: {e}"))),
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        let field = |c: usize| record.get(c).unwrap_or("");
+        let bad = |name: &str, why: &str| {
+            Error::input(format!(
+                "{file}: line {line}: field '{name}' = '{}': {why}",
+                field(column(name).unwrap_or(0))
+            ))
+        };
+        let number = |c: usize, name: &str| -> Result<u64, Error> {
+            field(c)
+                .parse::<u64>()
+                .map_err(|_| bad(name, "expected a non-negative integer"))
+        };
+        let id = number(cols[0], "id")?;
+        let src = number(cols[1], "src")?;
+        let dst = number(cols[2], "dst")?;
+        let bytes = parse_bytes(field(cols[3])).map_err(|e| bad("bytes", &e.to_string()))?;
+        let deps = field(cols[4])
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<u64>()
+                    .map_err(|_| bad("deps", "expected transfer ids joined by ';'"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let pieces = match chunk_col.map(field).filter(|s| !s.is_empty()) {
+            Some(s) => Some(parse_pieces(s).ok_or_else(|| bad("chunk", "expected k or lo..hi"))?),
+            None => None,
+        };
+        let op = parse_op(op_col.map(field).unwrap_or(""))
+            .ok_or_else(|| bad("op", "expected copy or reduce"))?;
+        let npu = |v: u64, name: &str| u32::try_from(v).map_err(|_| bad(name, "NPU id too large"));
+        out.push(RawTransfer {
+            id,
+            transfer: Transfer {
+                src: npu(src, "src")?,
+                dst: npu(dst, "dst")?,
+                bytes,
+            },
+            deps,
+            pieces,
+            op,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum JsonPieces {
+    One(u32),
+    Range(String),
+    Pair([u32; 2]),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonTransfer {
+    id: u64,
+    src: u32,
+    dst: u32,
+    bytes: u64,
+    #[serde(default)]
+    deps: Vec<u64>,
+    #[serde(default)]
+    chunk: Option<JsonPieces>,
+    #[serde(default)]
+    op: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JsonSchedule {
+    transfers: Vec<JsonTransfer>,
+}
+
+fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
+    let parsed: JsonSchedule = serde_json::from_reader(BufReader::with_capacity(1 << 20, reader))
+        .map_err(|e| Error::input(format!("{file}: {e}")))?;
+    parsed
+        .transfers
+        .into_iter()
+        .map(|t| {
+            let pieces = match t.chunk {
+                None => None,
+                Some(JsonPieces::One(k)) => Some((k, k + 1)),
+                Some(JsonPieces::Pair([lo, hi])) => Some((lo, hi)),
+                Some(JsonPieces::Range(s)) => Some(parse_pieces(&s).ok_or_else(|| {
+                    Error::input(format!(
+                        "{file}: transfer {}: chunk '{s}' should be k or lo..hi",
+                        t.id
+                    ))
+                })?),
+            };
+            let op = parse_op(t.op.as_deref().unwrap_or("")).ok_or_else(|| {
+                Error::input(format!(
+                    "{file}: transfer {}: op should be copy or reduce",
+                    t.id
+                ))
+            })?;
+            Ok(RawTransfer {
+                id: t.id,
+                transfer: Transfer {
+                    src: t.src,
+                    dst: t.dst,
+                    bytes: t.bytes,
+                },
+                deps: t.deps,
+                pieces,
+                op,
+            })
+        })
+        .collect()
+}
+
+fn pieces_text(p: (u32, u32)) -> String {
+    if p.1 == p.0 + 1 {
+        p.0.to_string()
+    } else {
+        format!("{}..{}", p.0, p.1)
+    }
+}
+
+fn create(path: &Path) -> Result<BufWriter<File>, Error> {
+    Ok(BufWriter::with_capacity(
+        1 << 20,
+        File::create(path).map_err(|e| Error::io(path.display(), e))?,
+    ))
+}
+
+/// Writes the schedule as CSV, one row per transfer.
+pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::io(path.display(), e);
+    let mut w = create(path)?;
+    let extra = schedule.has_pieces();
+    writeln!(
+        w,
+        "id,src,dst,bytes,deps{}",
+        if extra { ",chunk,op" } else { "" }
+    )
+    .map_err(io)?;
+    for i in 0..schedule.len() as TransferIndex {
+        let t = schedule.transfer(i);
+        let deps: Vec<String> = schedule
+            .deps(i)
+            .iter()
+            .map(|&d| schedule.id(d).to_string())
+            .collect();
+        write!(
+            w,
+            "{},{},{},{},{}",
+            schedule.id(i),
+            t.src,
+            t.dst,
+            t.bytes,
+            deps.join(";")
+        )
+        .map_err(io)?;
+        if let Some(p) = schedule.pieces(i) {
+            write!(w, ",{},{}", pieces_text(p), schedule.op(i).name()).map_err(io)?;
+        }
+        writeln!(w).map_err(io)?;
+    }
+    w.flush().map_err(io)
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    id: u64,
+    src: u32,
+    dst: u32,
+    bytes: u64,
+    deps: Vec<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunk: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    op: Option<&'a str>,
+}
+
+/// Writes the schedule as JSON, streaming one transfer object per line.
+pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::io(path.display(), e);
+    let mut w = create(path)?;
+    writeln!(w, "{{\"transfers\": [").map_err(io)?;
+    for i in 0..schedule.len() as TransferIndex {
+        let t = schedule.transfer(i);
+        let row = JsonOut {
+            id: schedule.id(i),
+            src: t.src,
+            dst: t.dst,
+            bytes: t.bytes,
+            deps: schedule.deps(i).iter().map(|&d| schedule.id(d)).collect(),
+            chunk: schedule.pieces(i).map(pieces_text),
+            op: schedule.pieces(i).map(|_| schedule.op(i).name()),
+        };
+        serde_json::to_writer(&mut w, &row).map_err(|e| Error::io(path.display(), e.into()))?;
+        writeln!(
+            w,
+            "{}",
+            if i as usize + 1 < schedule.len() {
+                ","
+            } else {
+                ""
+            }
+        )
+        .map_err(io)?;
+    }
+    writeln!(w, "]}}").map_err(io)?;
+    w.flush().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Schedule {
+        let mut s = Schedule::new();
+        s.push_data(
+            Transfer {
+                src: 0,
+                dst: 1,
+                bytes: 10,
+            },
+            &[],
+            (0, 1),
+            Op::Copy,
+        );
+        s.push_data(
+            Transfer {
+                src: 1,
+                dst: 2,
+                bytes: 20,
+            },
+            &[0],
+            (0, 2),
+            Op::Reduce,
+        );
+        s.set_id(0, 5);
+        s.set_id(1, 9);
+        s
+    }
+
+    #[test]
+    fn csv_and_json_round_trip() {
+        let dir = std::env::temp_dir().join(format!("collsim-io-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["s.csv", "s.json"] {
+            let path = dir.join(name);
+            let s = sample();
+            if name.ends_with("csv") {
+                write_schedule_csv(&s, &path).unwrap();
+            } else {
+                write_schedule_json(&s, &path).unwrap();
+            }
+            let back = load_schedule_file(&path).unwrap();
+            assert_eq!(back.transfers(), s.transfers());
+            assert_eq!(back.deps(1), &[0]);
+            assert_eq!(back.id(1), 9);
+            assert_eq!(back.pieces(1), Some((0, 2)));
+            assert_eq!(back.op(1), Op::Reduce);
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn piece_ranges_parse() {
+        assert_eq!(parse_pieces("4"), Some((4, 5)));
+        assert_eq!(parse_pieces("2..6"), Some((2, 6)));
+        assert_eq!(parse_pieces("x"), None);
+    }
+}

@@ -1,0 +1,254 @@
+//! The schedule IR: a list of point-to-point transfers with dependencies.
+//!
+//! Every algorithm and the synthesizer produce a [`Schedule`]; the simulator consumes only this. The
+//! layout is compact because schedules reach tens of millions of transfers (an all-to-all on 8192
+//! NPUs): transfers are 16 bytes each, dependencies live in one CSR array, and the optional piece
+//! ranges, operations and file ids are stored only when some transfer has them.
+
+mod check;
+mod io;
+
+pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
+
+use crate::collective::Collective;
+use crate::topology::NodeId;
+
+/// Position of a transfer in its schedule's list.
+pub type TransferIndex = u32;
+
+/// What a transfer does to the destination's copy of its pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// The destination's copy is overwritten.
+    Copy,
+    /// The source's value is added to the destination's.
+    Reduce,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Copy => "copy",
+            Op::Reduce => "reduce",
+        }
+    }
+}
+
+/// One point-to-point message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    pub src: NodeId,
+    pub dst: NodeId,
+    pub bytes: u64,
+}
+
+/// A schedule: transfers in issue order, their dependencies, and what collective (if any) it claims.
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    transfers: Vec<Transfer>,
+    /// CSR offsets into `deps`; empty while no transfer has dependencies.
+    dep_start: Vec<u32>,
+    deps: Vec<TransferIndex>,
+    /// Piece ranges `lo..hi`, present once any transfer names one.
+    pieces: Option<Vec<(u32, u32)>>,
+    /// Operations, present once any transfer is a reduction.
+    ops: Option<Vec<Op>>,
+    /// File ids when they differ from list positions.
+    ids: Option<Vec<u64>>,
+    /// The collective this schedule claims to implement, if any.
+    pub collective: Option<Collective>,
+}
+
+impl Schedule {
+    pub fn new() -> Schedule {
+        Schedule::default()
+    }
+
+    pub fn with_capacity(transfers: usize) -> Schedule {
+        Schedule {
+            transfers: Vec::with_capacity(transfers),
+            ..Schedule::default()
+        }
+    }
+
+    /// Appends a transfer and returns its index. `deps` must name earlier or later indices of this
+    /// schedule; [`Schedule::check`] verifies them.
+    pub fn push(&mut self, transfer: Transfer, deps: &[TransferIndex]) -> TransferIndex {
+        let index = self.transfers.len();
+        assert!(index < TransferIndex::MAX as usize, "schedule too large");
+        self.transfers.push(transfer);
+        if !deps.is_empty() && self.dep_start.is_empty() {
+            self.dep_start = vec![0; index + 1];
+        }
+        if !self.dep_start.is_empty() {
+            self.deps.extend_from_slice(deps);
+            assert!(self.deps.len() < u32::MAX as usize, "too many dependencies");
+            self.dep_start.push(self.deps.len() as u32);
+        }
+        if let Some(p) = &mut self.pieces {
+            p.push((0, 0));
+        }
+        if let Some(o) = &mut self.ops {
+            o.push(Op::Copy);
+        }
+        if let Some(ids) = &mut self.ids {
+            ids.push(index as u64);
+        }
+        index as TransferIndex
+    }
+
+    /// Appends a transfer that carries pieces `lo..hi` with `op`.
+    pub fn push_data(
+        &mut self,
+        transfer: Transfer,
+        deps: &[TransferIndex],
+        pieces: (u32, u32),
+        op: Op,
+    ) -> TransferIndex {
+        let index = self.push(transfer, deps);
+        self.set_pieces(index, pieces);
+        self.set_op(index, op);
+        index
+    }
+
+    pub fn set_pieces(&mut self, index: TransferIndex, pieces: (u32, u32)) {
+        let n = self.transfers.len();
+        self.pieces.get_or_insert_with(|| vec![(0, 0); n])[index as usize] = pieces;
+    }
+
+    pub fn set_op(&mut self, index: TransferIndex, op: Op) {
+        if op == Op::Copy && self.ops.is_none() {
+            return;
+        }
+        let n = self.transfers.len();
+        self.ops.get_or_insert_with(|| vec![Op::Copy; n])[index as usize] = op;
+    }
+
+    /// Sets the id that files and reports use for a transfer.
+    pub fn set_id(&mut self, index: TransferIndex, id: u64) {
+        if self.ids.is_none() && id == index as u64 {
+            return;
+        }
+        let n = self.transfers.len();
+        self.ids.get_or_insert_with(|| (0..n as u64).collect())[index as usize] = id;
+    }
+
+    pub fn len(&self) -> usize {
+        self.transfers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.transfers.is_empty()
+    }
+
+    pub fn transfers(&self) -> &[Transfer] {
+        &self.transfers
+    }
+
+    pub fn transfer(&self, index: TransferIndex) -> Transfer {
+        self.transfers[index as usize]
+    }
+
+    pub fn deps(&self, index: TransferIndex) -> &[TransferIndex] {
+        if self.dep_start.is_empty() {
+            return &[];
+        }
+        let i = index as usize;
+        &self.deps[self.dep_start[i] as usize..self.dep_start[i + 1] as usize]
+    }
+
+    pub fn has_deps(&self) -> bool {
+        !self.deps.is_empty()
+    }
+
+    /// Pieces carried, if the schedule names them.
+    pub fn pieces(&self, index: TransferIndex) -> Option<(u32, u32)> {
+        self.pieces.as_ref().map(|p| p[index as usize])
+    }
+
+    pub fn has_pieces(&self) -> bool {
+        self.pieces.is_some()
+    }
+
+    pub fn op(&self, index: TransferIndex) -> Op {
+        self.ops.as_ref().map_or(Op::Copy, |o| o[index as usize])
+    }
+
+    /// The id used in files and reports.
+    pub fn id(&self, index: TransferIndex) -> u64 {
+        self.ids
+            .as_ref()
+            .map_or(index as u64, |ids| ids[index as usize])
+    }
+
+    /// Total bytes over all transfers.
+    pub fn total_bytes(&self) -> u64 {
+        self.transfers.iter().map(|t| t.bytes).sum()
+    }
+
+    /// Destination NPUs that appear in the schedule, sorted and deduplicated.
+    pub fn destinations(&self) -> Vec<NodeId> {
+        let mut d: Vec<NodeId> = self.transfers.iter().map(|t| t.dst).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// For each transfer, the transfers that depend on it (CSR: offsets, list).
+    pub fn dependents(&self) -> (Vec<u32>, Vec<TransferIndex>) {
+        let n = self.len();
+        let mut start = vec![0u32; n + 1];
+        for &d in &self.deps {
+            start[d as usize + 1] += 1;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut list = vec![0; self.deps.len()];
+        for t in 0..n as TransferIndex {
+            for &d in self.deps(t) {
+                list[fill[d as usize] as usize] = t;
+                fill[d as usize] += 1;
+            }
+        }
+        (start, list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(src: NodeId, dst: NodeId) -> Transfer {
+        Transfer { src, dst, bytes: 8 }
+    }
+
+    #[test]
+    fn deps_are_stored_compactly_and_lazily() {
+        let mut s = Schedule::new();
+        s.push(t(0, 1), &[]);
+        s.push(t(1, 2), &[]);
+        assert!(!s.has_deps());
+        s.push(t(2, 3), &[0, 1]);
+        assert_eq!(s.deps(0), &[] as &[u32]);
+        assert_eq!(s.deps(2), &[0, 1]);
+        let (start, list) = s.dependents();
+        assert_eq!(&list[start[0] as usize..start[1] as usize], &[2]);
+    }
+
+    #[test]
+    fn optional_columns_appear_when_first_used() {
+        let mut s = Schedule::new();
+        s.push(t(0, 1), &[]);
+        assert!(!s.has_pieces());
+        s.push_data(t(1, 0), &[0], (2, 3), Op::Reduce);
+        assert_eq!(s.pieces(0), Some((0, 0)));
+        assert_eq!(s.pieces(1), Some((2, 3)));
+        assert_eq!(s.op(0), Op::Copy);
+        assert_eq!(s.op(1), Op::Reduce);
+        s.set_id(1, 77);
+        assert_eq!(s.id(0), 0);
+        assert_eq!(s.id(1), 77);
+    }
+}

@@ -1,0 +1,287 @@
+//! The event-driven engine: link FIFOs, store-and-forward hops, dependency release.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::queue::{EventQueue, HeapQueue};
+use super::SimOptions;
+use crate::schedule::{Op, Schedule, TransferIndex};
+use crate::topology::{LinkId, NodeId, Router, Topology};
+use crate::units::{Bandwidth, Time};
+use crate::Error;
+
+/// What happens at an instant. Kept small: the queue holds a few per busy link.
+#[derive(Clone, Copy, Debug)]
+pub enum Event {
+    /// A transfer's last byte reached `node`.
+    Arrive {
+        transfer: TransferIndex,
+        node: NodeId,
+    },
+    /// A link finished serialising its current message.
+    LinkFree { link: LinkId },
+    /// A transfer's endpoint/reduction delay has passed: it is complete.
+    Complete { transfer: TransferIndex },
+    /// Issue every transfer that has become ready, in list order.
+    Issue,
+}
+
+/// Receives progress while a long simulation runs.
+pub trait Observer {
+    /// Called every so many completed transfers, and once at the end.
+    fn progress(&mut self, _completed: u64, _total: u64) {}
+}
+
+impl Observer for () {}
+
+/// What a simulation measured.
+#[derive(Clone, Debug, Default)]
+pub struct SimResult {
+    /// Completion time of the last transfer: the collective time.
+    pub finish: Time,
+    /// Per transfer: when it was issued (empty unless recorded).
+    pub issued: Vec<Time>,
+    /// Per transfer: when it completed at its destination (empty unless recorded).
+    pub completed: Vec<Time>,
+    /// Per link: bytes carried.
+    pub link_bytes: Vec<u64>,
+    /// Per link: time spent serialising messages.
+    pub link_busy: Vec<Time>,
+    /// Per link: busy intervals, back-to-back ones merged (empty unless recorded).
+    pub busy_intervals: Vec<Vec<(Time, Time)>>,
+    /// Events processed.
+    pub events: u64,
+}
+
+struct LinkState {
+    busy: bool,
+    pending: VecDeque<TransferIndex>,
+    bandwidth: Bandwidth,
+    latency: Time,
+}
+
+struct Engine<'a, Q> {
+    schedule: &'a Schedule,
+    router: &'a Router<'a>,
+    options: &'a SimOptions,
+    links: Vec<LinkState>,
+    queue: Q,
+    waiting: Vec<u32>,
+    dependents: (Vec<u32>, Vec<TransferIndex>),
+    ready: BinaryHeap<Reverse<TransferIndex>>,
+    issue_pending: bool,
+    completed_count: u64,
+    result: SimResult,
+}
+
+/// Simulates a checked schedule on a topology with the default event queue.
+pub fn simulate(
+    topology: &Topology,
+    schedule: &Schedule,
+    options: &SimOptions,
+    observer: &mut dyn Observer,
+) -> Result<SimResult, Error> {
+    simulate_with_queue(topology, schedule, options, observer, HeapQueue::default())
+}
+
+/// Simulates with a caller-chosen event queue (for benchmarking queue structures).
+pub fn simulate_with_queue<Q: EventQueue<Event>>(
+    topology: &Topology,
+    schedule: &Schedule,
+    options: &SimOptions,
+    observer: &mut dyn Observer,
+    queue: Q,
+) -> Result<SimResult, Error> {
+    schedule.check(topology)?;
+    let router = Router::new(topology, schedule.destinations())?;
+    let n = schedule.len();
+    let links = topology
+        .links()
+        .iter()
+        .map(|l| LinkState {
+            busy: false,
+            pending: VecDeque::new(),
+            bandwidth: l.bandwidth,
+            latency: l.latency,
+        })
+        .collect();
+    let link_count = topology.links().len();
+    let waiting = if schedule.has_deps() {
+        (0..n as TransferIndex)
+            .map(|t| schedule.deps(t).len() as u32)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut engine = Engine {
+        schedule,
+        router: &router,
+        options,
+        links,
+        queue,
+        waiting,
+        dependents: if schedule.has_deps() {
+            schedule.dependents()
+        } else {
+            (Vec::new(), Vec::new())
+        },
+        ready: BinaryHeap::new(),
+        issue_pending: false,
+        completed_count: 0,
+        result: SimResult {
+            issued: if options.record_transfers {
+                vec![Time::ZERO; n]
+            } else {
+                Vec::new()
+            },
+            completed: if options.record_transfers {
+                vec![Time::ZERO; n]
+            } else {
+                Vec::new()
+            },
+            link_bytes: vec![0; link_count],
+            link_busy: vec![Time::ZERO; link_count],
+            busy_intervals: if options.record_busy_intervals {
+                vec![Vec::new(); link_count]
+            } else {
+                Vec::new()
+            },
+            ..SimResult::default()
+        },
+    };
+    engine.run(observer)?;
+    Ok(engine.result)
+}
+
+const PROGRESS_EVERY: u64 = 1 << 20;
+
+impl<Q: EventQueue<Event>> Engine<'_, Q> {
+    fn run(&mut self, observer: &mut dyn Observer) -> Result<(), Error> {
+        let n = self.schedule.len() as u64;
+        // Transfers without dependencies are issued at time zero, in list order.
+        for t in 0..self.schedule.len() as TransferIndex {
+            if self.waiting.is_empty() || self.waiting[t as usize] == 0 {
+                self.issue(t, Time::ZERO);
+            }
+        }
+        let mut next_report = PROGRESS_EVERY;
+        while let Some((now, event)) = self.queue.pop() {
+            self.result.events += 1;
+            match event {
+                Event::Arrive { transfer, node } => self.arrive(transfer, node, now),
+                Event::LinkFree { link } => {
+                    let state = &mut self.links[link as usize];
+                    state.busy = false;
+                    if let Some(next) = state.pending.pop_front() {
+                        self.transmit(link, next, now);
+                    }
+                }
+                Event::Complete { transfer } => self.complete(transfer, now),
+                Event::Issue => {
+                    self.issue_pending = false;
+                    while let Some(Reverse(t)) = self.ready.pop() {
+                        self.issue(t, now);
+                    }
+                }
+            }
+            if self.completed_count >= next_report {
+                observer.progress(self.completed_count, n);
+                next_report += PROGRESS_EVERY;
+            }
+        }
+        observer.progress(self.completed_count, n);
+        if self.completed_count != n {
+            let stuck = (0..n as TransferIndex)
+                .find(|&t| !self.waiting.is_empty() && self.waiting[t as usize] > 0)
+                .map_or_else(|| "?".to_string(), |t| self.schedule.id(t).to_string());
+            return Err(Error::input(format!(
+                "simulation ended with {} of {n} transfers complete; transfer {stuck} never became ready",
+                self.completed_count
+            )));
+        }
+        Ok(())
+    }
+
+    fn issue(&mut self, t: TransferIndex, now: Time) {
+        if self.options.record_transfers {
+            self.result.issued[t as usize] = now;
+        }
+        let transfer = self.schedule.transfer(t);
+        self.forward(t, transfer.src, transfer.dst, now);
+    }
+
+    /// Puts transfer `t`, now at `at`, on its next link (or that link's queue).
+    fn forward(&mut self, t: TransferIndex, at: NodeId, dst: NodeId, now: Time) {
+        let link = self.router.next_link(at, dst);
+        let state = &mut self.links[link as usize];
+        if state.busy {
+            state.pending.push_back(t);
+        } else {
+            self.transmit(link, t, now);
+        }
+    }
+
+    fn transmit(&mut self, link: LinkId, t: TransferIndex, now: Time) {
+        let bytes = self.schedule.transfer(t).bytes;
+        let state = &mut self.links[link as usize];
+        state.busy = true;
+        let (free, arrive) = self
+            .options
+            .time_model
+            .delays(bytes, state.bandwidth, state.latency);
+        let node = self.router.topology().link(link).dst;
+        self.queue
+            .push(now + arrive, Event::Arrive { transfer: t, node });
+        self.queue.push(now + free, Event::LinkFree { link });
+        let l = link as usize;
+        self.result.link_bytes[l] += bytes;
+        self.result.link_busy[l] = self.result.link_busy[l] + free;
+        if self.options.record_busy_intervals && free > Time::ZERO {
+            let intervals = &mut self.result.busy_intervals[l];
+            match intervals.last_mut() {
+                Some(last) if last.1 == now => last.1 = now + free,
+                _ => intervals.push((now, now + free)),
+            }
+        }
+    }
+
+    fn arrive(&mut self, t: TransferIndex, node: NodeId, now: Time) {
+        let transfer = self.schedule.transfer(t);
+        if node != transfer.dst {
+            self.forward(t, node, transfer.dst, now);
+            return;
+        }
+        let mut extra = self.options.endpoint_delay;
+        if let (Some(bw), Op::Reduce) = (self.options.reduce_bandwidth, self.schedule.op(t)) {
+            extra = extra + bw.transmit_time(transfer.bytes);
+        }
+        if extra > Time::ZERO {
+            self.queue
+                .push(now + extra, Event::Complete { transfer: t });
+        } else {
+            self.complete(t, now);
+        }
+    }
+
+    fn complete(&mut self, t: TransferIndex, now: Time) {
+        self.completed_count += 1;
+        self.result.finish = self.result.finish.max(now);
+        if self.options.record_transfers {
+            self.result.completed[t as usize] = now;
+        }
+        if self.waiting.is_empty() {
+            return;
+        }
+        let (start, list) = &self.dependents;
+        for &d in &list[start[t as usize] as usize..start[t as usize + 1] as usize] {
+            self.waiting[d as usize] -= 1;
+            if self.waiting[d as usize] == 0 {
+                self.ready.push(Reverse(d));
+                if !self.issue_pending {
+                    self.issue_pending = true;
+                    self.queue.push(now, Event::Issue);
+                }
+            }
+        }
+    }
+}
