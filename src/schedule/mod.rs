@@ -186,12 +186,19 @@ impl Schedule {
         self.transfers.iter().map(|t| t.bytes).sum()
     }
 
-    /// Destination NPUs that appear in the schedule, sorted and deduplicated.
+    /// Destination NPUs that appear in the schedule, in increasing order.
     pub fn destinations(&self) -> Vec<NodeId> {
-        let mut d: Vec<NodeId> = self.transfers.iter().map(|t| t.dst).collect();
-        d.sort_unstable();
-        d.dedup();
-        d
+        let mut seen: Vec<bool> = Vec::new();
+        for t in &self.transfers {
+            let d = t.dst as usize;
+            if d >= seen.len() {
+                seen.resize(d + 1, false);
+            }
+            seen[d] = true;
+        }
+        (0..seen.len() as NodeId)
+            .filter(|&d| seen[d as usize])
+            .collect()
     }
 
     /// For each transfer, the transfers that depend on it (CSR: offsets, list).

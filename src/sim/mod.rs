@@ -10,7 +10,7 @@ mod engine;
 mod queue;
 
 pub use engine::{simulate, simulate_with_queue, Event, Observer, SimResult};
-pub use queue::{EventQueue, HeapQueue};
+pub use queue::{BucketQueue, EventQueue, HeapQueue};
 
 use crate::units::{Bandwidth, Time};
 

@@ -17,6 +17,12 @@ use crate::Error;
 pub struct Router<'t> {
     topology: &'t Topology,
     strides: Vec<u32>,
+    /// Dimensional shapes: coordinate of NPU `v` in dimension `d` at `v * dims + d` (saves the
+    /// integer divisions that otherwise dominate a hop's routing).
+    coords: Vec<u32>,
+    /// Dimensional shapes with switches: the switch of NPU `v`'s group in dimension `d`, at
+    /// `v * dims + d` (`NodeId::MAX` for other dimension kinds).
+    switches: Vec<NodeId>,
     /// Shortest-path next links per destination (only for non-dimensional topologies).
     tables: HashMap<NodeId, Vec<LinkId>>,
 }
@@ -37,11 +43,38 @@ impl<'t> Router<'t> {
                 }
             }
         }
-        Ok(Router {
+        let strides = strides(topology.dims());
+        let mut coords = Vec::new();
+        if topology.uses_dimension_routing() {
+            let dims = topology.dims();
+            coords.reserve(topology.npus() as usize * dims.len());
+            for v in 0..topology.npus() {
+                coords.extend(
+                    dims.iter()
+                        .zip(&strides)
+                        .map(|(dim, &s)| (v / s) % dim.size),
+                );
+            }
+        }
+        let mut router = Router {
             topology,
-            strides: strides(topology.dims()),
+            strides,
+            coords,
+            switches: Vec::new(),
             tables,
-        })
+        };
+        let dims = topology.dims();
+        if topology.uses_dimension_routing() && dims.iter().any(|d| d.kind == DimKind::Switch) {
+            let switches = (0..topology.npus())
+                .flat_map(|v| (0..dims.len()).map(move |d| (v, d)))
+                .map(|(v, d)| match dims[d].kind {
+                    DimKind::Switch if dims[d].size >= 2 => router.compute_switch_of(v, d),
+                    _ => NodeId::MAX,
+                })
+                .collect();
+            router.switches = switches;
+        }
+        Ok(router)
     }
 
     pub fn topology(&self) -> &'t Topology {
@@ -51,6 +84,12 @@ impl<'t> Router<'t> {
     /// The link a message at `at` takes towards `dst` (`at != dst`).
     pub fn next_link(&self, at: NodeId, dst: NodeId) -> LinkId {
         if self.topology.uses_dimension_routing() {
+            if self.topology.is_switch(at) {
+                // A switch's out-links, sorted by destination, are its group's members in
+                // coordinate order: index them directly instead of searching.
+                let (d, _) = self.topology.switch_group(at);
+                return self.topology.out_links_of(at)[self.coord(dst, d as usize) as usize];
+            }
             let next = self.dimension_order_next(at, dst);
             self.topology
                 .link_between(at, next)
@@ -76,16 +115,20 @@ impl<'t> Router<'t> {
         hops
     }
 
+    #[inline]
+    fn coord(&self, npu: NodeId, d: usize) -> u32 {
+        self.coords[npu as usize * self.strides.len() + d]
+    }
+
     fn dimension_order_next(&self, at: NodeId, dst: NodeId) -> NodeId {
         let dims = self.topology.dims();
         if self.topology.is_switch(at) {
             let (d, base) = self.topology.switch_group(at);
-            let (n, stride) = (dims[d as usize].size, self.strides[d as usize]);
-            return base + ((dst / stride) % n) * stride;
+            return base + self.coord(dst, d as usize) * self.strides[d as usize];
         }
         for (d, dim) in dims.iter().enumerate() {
             let (n, stride) = (dim.size, self.strides[d]);
-            let (from, to) = ((at / stride) % n, (dst / stride) % n);
+            let (from, to) = (self.coord(at, d), self.coord(dst, d));
             if from == to {
                 continue;
             }
@@ -102,16 +145,16 @@ impl<'t> Router<'t> {
                 DimKind::UniRing => step_to((from + 1) % n),
                 DimKind::Line => step_to(if to > from { from + 1 } else { from - 1 }),
                 DimKind::FullyConnected => step_to(to),
-                DimKind::Switch => self.switch_of(at, d),
+                DimKind::Switch => self.switches[at as usize * dims.len() + d],
             };
         }
         unreachable!("dimension_order_next called with at == dst")
     }
 
-    fn switch_of(&self, npu: NodeId, d: usize) -> NodeId {
+    fn compute_switch_of(&self, npu: NodeId, d: usize) -> NodeId {
         let topo = self.topology;
         let (n, stride) = (topo.dims()[d].size, self.strides[d]);
-        let base = npu - ((npu / stride) % n) * stride;
+        let base = npu - self.coord(npu, d) * stride;
         // Switch ids are assigned dimension by dimension, groups in order of their first NPU.
         let before: u32 = topo.dims()[..d]
             .iter()
