@@ -43,10 +43,10 @@ pub struct TopologyArgs {
     pub topology: String,
     /// Link bandwidth per direction, one value or one per dimension (e.g. 50GB/s, 50GiB/s, 400Gbps)
     /// [default: 50GB/s]
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub bandwidth: Option<String>,
     /// Link latency, one value or one per dimension (e.g. 500ns, 0.5us) [default: 500ns]
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub latency: Option<String>,
     /// Failed NPUs to remove, e.g. 7,9
     #[arg(long)]

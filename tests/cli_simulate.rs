@@ -1,0 +1,578 @@
+//! Whole-command behaviour of `collsim simulate`: closed forms in the exact time model, output files,
+//! determinism, and bad input (exit status 2, one `error:` line, nothing left behind).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn collsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args(args)
+        .output()
+        .expect("collsim runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("collsim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `simulate --format csv` and returns the summary row as a header -> value map.
+fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
+    let mut all = vec!["simulate", "--format", "csv"];
+    all.extend_from_slice(args);
+    let out = collsim(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    header
+        .iter()
+        .map(|h| h.to_string())
+        .zip(row.iter().map(|v| v.to_string()))
+        .collect()
+}
+
+fn time_ns(args: &[&str]) -> f64 {
+    summary(args)["collective_time_ns"].parse().unwrap()
+}
+
+/// t = a + n/B in ns for `a` ns, `n` bytes, `gib` GiB/s.
+fn hop_ns(latency_ns: f64, bytes: f64, gib: f64) -> f64 {
+    latency_ns + bytes / (gib * (1u64 << 30) as f64) * 1e9
+}
+
+fn write_ring_allgather(path: &Path, n: u32, shard: u64) {
+    // Shard i travels i -> i+1 -> ... for N-1 hops, each hop waiting for the previous one.
+    let mut text = String::from("id,src,dst,bytes,deps\n");
+    let mut id = 0;
+    for k in 1..n {
+        for i in 0..n {
+            let deps = if k == 1 {
+                String::new()
+            } else {
+                (id - n).to_string()
+            };
+            text += &format!("{id},{},{},{shard},{deps}\n", (i + k - 1) % n, (i + k) % n);
+            id += 1;
+        }
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn ring_allgather_on_a_unidirectional_ring_takes_n_minus_1_hops() {
+    let dir = scratch("ring-ag");
+    for n in [4u32, 8, 13] {
+        let shard = 1u64 << 24;
+        let file = dir.join(format!("ag{n}.csv"));
+        write_ring_allgather(&file, n, shard);
+        let spec = format!("uring:{n}");
+        let got = time_ns(&[
+            "--topology",
+            &spec,
+            "--bandwidth",
+            "50GiB/s",
+            "--latency",
+            "500ns",
+            "--schedule",
+            file.to_str().unwrap(),
+        ]);
+        let want = (n - 1) as f64 * hop_ns(500.0, shard as f64, 50.0);
+        assert!(
+            (got - want).abs() < 0.001 * n as f64,
+            "N={n}: {got} vs {want}"
+        );
+    }
+}
+
+#[test]
+fn direct_all_to_all_on_fully_connected_takes_one_hop() {
+    for n in [4u32, 8, 31] {
+        let chunk = 1u64 << 20;
+        let spec = format!("fc:{n}");
+        let size = (chunk * n as u64).to_string();
+        let got = time_ns(&[
+            "--topology",
+            &spec,
+            "--bandwidth",
+            "50GiB/s",
+            "--latency",
+            "500ns",
+            "--collective",
+            "all-to-all",
+            "--algorithm",
+            "direct",
+            "--size",
+            &size,
+        ]);
+        assert!(
+            (got - hop_ns(500.0, chunk as f64, 50.0)).abs() < 0.001,
+            "N={n}: {got}"
+        );
+    }
+}
+
+#[test]
+fn a_message_through_a_switch_takes_two_hops() {
+    let dir = scratch("switch-hop");
+    let file = dir.join("one.csv");
+    let bytes = 3_000_000u64;
+    std::fs::write(&file, format!("id,src,dst,bytes,deps\n0,2,5,{bytes},\n")).unwrap();
+    let got = time_ns(&[
+        "--topology",
+        "switch:8",
+        "--bandwidth",
+        "25GB/s",
+        "--latency",
+        "1us",
+        "--schedule",
+        file.to_str().unwrap(),
+    ]);
+    let want = 2.0 * (1000.0 + bytes as f64 / 25e9 * 1e9);
+    assert!((got - want).abs() < 0.002, "{got} vs {want}");
+}
+
+#[test]
+fn out_folder_holds_consistent_csvs_and_two_runs_are_identical() {
+    let dir = scratch("out");
+    let run = |sub: &str| {
+        let out = dir.join(sub);
+        let o = collsim(&[
+            "simulate",
+            "--topology",
+            "ring:6",
+            "--collective",
+            "all-to-all",
+            "--algorithm",
+            "direct",
+            "--size",
+            "6MiB",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let (a, b) = (run("a"), run("b"));
+    for file in ["summary.csv", "transfers.csv", "links.csv"] {
+        let (x, y) = (
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+        );
+        assert_eq!(x, y, "{file} differs between identical runs");
+    }
+    let summary = std::fs::read_to_string(a.join("summary.csv")).unwrap();
+    assert!(summary.starts_with(
+        "topology,npus,collective,algorithm,size_bytes,chunks_per_npu,collective_time_ns,algbw_GBps,\
+         busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed"
+    ));
+    let time: f64 = summary
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(6)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The last transfer ends at the collective time; link bytes are transfer bytes times hops.
+    let transfers = std::fs::read_to_string(a.join("transfers.csv")).unwrap();
+    assert!(transfers.starts_with("id,src,dst,bytes,start_ns,end_ns\n"));
+    let mut last_end = 0.0f64;
+    let mut hop_bytes = 0u64;
+    for line in transfers.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (src, dst, bytes): (i64, i64, u64) = (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        let d = (dst - src).rem_euclid(6);
+        hop_bytes += bytes * d.min(6 - d) as u64;
+        last_end = last_end.max(f[5].parse().unwrap());
+    }
+    assert_eq!(last_end, time);
+    let links = std::fs::read_to_string(a.join("links.csv")).unwrap();
+    assert!(links.starts_with("src,dst,bytes,busy_ns,utilization\n"));
+    let mut link_bytes = 0u64;
+    for line in links.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        link_bytes += f[2].parse::<u64>().unwrap();
+        let busy: f64 = f[3].parse().unwrap();
+        let util: f64 = f[4].parse().unwrap();
+        assert!(busy <= time && (0.0..=1.0).contains(&util), "{line}");
+    }
+    assert_eq!(link_bytes, hop_bytes);
+}
+
+/// Bad input: exit status 2, exactly one `error:` line mentioning `needle`, no panic, and no
+/// summary.csv in the results folder.
+fn assert_bad_input(args: &[&str], needle: &str) {
+    let dir = scratch(&format!(
+        "bad-{}",
+        needle.replace(|c: char| !c.is_alphanumeric(), "")
+    ));
+    let out_dir = dir.join("results");
+    let mut all: Vec<&str> = args.to_vec();
+    let out_str = out_dir.to_str().unwrap().to_string();
+    if args[0] == "simulate" {
+        all.extend_from_slice(&["--out", &out_str]);
+    }
+    let out = collsim(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+    assert!(
+        errors[0].contains(needle),
+        "{args:?}: expected '{needle}' in {stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "{stderr}"
+    );
+    assert!(
+        !out_dir.join("summary.csv").exists(),
+        "{args:?} left a summary.csv behind"
+    );
+    assert!(out.stdout.is_empty(), "{args:?} printed a summary");
+}
+
+fn file_with(name: &str, contents: &str) -> String {
+    let dir = scratch(&format!("input-{}", name.replace('.', "-")));
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn unknown_names_are_errors() {
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "blob:8",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "blob:8",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--collective",
+            "all-scatter",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "all-scatter",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "magic",
+        ],
+        "magic",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+            "--time-model",
+            "fast",
+        ],
+        "fast",
+    );
+}
+
+#[test]
+fn malformed_files_are_errors_naming_file_and_field() {
+    let csv = file_with("bad.csv", "id,src,dst,bytes,deps\n0,0,1,12x,\n");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &csv],
+        "bytes",
+    );
+    let csv = file_with("cols.csv", "id,source,dst,bytes,deps\n0,0,1,12,\n");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &csv],
+        "source",
+    );
+    let json = file_with("bad.json", "{\"transfers\": [{\"id\": 0, \"src\": 0}]}");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &json],
+        "bad.json",
+    );
+    let yaml = file_with("net.yml", "topology: [Ring\nnpus_count: [4]\n");
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &yaml,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "net.yml",
+    );
+    let missing = "/nonexistent/schedule.csv";
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", missing],
+        missing,
+    );
+}
+
+#[test]
+fn contradictory_files_are_errors() {
+    let yaml = file_with(
+        "astra.yml",
+        "topology: [Ring, Switch]\nnpus_count: [4]\nbandwidth: [50, 50]\nlatency: [500, 500]\n",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &yaml,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "npus_count",
+    );
+    let dup = file_with("dup.csv", "id,src,dst,bytes,deps\n0,0,1,8,\n0,1,2,8,\n");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &dup],
+        "appears twice",
+    );
+    let graph = file_with(
+        "units.yml",
+        "npus: 2\nlinks:\n  - {src: 0, dst: 1, bandwidth: 50, latency: 1us}\n",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &graph,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "links[0].bandwidth",
+    );
+}
+
+#[test]
+fn disconnected_and_empty_topologies_are_errors() {
+    let graph = file_with("split.yml", "npus: 4\nlinks:\n  - {src: 0, dst: 1, bandwidth: 50GB/s, latency: 1us}\n  - {src: 2, dst: 3, bandwidth: 50GB/s, latency: 1us}\n");
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &graph,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "disconnected",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "mesh:4x4",
+            "--remove-links",
+            "0-1,0-4",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "disconnected",
+    );
+    let empty = file_with("empty.yml", "npus: 0\nlinks: []\n");
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &empty,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "no NPUs",
+    );
+}
+
+#[test]
+fn zero_or_negative_bandwidth_is_an_error() {
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:4",
+            "--bandwidth",
+            "0GB/s",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "--bandwidth",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:4",
+            "--bandwidth",
+            "-5GB/s",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "--bandwidth",
+    );
+    let yaml = file_with(
+        "zero.yml",
+        "topology: [Ring]\nnpus_count: [4]\nbandwidth: [0]\nlatency: [500]\n",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            &yaml,
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "direct",
+        ],
+        "bandwidth[0]",
+    );
+}
+
+#[test]
+fn sizes_that_cannot_be_split_are_errors() {
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "7",
+            "--algorithm",
+            "direct",
+        ],
+        "cannot be split",
+    );
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--collective",
+            "all-to-all",
+            "--size",
+            "1.5",
+            "--algorithm",
+            "direct",
+        ],
+        "--size",
+    );
+}
+
+#[test]
+fn schedule_structure_errors_name_the_transfer() {
+    let cyc = file_with(
+        "cycle.csv",
+        "id,src,dst,bytes,deps\n10,0,1,8,12\n11,1,2,8,10\n12,2,3,8,11\n",
+    );
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &cyc],
+        "cycle",
+    );
+    let unknown = file_with(
+        "unknown.csv",
+        "id,src,dst,bytes,deps\n0,0,1,8,\n1,1,2,8,7\n",
+    );
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &unknown],
+        "unknown transfer id 7",
+    );
+    let selfsend = file_with("self.csv", "id,src,dst,bytes,deps\n0,0,1,8,\n5,2,2,8,\n");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &selfsend],
+        "transfer 5",
+    );
+    let range = file_with("range.csv", "id,src,dst,bytes,deps\n0,0,9,8,\n");
+    assert_bad_input(
+        &["simulate", "--topology", "ring:4", "--schedule", &range],
+        "dst 9",
+    );
+    let failed = file_with("failed.csv", "id,src,dst,bytes,deps\n0,0,1,8,\n");
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "ring:4",
+            "--remove-npus",
+            "1",
+            "--schedule",
+            &failed,
+        ],
+        "failed NPU",
+    );
+}
