@@ -277,7 +277,7 @@ pub fn format_bytes(bytes: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (scale, name) in UNITS {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{name}", bytes / scale);
         }
     }
@@ -288,7 +288,7 @@ pub fn format_bytes(bytes: u64) -> String {
         (1_000, "KB"),
     ];
     for (scale, name) in DEC {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{name}", bytes / scale);
         }
     }

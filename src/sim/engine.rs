@@ -3,7 +3,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::queue::{BucketQueue, EventQueue};
+use super::queue::{EventQueue, RadixQueue};
 use super::SimOptions;
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::{LinkId, NodeId, Router, Topology};
@@ -86,13 +86,7 @@ pub fn simulate(
     options: &SimOptions,
     observer: &mut dyn Observer,
 ) -> Result<SimResult, Error> {
-    simulate_with_queue(
-        topology,
-        schedule,
-        options,
-        observer,
-        BucketQueue::default(),
-    )
+    simulate_with_queue(topology, schedule, options, observer, RadixQueue::default())
 }
 
 /// Simulates with a caller-chosen event queue (for benchmarking queue structures).

@@ -10,7 +10,7 @@ mod engine;
 mod queue;
 
 pub use engine::{simulate, simulate_with_queue, Event, Observer, SimResult};
-pub use queue::{BucketQueue, EventQueue, HeapQueue};
+pub use queue::{BucketQueue, EventQueue, HeapQueue, RadixQueue};
 
 use crate::units::{Bandwidth, Time};
 

@@ -21,6 +21,12 @@ use crate::Error;
 
 /// Reads a topology file in any of the supported forms.
 pub fn load_topology_file(path: &Path) -> Result<Topology, Error> {
+    if path.is_dir() {
+        return Err(Error::input(format!(
+            "{}: is a folder, not a topology file",
+            path.display()
+        )));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::input(format!(
             "{}: cannot read topology file: {e}",
@@ -129,8 +135,8 @@ fn from_astra(file: &str, net: AstraNetwork) -> Result<Topology, Error> {
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
 enum OneOrMany {
-    One(Value),
     Many(Vec<Value>),
+    One(Value),
 }
 
 fn quantity<T, E: std::fmt::Display>(
@@ -304,4 +310,72 @@ fn from_graph(file: &str, g: GraphFile) -> Result<Topology, Error> {
         Vec::new(),
         Vec::new(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str, text: &str) -> Result<Topology, Error> {
+        let dir = std::env::temp_dir().join(format!("collsim-topo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        load_topology_file(&path)
+    }
+
+    #[test]
+    fn astra_numbers_are_gib_per_second_and_nanoseconds() {
+        let t = load("a.yml", "topology: [Ring, Switch]\nnpus_count: [2, 4]\nbandwidth: [50, 25]\nlatency: [500, 700]\n")
+            .unwrap();
+        assert_eq!(t.npus(), 8);
+        assert_eq!(t.nodes(), 8 + 2);
+        let l = t.link(t.link_between(0, 1).unwrap());
+        assert_eq!(l.bandwidth, Bandwidth::gib_per_sec(50.0));
+        assert_eq!(l.latency, Time::from_ns(500));
+    }
+
+    #[test]
+    fn per_dimension_lists_and_faults_in_collsim_form() {
+        let t = load(
+            "t.yml",
+            "topology: mesh:4x4\nbandwidth: [50GB/s, 25GB/s]\nlatency: 1us\nremove_npus: [7, 9]\nremove_links: [[0, 1]]\n",
+        )
+        .unwrap();
+        assert_eq!(t.active_npus().len(), 14);
+        assert!(t.link_between(0, 1).is_none() && t.link_between(1, 0).is_none());
+        let y = t.link(t.link_between(0, 4).unwrap());
+        assert_eq!(y.bandwidth, Bandwidth::gb_per_sec(25.0));
+    }
+
+    #[test]
+    fn explicit_graphs_read_units_and_directions() {
+        let t = load(
+            "g.yml",
+            "npus: 3\nswitches: 1\nlinks:\n  - {src: 0, dst: 3, bandwidth: 100Gbps, latency: 1us}\n  - {src: 1, dst: 3, bandwidth: 10GB/s, latency: 1us}\n  - {src: 2, dst: 3, bandwidth: 10GB/s, latency: 1us}\n  - {src: 0, dst: 1, bandwidth: 1GB/s, latency: 2ns, bidirectional: false}\n",
+        )
+        .unwrap();
+        assert_eq!(t.links().len(), 7);
+        assert!(t.link_between(1, 0).is_none());
+        assert_eq!(
+            t.link(t.link_between(3, 0).unwrap()).bandwidth,
+            Bandwidth::gb_per_sec(12.5)
+        );
+    }
+
+    #[test]
+    fn typos_and_missing_units_name_the_field() {
+        let err = load(
+            "x.yml",
+            "npus: 2\nlinks:\n  - {src: 0, dst: 1, bandwith: 1GB/s, latency: 1us}\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("bandwith"), "{err}");
+        let err = load(
+            "y.yml",
+            "dims:\n  - {type: Ring, size: 4, bandwidth: 50, latency: 1us}\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("dims[0].bandwidth"), "{err}");
+    }
 }

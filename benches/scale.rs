@@ -1,0 +1,108 @@
+//! The simulator-core performance targets, measured on whole `collsim simulate` commands:
+//! direct all-to-all on `switch:N` (1 MiB per pair, 50 GiB/s, 500 ns) and the jittered N=1024
+//! all-to-all read from a CSV schedule in the astra model. Prints the median wall time of several
+//! runs and the peak RSS (GNU time). Run: `cargo bench --bench scale [-- N...]`, e.g.
+//! `cargo bench --bench scale -- 2048 4096 8192`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+const RUNS: usize = 5;
+
+/// Median seconds and peak RSS (MiB) of `RUNS` runs of the command.
+fn measure(args: &[String]) -> (f64, f64, String) {
+    let mut times = Vec::new();
+    let mut peak = 0.0f64;
+    let mut last = String::new();
+    for _ in 0..RUNS {
+        let out = Command::new("/usr/bin/time")
+            .args(["-f", "%e %M"])
+            .arg(env!("CARGO_BIN_EXE_collsim"))
+            .args(args)
+            .output()
+            .expect("GNU time (/usr/bin/time) and the collsim binary");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr.lines().last().unwrap();
+        let mut f = line.split_whitespace();
+        times.push(f.next().unwrap().parse::<f64>().unwrap());
+        peak = peak.max(f.next().unwrap().parse::<f64>().unwrap() / 1024.0);
+        last = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string();
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (times[RUNS / 2], peak, last)
+}
+
+fn write_jittered(path: &Path, n: u64) {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    writeln!(w, "id,src,dst,bytes,deps").unwrap();
+    let mut id = 0;
+    for i in 0..n {
+        for j in (0..n).filter(|&j| j != i) {
+            let bytes = (1 << 20) + ((7919 * i + 104729 * j) % 65536);
+            writeln!(w, "{id},{i},{j},{bytes},").unwrap();
+            id += 1;
+        }
+    }
+}
+
+fn main() {
+    let sizes: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![2048, 4096]
+    } else {
+        sizes
+    };
+    println!("whole command, median of {RUNS} runs, peak RSS over the runs");
+    for n in sizes {
+        let args: Vec<String> = format!(
+            "simulate --topology switch:{n} --bandwidth 50GiB/s --latency 500ns --collective all-to-all \
+             --algorithm direct --size {n}MiB --format csv"
+        )
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+        let (secs, mib, row) = measure(&args);
+        let time_ns = row.split(',').nth(6).unwrap_or("?");
+        println!("switch:{n} all-to-all: {secs:.2} s, {mib:.0} MiB peak, collective {time_ns} ns");
+    }
+    let dir = std::env::temp_dir().join("collsim-bench-jitter");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a2a_jitter_1024.csv");
+    if !file.exists() {
+        write_jittered(&file, 1024);
+    }
+    let args: Vec<String> = [
+        "simulate",
+        "--topology",
+        "switch:1024",
+        "--bandwidth",
+        "50GiB/s",
+        "--latency",
+        "500ns",
+        "--time-model",
+        "astra",
+        "--format",
+        "csv",
+        "--schedule",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([file.to_string_lossy().into_owned()])
+    .collect();
+    let (secs, mib, row) = measure(&args);
+    let time_ns = row.split(',').nth(6).unwrap_or("?");
+    println!("switch:1024 jittered all-to-all from CSV (astra): {secs:.2} s, {mib:.0} MiB peak, collective {time_ns} ns");
+}
