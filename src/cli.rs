@@ -154,6 +154,9 @@ pub struct SimulateArgs {
     /// Seed for randomised algorithms and validation
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Skip the symbolic validation of schedules that claim a collective (for huge runs)
+    #[arg(long)]
+    pub no_validate: bool,
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
     #[arg(long, value_enum, default_value = "exact")]
     pub time_model: TimeModelArg,
@@ -243,6 +246,7 @@ fn simulate(args: SimulateArgs) -> Result<(), Error> {
         collective: args.collective.request()?,
         options: sim_options(&args)?,
         seed: args.seed,
+        validate: !args.no_validate,
     };
     let topology = args.topology.build()?;
     let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;

@@ -1,5 +1,7 @@
 //! Direct: every NPU exchanges with every other NPU at once.
 
+use super::builder::Builder;
+use super::collectives::{direct_all_gather, direct_reduce_scatter};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, Transfer};
 use crate::Error;
@@ -8,26 +10,61 @@ use crate::Error;
 /// rank, for each chunk, one transfer (ASTRA-sim's issue order).
 pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     let n = c.ranks();
+    let k = c.chunks;
+    if c.kind == CollectiveKind::AllToAll {
+        // Built without the data-flow builder: 67M transfers at 8192 NPUs, and no dependencies.
+        let mut s = Schedule::with_capacity(n as usize * (n as usize - 1) * k as usize);
+        for src in 0..n {
+            for dst in (0..n).filter(|&d| d != src) {
+                let (lo, _) = c.a2a_block(src, dst);
+                for p in lo..lo + k {
+                    let t = Transfer {
+                        src: c.npus[src as usize],
+                        dst: c.npus[dst as usize],
+                        bytes: c.piece_bytes(p, p + 1),
+                    };
+                    s.push_data(t, &[], (p, p + 1), Op::Copy);
+                }
+            }
+        }
+        s.collective = Some(c.clone());
+        return Ok(s);
+    }
+    let mut b = Builder::new(c);
+    let all: Vec<u32> = (0..n).collect();
+    let whole = (0, c.piece_count());
+    let root = c.root_rank;
     match c.kind {
-        CollectiveKind::AllToAll => {
-            let mut s = Schedule::with_capacity(n as usize * (n as usize - 1) * c.chunks as usize);
-            for src in 0..n {
-                for dst in (0..n).filter(|&d| d != src) {
-                    let (lo, _) = c.a2a_block(src, dst);
-                    for k in lo..lo + c.chunks {
-                        let t = Transfer {
-                            src: c.npus[src as usize],
-                            dst: c.npus[dst as usize],
-                            bytes: c.piece_bytes(k, k + 1),
-                        };
-                        s.push_data(t, &[], (k, k + 1), Op::Copy);
+        CollectiveKind::AllReduce => {
+            direct_reduce_scatter(&mut b, &all, whole, k);
+            direct_all_gather(&mut b, &all, whole, k);
+        }
+        CollectiveKind::ReduceScatter => direct_reduce_scatter(&mut b, &all, whole, k),
+        CollectiveKind::AllGather => direct_all_gather(&mut b, &all, whole, k),
+        CollectiveKind::Broadcast | CollectiveKind::Reduce => {
+            for p in 0..c.piece_count() {
+                for r in (0..n).filter(|&r| r != root) {
+                    if c.kind == CollectiveKind::Broadcast {
+                        b.send(root, r, (p, p + 1), Op::Copy);
+                    } else {
+                        b.send(r, root, (p, p + 1), Op::Reduce);
                     }
                 }
             }
-            Ok(s)
         }
-        other => Err(Error::input(format!(
-            "direct {other} is not available yet in this build"
-        ))),
+        CollectiveKind::Gather | CollectiveKind::Scatter => {
+            for chunk in 0..k {
+                for r in (0..n).filter(|&r| r != root) {
+                    let p = r * k + chunk;
+                    if c.kind == CollectiveKind::Gather {
+                        b.send(r, root, (p, p + 1), Op::Copy);
+                    } else {
+                        b.send(root, r, (p, p + 1), Op::Copy);
+                    }
+                }
+            }
+        }
+        CollectiveKind::AllToAll => unreachable!("handled above"),
     }
+    Ok(b.finish())
 }

@@ -1,7 +1,13 @@
 //! Baseline collective algorithms. Each is a producer of the schedule IR: it reads the topology and
 //! the collective and returns a [`Schedule`] that claims that collective.
 
+mod builder;
+mod collectives;
+mod dbt;
 mod direct;
+mod hierarchical;
+mod rhd;
+mod ring;
 
 use crate::collective::Collective;
 use crate::schedule::Schedule;
@@ -56,22 +62,22 @@ impl Algorithm {
     }
 }
 
-/// Generates the schedule of `algorithm` for `collective` on `topology`.
+/// Generates the schedule of `algorithm` for `collective` on `topology`. The schedule claims the
+/// collective (possibly cut into finer pieces than the user's chunks, which validation accounts for).
 pub fn generate(
     algorithm: Algorithm,
     topology: &Topology,
     collective: &Collective,
 ) -> Result<Schedule, Error> {
-    let _ = topology;
-    let mut schedule = match algorithm {
-        Algorithm::Direct => direct::generate(collective)?,
-        other => {
-            return Err(Error::input(format!(
-                "algorithm '{}' is not available yet in this build",
-                other.name()
-            )))
-        }
-    };
-    schedule.collective = Some(collective.clone());
-    Ok(schedule)
+    match algorithm {
+        Algorithm::Ring => ring::generate(collective, topology.is_bidirectional()),
+        Algorithm::Direct => direct::generate(collective),
+        Algorithm::Rhd => rhd::generate(collective),
+        Algorithm::Dbt => dbt::generate(collective),
+        Algorithm::Hierarchical => hierarchical::generate(topology, collective),
+        Algorithm::Themis | Algorithm::Tacos => Err(Error::input(format!(
+            "algorithm '{}' is not implemented yet; available: ring, direct, rhd, dbt, hierarchical",
+            algorithm.name()
+        ))),
+    }
 }

@@ -13,6 +13,9 @@ use crate::sim::{self, Observer, SimOptions, SimResult};
 use crate::topology::{NodeId, Topology};
 use crate::Error;
 
+/// Seed of the symbolic values when the run has none.
+const VALIDATION_SEED: u64 = 0x00C0_FFEE;
+
 /// Where the schedule comes from.
 #[derive(Clone, Debug)]
 pub enum ScheduleSource {
@@ -58,6 +61,8 @@ pub struct RunSpec {
     pub collective: Option<CollectiveRequest>,
     pub options: SimOptions,
     pub seed: Option<u64>,
+    /// Symbolically validate schedules that claim a collective before simulating them.
+    pub validate: bool,
 }
 
 /// What one run produced.
@@ -93,8 +98,14 @@ pub fn execute(
     };
     let synthesis_ms = matches!(spec.source, ScheduleSource::Algorithm(Algorithm::Tacos))
         .then(|| started.elapsed().as_secs_f64() * 1e3);
-    if let Some(c) = &collective {
-        schedule.collective = Some(c.clone());
+    if schedule.collective.is_none() {
+        schedule.collective = collective.clone();
+    }
+    if spec.validate {
+        if let Some(claim) = &schedule.collective {
+            schedule.check(topology)?;
+            schedule::validate(&schedule, claim, spec.seed.unwrap_or(VALIDATION_SEED))?;
+        }
     }
     let result = sim::simulate(topology, &schedule, &spec.options, observer)?;
     let bound = collective

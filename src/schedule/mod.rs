@@ -7,8 +7,10 @@
 
 mod check;
 mod io;
+mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
+pub use validate::validate;
 
 use crate::collective::Collective;
 use crate::topology::NodeId;

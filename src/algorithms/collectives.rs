@@ -1,0 +1,171 @@
+//! Group-level building blocks shared by the baselines: ring, direct and recursive halving-doubling
+//! reduce-scatter and all-gather over a list of member ranks and a range of pieces. Part `i` of the
+//! range belongs to member `i`; parts are cut into segments that pipeline independently.
+
+use super::builder::{part, Builder};
+use crate::schedule::Op;
+
+/// Ring direction of a segment: +1 sends to the next member, -1 to the previous one.
+pub(crate) fn ring_direction(bidirectional: bool, segments: u32, s: u32) -> i64 {
+    if bidirectional && s >= segments / 2 {
+        -1
+    } else {
+        1
+    }
+}
+
+fn wrap(i: i64, g: u32) -> u32 {
+    i.rem_euclid(g as i64) as u32
+}
+
+/// Ring reduce-scatter: after it, member `i` holds part `i` of `lo..hi` reduced over the group.
+/// Bidirectional rings send the second half of the segments the other way round.
+pub(crate) fn ring_reduce_scatter(
+    b: &mut Builder,
+    members: &[u32],
+    range: (u32, u32),
+    segments: u32,
+    bidirectional: bool,
+) {
+    let g = members.len() as u32;
+    for step in 0..g.saturating_sub(1) as i64 {
+        for s in 0..segments {
+            let d = ring_direction(bidirectional, segments, s);
+            for j in 0..g as i64 {
+                let p = wrap(j - d * (step + 1), g);
+                let pieces = part(range.0, range.1, g, p, segments, s);
+                b.send(
+                    members[j as usize],
+                    members[wrap(j + d, g) as usize],
+                    pieces,
+                    Op::Reduce,
+                );
+            }
+        }
+    }
+}
+
+/// Ring all-gather: member `i` starts with part `i`; after it every member holds all parts.
+pub(crate) fn ring_all_gather(
+    b: &mut Builder,
+    members: &[u32],
+    range: (u32, u32),
+    segments: u32,
+    bidirectional: bool,
+) {
+    let g = members.len() as u32;
+    for step in 0..g.saturating_sub(1) as i64 {
+        for s in 0..segments {
+            let d = ring_direction(bidirectional, segments, s);
+            for j in 0..g as i64 {
+                let p = wrap(j - d * step, g);
+                let pieces = part(range.0, range.1, g, p, segments, s);
+                b.send(
+                    members[j as usize],
+                    members[wrap(j + d, g) as usize],
+                    pieces,
+                    Op::Copy,
+                );
+            }
+        }
+    }
+}
+
+/// Direct reduce-scatter: every member sends part `i` to member `i` at once.
+pub(crate) fn direct_reduce_scatter(
+    b: &mut Builder,
+    members: &[u32],
+    range: (u32, u32),
+    segments: u32,
+) {
+    let g = members.len() as u32;
+    for s in 0..segments {
+        for j in 0..g {
+            for i in (0..g).filter(|&i| i != j) {
+                b.send(
+                    members[j as usize],
+                    members[i as usize],
+                    part(range.0, range.1, g, i, segments, s),
+                    Op::Reduce,
+                );
+            }
+        }
+    }
+}
+
+/// Direct all-gather: every member sends its part to every other member at once.
+pub(crate) fn direct_all_gather(
+    b: &mut Builder,
+    members: &[u32],
+    range: (u32, u32),
+    segments: u32,
+) {
+    let g = members.len() as u32;
+    for s in 0..segments {
+        for j in 0..g {
+            for i in (0..g).filter(|&i| i != j) {
+                b.send(
+                    members[j as usize],
+                    members[i as usize],
+                    part(range.0, range.1, g, j, segments, s),
+                    Op::Copy,
+                );
+            }
+        }
+    }
+}
+
+/// Pieces of parts `a..c` of `range` cut into `g` parts.
+fn parts(range: (u32, u32), g: u32, a: u32, c: u32) -> (u32, u32) {
+    let len = (range.1 - range.0) / g;
+    (range.0 + a * len, range.0 + c * len)
+}
+
+/// Recursive halving reduce-scatter over a power-of-two group: member `i` ends with part `i`.
+pub(crate) fn rhd_reduce_scatter(b: &mut Builder, members: &[u32], range: (u32, u32)) {
+    let g = members.len() as u32;
+    debug_assert!(g.is_power_of_two());
+    let mut current: Vec<(u32, u32)> = vec![(0, g); g as usize];
+    let mut d = g / 2;
+    while d >= 1 {
+        for i in 0..g {
+            let (lo, hi) = current[i as usize];
+            let mid = (lo + hi) / 2;
+            let send = if i & d == 0 { (mid, hi) } else { (lo, mid) };
+            b.send(
+                members[i as usize],
+                members[(i ^ d) as usize],
+                parts(range, g, send.0, send.1),
+                Op::Reduce,
+            );
+        }
+        for (i, cur) in current.iter_mut().enumerate() {
+            let mid = (cur.0 + cur.1) / 2;
+            *cur = if i as u32 & d == 0 {
+                (cur.0, mid)
+            } else {
+                (mid, cur.1)
+            };
+        }
+        d /= 2;
+    }
+}
+
+/// Recursive doubling all-gather over a power-of-two group: member `i` starts with part `i`.
+pub(crate) fn rhd_all_gather(b: &mut Builder, members: &[u32], range: (u32, u32)) {
+    let g = members.len() as u32;
+    debug_assert!(g.is_power_of_two());
+    let mut d = 1;
+    while d < g {
+        for i in 0..g {
+            let lo = i / d * d;
+            b.send(
+                members[i as usize],
+                members[(i ^ d) as usize],
+                parts(range, g, lo, lo + d),
+                Op::Copy,
+            );
+        }
+        d *= 2;
+    }
+}

@@ -1,0 +1,155 @@
+//! Hierarchical multi-dimensional collectives (BlueConnect, ASTRA-sim's baseline): all-reduce is a
+//! reduce-scatter across dimensions 1..D, then an all-gather across D..1, each dimension running its
+//! own basic algorithm on the groups of NPUs that differ only in that dimension's coordinate
+//! (Ring and Switch dimensions: ring; FullyConnected: direct; unidirectional rings one way round).
+//! Standalone all-gather runs dimensions 1..D and reduce-scatter D..1, so that rank r's block stays
+//! the contiguous pieces the collective assigns it.
+
+use super::builder::{part, Builder};
+use super::collectives::{
+    direct_all_gather, direct_reduce_scatter, ring_all_gather, ring_reduce_scatter,
+};
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::Schedule;
+use crate::topology::{DimKind, Topology};
+use crate::Error;
+
+struct Dimension {
+    kind: DimKind,
+    size: u32,
+    stride: u32,
+}
+
+impl Dimension {
+    /// Segments per part: bidirectional rings split each part in two, one per direction.
+    fn directions(&self) -> u32 {
+        match self.kind {
+            DimKind::FullyConnected | DimKind::UniRing => 1,
+            _ => 2,
+        }
+    }
+}
+
+pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> {
+    let dims = topology.dims();
+    let all_npus: Vec<u32> = (0..topology.npus()).collect();
+    if dims.is_empty() || c.npus != all_npus || !topology.uses_dimension_routing() {
+        return Err(Error::input(
+            "hierarchical needs a multi-dimensional topology (mesh, torus, hypercube, dims:..., ASTRA-sim \
+             file) without faults, over all of its NPUs",
+        ));
+    }
+    let mut stride = 1;
+    let dims: Vec<Dimension> = dims
+        .iter()
+        .map(|d| {
+            let dim = Dimension {
+                kind: d.kind,
+                size: d.size,
+                stride,
+            };
+            stride *= d.size;
+            dim
+        })
+        .filter(|d| d.size > 1)
+        .collect();
+    // Pieces per chunk slice must split by every dimension size and each ring's two directions.
+    let refined = Collective {
+        chunks: c.chunks * 2,
+        ..c.clone()
+    };
+    let n = c.ranks();
+    let mut b = Builder::new(&refined);
+    // All-reduce pipelines chunks as independent slices of the buffer. All-gather and
+    // reduce-scatter must keep rank r's pieces together, so they pipeline by segments instead.
+    let (slices, pipeline) = match c.kind {
+        CollectiveKind::AllReduce => (c.chunks, 1),
+        _ => (1, c.chunks),
+    };
+    let slice_len = refined.piece_count() / slices;
+    let order: Vec<usize> = match c.kind {
+        CollectiveKind::AllReduce | CollectiveKind::AllGather => (0..dims.len()).collect(),
+        CollectiveKind::ReduceScatter => (0..dims.len()).rev().collect(),
+        other => {
+            return Err(Error::input(format!(
+                "hierarchical has no {other} form; it implements all-reduce, reduce-scatter and all-gather"
+            )))
+        }
+    };
+    for slice in 0..slices {
+        let base = (slice * slice_len, (slice + 1) * slice_len);
+        // The range a rank holds before the phase on `dim`, in the order the phases split it.
+        let range_before = |rank: u32, upto: &[usize]| {
+            upto.iter().fold(base, |r, &d| {
+                let dim = &dims[d];
+                let coord = (rank / dim.stride) % dim.size;
+                part(r.0, r.1, dim.size, coord, 1, 0)
+            })
+        };
+        let groups = |d: usize| {
+            let dim = &dims[d];
+            (0..n)
+                .filter(move |r| (r / dim.stride) % dim.size == 0)
+                .map(move |first| {
+                    (0..dim.size)
+                        .map(|k| first + k * dim.stride)
+                        .collect::<Vec<u32>>()
+                })
+        };
+        let gather = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32]| {
+            let dim = &dims[d];
+            match dim.kind {
+                DimKind::FullyConnected => direct_all_gather(b, members, range, pipeline),
+                kind => ring_all_gather(
+                    b,
+                    members,
+                    range,
+                    dim.directions() * pipeline,
+                    kind != DimKind::UniRing,
+                ),
+            }
+        };
+        let scatter = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32]| {
+            let dim = &dims[d];
+            match dim.kind {
+                DimKind::FullyConnected => direct_reduce_scatter(b, members, range, pipeline),
+                kind => ring_reduce_scatter(
+                    b,
+                    members,
+                    range,
+                    dim.directions() * pipeline,
+                    kind != DimKind::UniRing,
+                ),
+            }
+        };
+        match c.kind {
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => {
+                for (i, &d) in order.iter().enumerate() {
+                    for members in groups(d) {
+                        scatter(&mut b, d, range_before(members[0], &order[..i]), &members);
+                    }
+                }
+                if c.kind == CollectiveKind::AllReduce {
+                    for (i, &d) in order.iter().enumerate().rev() {
+                        for members in groups(d) {
+                            gather(&mut b, d, range_before(members[0], &order[..i]), &members);
+                        }
+                    }
+                }
+            }
+            CollectiveKind::AllGather => {
+                // Gathering dimension 1 first: before the phase on dim d a rank holds the block of
+                // its coordinates in dims >= d, i.e. the range narrowed by those dims, highest first.
+                for (i, &d) in order.iter().enumerate() {
+                    let narrowing: Vec<usize> = order[i..].iter().rev().copied().collect();
+                    for members in groups(d) {
+                        let held = range_before(members[0], &narrowing[..narrowing.len() - 1]);
+                        gather(&mut b, d, held, &members);
+                    }
+                }
+            }
+            _ => unreachable!("checked above"),
+        }
+    }
+    Ok(b.finish())
+}

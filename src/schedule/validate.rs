@@ -1,0 +1,437 @@
+//! Symbolic validation: does a schedule implement the collective it claims?
+//!
+//! Every rank's contribution to every piece is a seeded pseudo-random 64-bit value; a copy
+//! overwrites the destination's value, a reduction adds (wrapping) the source's value to it.
+//! Transfers execute in a topological order of their dependencies (list order among the ready
+//! ones). A transfer may only send pieces its source holds, and every write it reads must be one
+//! of its ancestors (otherwise the value it sends depends on timing); concurrent reductions into one
+//! piece are allowed because they commute. At the end every required (rank, piece) must hold
+//! exactly the expected value. Errors name the first bad transfer by its id.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::{Op, Schedule, TransferIndex};
+use crate::collective::{Collective, CollectiveKind};
+use crate::Error;
+
+const NONE: u32 = u32::MAX;
+
+/// splitmix64: a portable, seedable mix for the symbolic contributions.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn contribution(seed: u64, rank: u32, piece: u32) -> u64 {
+    mix(seed ^ mix(((rank as u64) << 32) | piece as u64))
+}
+
+#[derive(Clone, Copy)]
+struct Cell {
+    value: u64,
+    /// Ranks' contributions summed into the value (duplicated reductions overshoot).
+    count: u32,
+    /// Last copy (or first reduction) that wrote the cell; NONE for initial data.
+    writer: u32,
+    /// Index into `extra` of further concurrent reductions, NONE if there are none.
+    more: u32,
+    held: bool,
+}
+
+const EMPTY: Cell = Cell {
+    value: 0,
+    count: 0,
+    writer: NONE,
+    more: NONE,
+    held: false,
+};
+
+/// Cells indexed by rank * pieces + piece; dense when that is small, sparse otherwise
+/// (all-to-all has ranks^2 * chunks pieces but each rank only ever holds ranks * chunks of them).
+enum Store {
+    Dense(Vec<Cell>),
+    Sparse(HashMap<u64, Cell>),
+}
+
+impl Store {
+    fn get(&self, key: u64) -> Cell {
+        match self {
+            Store::Dense(v) => v[key as usize],
+            Store::Sparse(m) => m.get(&key).copied().unwrap_or(EMPTY),
+        }
+    }
+
+    fn set(&mut self, key: u64, cell: Cell) {
+        match self {
+            Store::Dense(v) => v[key as usize] = cell,
+            Store::Sparse(m) => {
+                m.insert(key, cell);
+            }
+        }
+    }
+}
+
+struct Validator<'a> {
+    schedule: &'a Schedule,
+    c: &'a Collective,
+    seed: u64,
+    pieces: u64,
+    store: Store,
+    /// Concurrent reductions beyond the first, per cell (rare: direct algorithms).
+    extra: Vec<Vec<u32>>,
+    /// Position of each transfer in the execution order, for pruned ancestor searches.
+    position: Vec<u32>,
+    visit_mark: Vec<u32>,
+    visit_epoch: u32,
+    stack: Vec<TransferIndex>,
+}
+
+/// Checks that `schedule` implements `collective`; the error names the first bad transfer.
+pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Result<(), Error> {
+    if !schedule.has_pieces() {
+        return Err(Error::input(format!(
+            "the schedule claims {} but names no chunks (the 'chunk' column), so it cannot be validated; \
+             add chunk and op columns or pass --no-validate",
+            collective.kind
+        )));
+    }
+    let ranks = collective.ranks() as u64;
+    let pieces = collective.piece_count() as u64;
+    let store = if ranks * pieces <= 1 << 26 {
+        Store::Dense(vec![EMPTY; (ranks * pieces) as usize])
+    } else {
+        Store::Sparse(HashMap::new())
+    };
+    let mut v = Validator {
+        schedule,
+        c: collective,
+        seed,
+        pieces,
+        store,
+        extra: Vec::new(),
+        position: vec![NONE; schedule.len()],
+        visit_mark: vec![0; schedule.len()],
+        visit_epoch: 0,
+        stack: Vec::new(),
+    };
+    v.initialise();
+    v.execute()?;
+    v.check_final()
+}
+
+impl Validator<'_> {
+    fn key(&self, rank: u32, piece: u32) -> u64 {
+        rank as u64 * self.pieces + piece as u64
+    }
+
+    fn give(&mut self, rank: u32, piece: u32, owner: u32) {
+        let cell = Cell {
+            value: contribution(self.seed, owner, piece),
+            count: 1,
+            held: true,
+            ..EMPTY
+        };
+        self.store.set(self.key(rank, piece), cell);
+    }
+
+    fn initialise(&mut self) {
+        let c = self.c;
+        let (n, root) = (c.ranks(), c.root_rank);
+        match c.kind {
+            CollectiveKind::AllGather | CollectiveKind::Gather => {
+                for r in 0..n {
+                    let (lo, hi) = c.rank_block(r);
+                    (lo..hi).for_each(|p| self.give(r, p, r));
+                }
+            }
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
+                for r in 0..n {
+                    (0..self.pieces as u32).for_each(|p| self.give(r, p, r));
+                }
+            }
+            CollectiveKind::AllToAll => {
+                for r in 0..n {
+                    for q in 0..n {
+                        let (lo, hi) = c.a2a_block(r, q);
+                        (lo..hi).for_each(|p| self.give(r, p, r));
+                    }
+                }
+            }
+            CollectiveKind::Broadcast | CollectiveKind::Scatter => {
+                (0..self.pieces as u32).for_each(|p| self.give(root, p, root));
+            }
+        }
+    }
+
+    fn execute(&mut self) -> Result<(), Error> {
+        let s = self.schedule;
+        let n = s.len();
+        let mut rank_of: HashMap<u32, u32> = HashMap::with_capacity(self.c.npus.len());
+        for (r, &npu) in self.c.npus.iter().enumerate() {
+            rank_of.insert(npu, r as u32);
+        }
+        let (start, dependents) = s.dependents();
+        let mut waiting: Vec<u32> = (0..n as TransferIndex)
+            .map(|t| s.deps(t).len() as u32)
+            .collect();
+        let mut ready: BinaryHeap<Reverse<TransferIndex>> = (0..n as TransferIndex)
+            .filter(|&t| waiting[t as usize] == 0)
+            .map(Reverse)
+            .collect();
+        let mut order = 0u32;
+        while let Some(Reverse(t)) = ready.pop() {
+            self.position[t as usize] = order;
+            order += 1;
+            self.apply(t, &rank_of)?;
+            if !start.is_empty() {
+                for &d in &dependents[start[t as usize] as usize..start[t as usize + 1] as usize] {
+                    waiting[d as usize] -= 1;
+                    if waiting[d as usize] == 0 {
+                        ready.push(Reverse(d));
+                    }
+                }
+            }
+        }
+        if order as usize != n {
+            return Err(Error::input("the schedule's dependencies form a cycle"));
+        }
+        Ok(())
+    }
+
+    fn writers(&self, cell: &Cell) -> Vec<u32> {
+        let mut w = Vec::new();
+        if cell.writer != NONE {
+            w.push(cell.writer);
+        }
+        if cell.more != NONE {
+            w.extend_from_slice(&self.extra[cell.more as usize]);
+        }
+        w
+    }
+
+    /// Is `w` an ancestor of `t` in the dependency graph? Searches back from `t`, pruned to
+    /// transfers executed after `w`.
+    fn is_ancestor(&mut self, w: TransferIndex, t: TransferIndex) -> bool {
+        let deps = self.schedule.deps(t);
+        if deps.contains(&w) {
+            return true;
+        }
+        let floor = self.position[w as usize];
+        self.visit_epoch += 1;
+        self.stack.clear();
+        self.stack.extend_from_slice(deps);
+        while let Some(x) = self.stack.pop() {
+            if x == w {
+                return true;
+            }
+            if self.visit_mark[x as usize] == self.visit_epoch || self.position[x as usize] <= floor
+            {
+                continue;
+            }
+            self.visit_mark[x as usize] = self.visit_epoch;
+            self.stack.extend_from_slice(self.schedule.deps(x));
+        }
+        false
+    }
+
+    fn apply(&mut self, t: TransferIndex, rank_of: &HashMap<u32, u32>) -> Result<(), Error> {
+        let s = self.schedule;
+        let id = s.id(t);
+        let transfer = s.transfer(t);
+        let rank = |npu: u32, role: &str| {
+            rank_of.get(&npu).copied().ok_or_else(|| {
+                Error::input(format!(
+                    "transfer {id}: {role} NPU {npu} is not a participant of the collective"
+                ))
+            })
+        };
+        let (src, dst) = (
+            rank(transfer.src, "source")?,
+            rank(transfer.dst, "destination")?,
+        );
+        let (lo, hi) = s.pieces(t).unwrap_or((0, 0));
+        if hi > self.pieces as u32 || lo >= hi {
+            return Err(Error::input(format!(
+                "transfer {id}: chunk range {lo}..{hi} is empty or outside the collective's {} pieces",
+                self.pieces
+            )));
+        }
+        let expected_bytes = self.c.piece_bytes(lo, hi);
+        if transfer.bytes != expected_bytes {
+            return Err(Error::input(format!(
+                "transfer {id}: carries {} bytes but pieces {lo}..{hi} are {expected_bytes} bytes",
+                transfer.bytes
+            )));
+        }
+        let op = s.op(t);
+        for p in lo..hi {
+            let from = self.store.get(self.key(src, p));
+            if !from.held {
+                return Err(Error::input(format!(
+                    "transfer {id}: NPU {} sends piece {p} before it holds it (no transfer it depends on \
+                     delivers that piece)",
+                    transfer.src
+                )));
+            }
+            for w in self.writers(&from) {
+                if !self.is_ancestor(w, t) {
+                    return Err(Error::input(format!(
+                        "transfer {id}: sends piece {p} from NPU {} which transfer {} wrote, but does not \
+                         depend on it (a send before its data arrived)",
+                        transfer.src,
+                        s.id(w)
+                    )));
+                }
+            }
+            let key = self.key(dst, p);
+            let mut to = self.store.get(key);
+            let previous = self.writers(&to);
+            let ordered = previous.iter().all(|&w| self.is_ancestor(w, t));
+            match op {
+                Op::Copy => {
+                    if !ordered {
+                        return Err(Error::input(format!(
+                            "transfer {id}: copies piece {p} to NPU {} concurrently with another write to it",
+                            transfer.dst
+                        )));
+                    }
+                    to = Cell {
+                        value: from.value,
+                        count: from.count,
+                        writer: t,
+                        more: NONE,
+                        held: true,
+                    };
+                }
+                Op::Reduce => {
+                    if !to.held {
+                        return Err(Error::input(format!(
+                            "transfer {id}: reduces piece {p} into NPU {} which holds no value for it",
+                            transfer.dst
+                        )));
+                    }
+                    if !ordered && previous.iter().any(|&w| s.op(w) != Op::Reduce) {
+                        return Err(Error::input(format!(
+                            "transfer {id}: reduces piece {p} into NPU {} concurrently with a copy to it",
+                            transfer.dst
+                        )));
+                    }
+                    to.value = to.value.wrapping_add(from.value);
+                    to.count += from.count;
+                    if to.count > self.c.ranks() {
+                        return Err(Error::input(format!(
+                            "transfer {id}: piece {p} at NPU {} now sums {} contributions from {} ranks \
+                             (a duplicated reduction)",
+                            transfer.dst,
+                            to.count,
+                            self.c.ranks()
+                        )));
+                    }
+                    if ordered || to.writer == NONE {
+                        to.writer = t;
+                        to.more = NONE;
+                    } else if to.more == NONE {
+                        to.more = self.extra.len() as u32;
+                        self.extra.push(vec![t]);
+                    } else {
+                        self.extra[to.more as usize].push(t);
+                    }
+                }
+            }
+            self.store.set(key, to);
+        }
+        Ok(())
+    }
+
+    fn require(&self, rank: u32, piece: u32, value: u64, count: u32) -> Result<(), Error> {
+        let cell = self.store.get(self.key(rank, piece));
+        if cell.held && cell.value == value && cell.count == count {
+            return Ok(());
+        }
+        let npu = self.c.npus[rank as usize];
+        let what = if !cell.held {
+            "never receives".to_string()
+        } else if cell.count != count {
+            format!("ends with {} of {count} contributions to", cell.count)
+        } else {
+            "ends with a wrong value for".to_string()
+        };
+        let blame = match self.writers(&cell).last() {
+            Some(&w) => format!("; last written by transfer {}", self.schedule.id(w)),
+            None => "; no transfer delivers it (a dropped transfer?)".to_string(),
+        };
+        Err(Error::input(format!(
+            "the schedule does not implement {}: NPU {npu} {what} piece {piece}{blame}",
+            self.c.kind
+        )))
+    }
+
+    fn check_final(&self) -> Result<(), Error> {
+        let c = self.c;
+        let (n, root) = (c.ranks(), c.root_rank);
+        let sum = |p: u32| {
+            (0..n).fold(0u64, |acc, r| {
+                acc.wrapping_add(contribution(self.seed, r, p))
+            })
+        };
+        let k = c.chunks;
+        match c.kind {
+            CollectiveKind::AllGather => {
+                for r in 0..n {
+                    for p in 0..self.pieces as u32 {
+                        self.require(r, p, contribution(self.seed, p / k, p), 1)?;
+                    }
+                }
+            }
+            CollectiveKind::Gather => {
+                for p in 0..self.pieces as u32 {
+                    self.require(root, p, contribution(self.seed, p / k, p), 1)?;
+                }
+            }
+            CollectiveKind::AllReduce => {
+                for p in 0..self.pieces as u32 {
+                    let total = sum(p);
+                    for r in 0..n {
+                        self.require(r, p, total, n)?;
+                    }
+                }
+            }
+            CollectiveKind::ReduceScatter => {
+                for p in 0..self.pieces as u32 {
+                    self.require(p / k, p, sum(p), n)?;
+                }
+            }
+            CollectiveKind::Reduce => {
+                for p in 0..self.pieces as u32 {
+                    self.require(root, p, sum(p), n)?;
+                }
+            }
+            CollectiveKind::AllToAll => {
+                for r in 0..n {
+                    for q in 0..n {
+                        let (lo, hi) = c.a2a_block(r, q);
+                        for p in lo..hi {
+                            self.require(q, p, contribution(self.seed, r, p), 1)?;
+                        }
+                    }
+                }
+            }
+            CollectiveKind::Broadcast => {
+                for r in 0..n {
+                    for p in 0..self.pieces as u32 {
+                        self.require(r, p, contribution(self.seed, root, p), 1)?;
+                    }
+                }
+            }
+            CollectiveKind::Scatter => {
+                for p in 0..self.pieces as u32 {
+                    self.require(p / k, p, contribution(self.seed, root, p), 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
