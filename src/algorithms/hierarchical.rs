@@ -89,7 +89,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         let groups = |d: usize| {
             let dim = &dims[d];
             (0..n)
-                .filter(move |r| (r / dim.stride) % dim.size == 0)
+                .filter(move |r| (r / dim.stride).is_multiple_of(dim.size))
                 .map(move |first| {
                     (0..dim.size)
                         .map(|k| first + k * dim.stride)
