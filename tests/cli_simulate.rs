@@ -576,3 +576,43 @@ fn schedule_structure_errors_name_the_transfer() {
         "failed NPU",
     );
 }
+
+#[test]
+fn a_schedule_file_claiming_a_collective_is_validated() {
+    // All-gather on 3 NPUs, 3 bytes: piece p starts at NPU p. NPU 2 never receives piece 0.
+    let rows =
+        "id,src,dst,bytes,deps,chunk,op\n0,0,1,1,,0,copy\n1,1,0,1,,1,copy\n2,2,0,1,,2,copy\n\
+                3,2,1,1,,2,copy\n4,1,2,1,,1,copy\n";
+    let file = file_with("ag3.csv", rows);
+    assert_bad_input(
+        &[
+            "simulate",
+            "--topology",
+            "fc:3",
+            "--schedule",
+            &file,
+            "--collective",
+            "all-gather",
+            "--size",
+            "3",
+        ],
+        "NPU 2 never receives piece 0",
+    );
+    let complete = file_with("ag3ok.csv", &format!("{rows}5,0,2,1,,0,copy\n"));
+    let ok = collsim(&[
+        "simulate",
+        "--topology",
+        "fc:3",
+        "--schedule",
+        &complete,
+        "--collective",
+        "all-gather",
+        "--size",
+        "3",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}

@@ -101,13 +101,23 @@ pub fn execute(
     if schedule.collective.is_none() {
         schedule.collective = collective.clone();
     }
-    if spec.validate {
-        if let Some(claim) = &schedule.collective {
-            schedule.check(topology)?;
-            schedule::validate(&schedule, claim, spec.seed.unwrap_or(VALIDATION_SEED))?;
-        }
-    }
-    let result = sim::simulate(topology, &schedule, &spec.options, observer)?;
+    schedule.check(topology)?;
+    // Validation and simulation are independent once the structure is checked, so the validator
+    // runs on a second thread beside the simulator (2 cores: wall time max(v, s) instead of v + s).
+    // Nothing is reported unless both succeed, so an invalid schedule never yields a result.
+    let claim = schedule.collective.clone().filter(|_| spec.validate);
+    let seed = spec.seed.unwrap_or(VALIDATION_SEED);
+    let (validation, result) = std::thread::scope(|scope| {
+        let validator = claim
+            .as_ref()
+            .map(|claim| scope.spawn(|| schedule::validate(&schedule, claim, seed)));
+        let result = sim::simulate(topology, &schedule, &spec.options, observer);
+        let validation =
+            validator.map_or(Ok(()), |v| v.join().expect("the validator does not panic"));
+        (validation, result)
+    });
+    validation?;
+    let result = result?;
     let bound = collective
         .as_ref()
         .map(|c| bound::bounds(topology, c).total());

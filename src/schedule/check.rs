@@ -50,7 +50,7 @@ impl Schedule {
     }
 
     fn check_acyclic(&self) -> Result<(), Error> {
-        if !self.has_deps() {
+        if !self.has_deps() || self.deps_point_backwards() {
             return Ok(());
         }
         let n = self.len();

@@ -159,6 +159,12 @@ impl Schedule {
         &self.deps[self.dep_start[i] as usize..self.dep_start[i + 1] as usize]
     }
 
+    /// True when every dependency names an earlier transfer: then the schedule is acyclic and list
+    /// order is the order in which ready transfers are taken (generated schedules are like this).
+    pub fn deps_point_backwards(&self) -> bool {
+        (0..self.len() as TransferIndex).all(|t| self.deps(t).iter().all(|&d| d < t))
+    }
+
     pub fn has_deps(&self) -> bool {
         !self.deps.is_empty()
     }

@@ -34,6 +34,9 @@ struct Cell {
     value: u64,
     /// Ranks' contributions summed into the value (duplicated reductions overshoot).
     count: u32,
+    /// Bit `rank % 64` of every contributing rank: an overlap when reducing is a duplicated
+    /// contribution, caught at the transfer that makes it (exact up to 64 ranks).
+    contributors: u64,
     /// Last copy (or first reduction) that wrote the cell; NONE for initial data.
     writer: u32,
     /// Index into `extra` of further concurrent reductions, NONE if there are none.
@@ -44,6 +47,7 @@ struct Cell {
 const EMPTY: Cell = Cell {
     value: 0,
     count: 0,
+    contributors: 0,
     writer: NONE,
     more: NONE,
     held: false,
@@ -87,6 +91,7 @@ struct Validator<'a> {
     visit_mark: Vec<u32>,
     visit_epoch: u32,
     stack: Vec<TransferIndex>,
+    scratch: Vec<u32>,
 }
 
 /// Checks that `schedule` implements `collective`; the error names the first bad transfer.
@@ -116,6 +121,7 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
         visit_mark: vec![0; schedule.len()],
         visit_epoch: 0,
         stack: Vec::new(),
+        scratch: Vec::new(),
     };
     v.initialise();
     v.execute()?;
@@ -131,6 +137,7 @@ impl Validator<'_> {
         let cell = Cell {
             value: contribution(self.seed, owner, piece),
             count: 1,
+            contributors: 1 << (owner % 64),
             held: true,
             ..EMPTY
         };
@@ -173,6 +180,14 @@ impl Validator<'_> {
         for (r, &npu) in self.c.npus.iter().enumerate() {
             rank_of.insert(npu, r as u32);
         }
+        if s.deps_point_backwards() {
+            // List order is then exactly "the smallest ready transfer first".
+            for t in 0..n as TransferIndex {
+                self.position[t as usize] = t;
+                self.apply(t, &rank_of)?;
+            }
+            return Ok(());
+        }
         let (start, dependents) = s.dependents();
         let mut waiting: Vec<u32> = (0..n as TransferIndex)
             .map(|t| s.deps(t).len() as u32)
@@ -201,15 +216,21 @@ impl Validator<'_> {
         Ok(())
     }
 
-    fn writers(&self, cell: &Cell) -> Vec<u32> {
-        let mut w = Vec::new();
+    /// The writers of a cell, into `out` (cleared first).
+    fn writers_into(&self, cell: &Cell, out: &mut Vec<u32>) {
+        out.clear();
         if cell.writer != NONE {
-            w.push(cell.writer);
+            out.push(cell.writer);
         }
         if cell.more != NONE {
-            w.extend_from_slice(&self.extra[cell.more as usize]);
+            out.extend_from_slice(&self.extra[cell.more as usize]);
         }
-        w
+    }
+
+    fn writers(&self, cell: &Cell) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.writers_into(cell, &mut out);
+        out
     }
 
     /// Is `w` an ancestor of `t` in the dependency graph? Searches back from `t`, pruned to
@@ -276,7 +297,9 @@ impl Validator<'_> {
                     transfer.src
                 )));
             }
-            for w in self.writers(&from) {
+            let mut writers = std::mem::take(&mut self.scratch);
+            self.writers_into(&from, &mut writers);
+            for &w in &writers {
                 if !self.is_ancestor(w, t) {
                     return Err(Error::input(format!(
                         "transfer {id}: sends piece {p} from NPU {} which transfer {} wrote, but does not \
@@ -288,7 +311,8 @@ impl Validator<'_> {
             }
             let key = self.key(dst, p);
             let mut to = self.store.get(key);
-            let previous = self.writers(&to);
+            self.writers_into(&to, &mut writers);
+            let previous = writers;
             let ordered = previous.iter().all(|&w| self.is_ancestor(w, t));
             match op {
                 Op::Copy => {
@@ -301,6 +325,7 @@ impl Validator<'_> {
                     to = Cell {
                         value: from.value,
                         count: from.count,
+                        contributors: from.contributors,
                         writer: t,
                         more: NONE,
                         held: true,
@@ -319,15 +344,15 @@ impl Validator<'_> {
                             transfer.dst
                         )));
                     }
+                    let overlap = self.c.ranks() <= 64 && to.contributors & from.contributors != 0;
                     to.value = to.value.wrapping_add(from.value);
                     to.count += from.count;
-                    if to.count > self.c.ranks() {
+                    to.contributors |= from.contributors;
+                    if overlap || to.count > self.c.ranks() {
                         return Err(Error::input(format!(
-                            "transfer {id}: piece {p} at NPU {} now sums {} contributions from {} ranks \
-                             (a duplicated reduction)",
-                            transfer.dst,
-                            to.count,
-                            self.c.ranks()
+                            "transfer {id}: reduces into piece {p} at NPU {} a contribution it already \
+                             holds (a duplicated reduction)",
+                            transfer.dst
                         )));
                     }
                     if ordered || to.writer == NONE {
@@ -342,6 +367,7 @@ impl Validator<'_> {
                 }
             }
             self.store.set(key, to);
+            self.scratch = previous;
         }
         Ok(())
     }
