@@ -71,44 +71,25 @@ pub(crate) fn ring_all_gather(
     }
 }
 
-/// Direct reduce-scatter: every member sends part `i` to member `i` at once.
-pub(crate) fn direct_reduce_scatter(
+/// Direct exchange: with `Op::Reduce` (reduce-scatter) every member sends part `i` to member `i`;
+/// with `Op::Copy` (all-gather) every member sends its own part to every other member. All at once.
+pub(crate) fn direct_exchange(
     b: &mut Builder,
     members: &[u32],
     range: (u32, u32),
     segments: u32,
+    op: Op,
 ) {
     let g = members.len() as u32;
     for s in 0..segments {
         for j in 0..g {
             for i in (0..g).filter(|&i| i != j) {
+                let owner = if op == Op::Reduce { i } else { j };
                 b.send(
                     members[j as usize],
                     members[i as usize],
-                    part(range.0, range.1, g, i, segments, s),
-                    Op::Reduce,
-                );
-            }
-        }
-    }
-}
-
-/// Direct all-gather: every member sends its part to every other member at once.
-pub(crate) fn direct_all_gather(
-    b: &mut Builder,
-    members: &[u32],
-    range: (u32, u32),
-    segments: u32,
-) {
-    let g = members.len() as u32;
-    for s in 0..segments {
-        for j in 0..g {
-            for i in (0..g).filter(|&i| i != j) {
-                b.send(
-                    members[j as usize],
-                    members[i as usize],
-                    part(range.0, range.1, g, j, segments, s),
-                    Op::Copy,
+                    part(range.0, range.1, g, owner, segments, s),
+                    op,
                 );
             }
         }

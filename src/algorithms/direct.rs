@@ -1,7 +1,7 @@
 //! Direct: every NPU exchanges with every other NPU at once.
 
 use super::builder::Builder;
-use super::collectives::{direct_all_gather, direct_reduce_scatter};
+use super::collectives::direct_exchange;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, Transfer};
 use crate::Error;
@@ -36,11 +36,11 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     let root = c.root_rank;
     match c.kind {
         CollectiveKind::AllReduce => {
-            direct_reduce_scatter(&mut b, &all, whole, k);
-            direct_all_gather(&mut b, &all, whole, k);
+            direct_exchange(&mut b, &all, whole, k, Op::Reduce);
+            direct_exchange(&mut b, &all, whole, k, Op::Copy);
         }
-        CollectiveKind::ReduceScatter => direct_reduce_scatter(&mut b, &all, whole, k),
-        CollectiveKind::AllGather => direct_all_gather(&mut b, &all, whole, k),
+        CollectiveKind::ReduceScatter => direct_exchange(&mut b, &all, whole, k, Op::Reduce),
+        CollectiveKind::AllGather => direct_exchange(&mut b, &all, whole, k, Op::Copy),
         CollectiveKind::Broadcast | CollectiveKind::Reduce => {
             for p in 0..c.piece_count() {
                 for r in (0..n).filter(|&r| r != root) {

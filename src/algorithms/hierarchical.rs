@@ -6,11 +6,9 @@
 //! the contiguous pieces the collective assigns it.
 
 use super::builder::{part, Builder};
-use super::collectives::{
-    direct_all_gather, direct_reduce_scatter, ring_all_gather, ring_reduce_scatter,
-};
+use super::collectives::{direct_exchange, ring_all_gather, ring_reduce_scatter};
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::Schedule;
+use crate::schedule::{Op, Schedule};
 use crate::topology::{DimKind, Topology};
 use crate::Error;
 
@@ -96,32 +94,21 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
                         .collect::<Vec<u32>>()
                 })
         };
-        let gather = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32]| {
+        // One dimension's phase: reduce-scatter (Op::Reduce) or all-gather (Op::Copy) in a group.
+        let phase = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32], op: Op| {
             let dim = &dims[d];
-            match dim.kind {
-                DimKind::FullyConnected => direct_all_gather(b, members, range, pipeline),
-                kind => ring_all_gather(
-                    b,
-                    members,
-                    range,
-                    dim.directions() * pipeline,
-                    kind != DimKind::UniRing,
-                ),
+            let segments = dim.directions() * pipeline;
+            let bidirectional = dim.kind != DimKind::UniRing;
+            match (dim.kind, op) {
+                (DimKind::FullyConnected, _) => direct_exchange(b, members, range, pipeline, op),
+                (_, Op::Reduce) => ring_reduce_scatter(b, members, range, segments, bidirectional),
+                (_, Op::Copy) => ring_all_gather(b, members, range, segments, bidirectional),
             }
         };
-        let scatter = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32]| {
-            let dim = &dims[d];
-            match dim.kind {
-                DimKind::FullyConnected => direct_reduce_scatter(b, members, range, pipeline),
-                kind => ring_reduce_scatter(
-                    b,
-                    members,
-                    range,
-                    dim.directions() * pipeline,
-                    kind != DimKind::UniRing,
-                ),
-            }
-        };
+        let gather =
+            |b: &mut Builder, d, range, members: &[u32]| phase(b, d, range, members, Op::Copy);
+        let scatter =
+            |b: &mut Builder, d, range, members: &[u32]| phase(b, d, range, members, Op::Reduce);
         match c.kind {
             CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => {
                 for (i, &d) in order.iter().enumerate() {
