@@ -18,53 +18,32 @@ fn wrap(i: i64, g: u32) -> u32 {
     i.rem_euclid(g as i64) as u32
 }
 
-/// Ring reduce-scatter: after it, member `i` holds part `i` of `lo..hi` reduced over the group.
-/// Bidirectional rings send the second half of the segments the other way round.
-pub(crate) fn ring_reduce_scatter(
+/// Ring exchange. With `Op::Reduce` (reduce-scatter) member `i` ends holding part `i` of the range
+/// reduced over the group; with `Op::Copy` (all-gather) member `i` starts with part `i` and every
+/// member ends with all parts. Bidirectional rings send the second half of the segments the other
+/// way round.
+pub(crate) fn ring_exchange(
     b: &mut Builder,
     members: &[u32],
     range: (u32, u32),
     segments: u32,
     bidirectional: bool,
+    op: Op,
 ) {
     let g = members.len() as u32;
+    // Reduce-scatter sends at step s the part it received at step s-1, one behind all-gather.
+    let lag = if op == Op::Reduce { 1 } else { 0 };
     for step in 0..g.saturating_sub(1) as i64 {
         for s in 0..segments {
             let d = ring_direction(bidirectional, segments, s);
             for j in 0..g as i64 {
-                let p = wrap(j - d * (step + 1), g);
+                let p = wrap(j - d * (step + lag), g);
                 let pieces = part(range.0, range.1, g, p, segments, s);
                 b.send(
                     members[j as usize],
                     members[wrap(j + d, g) as usize],
                     pieces,
-                    Op::Reduce,
-                );
-            }
-        }
-    }
-}
-
-/// Ring all-gather: member `i` starts with part `i`; after it every member holds all parts.
-pub(crate) fn ring_all_gather(
-    b: &mut Builder,
-    members: &[u32],
-    range: (u32, u32),
-    segments: u32,
-    bidirectional: bool,
-) {
-    let g = members.len() as u32;
-    for step in 0..g.saturating_sub(1) as i64 {
-        for s in 0..segments {
-            let d = ring_direction(bidirectional, segments, s);
-            for j in 0..g as i64 {
-                let p = wrap(j - d * step, g);
-                let pieces = part(range.0, range.1, g, p, segments, s);
-                b.send(
-                    members[j as usize],
-                    members[wrap(j + d, g) as usize],
-                    pieces,
-                    Op::Copy,
+                    op,
                 );
             }
         }

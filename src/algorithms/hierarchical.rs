@@ -6,7 +6,7 @@
 //! the contiguous pieces the collective assigns it.
 
 use super::builder::{part, Builder};
-use super::collectives::{direct_exchange, ring_all_gather, ring_reduce_scatter};
+use super::collectives::{direct_exchange, ring_exchange};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
 use crate::topology::{DimKind, Topology};
@@ -99,10 +99,9 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
             let dim = &dims[d];
             let segments = dim.directions() * pipeline;
             let bidirectional = dim.kind != DimKind::UniRing;
-            match (dim.kind, op) {
-                (DimKind::FullyConnected, _) => direct_exchange(b, members, range, pipeline, op),
-                (_, Op::Reduce) => ring_reduce_scatter(b, members, range, segments, bidirectional),
-                (_, Op::Copy) => ring_all_gather(b, members, range, segments, bidirectional),
+            match dim.kind {
+                DimKind::FullyConnected => direct_exchange(b, members, range, pipeline, op),
+                _ => ring_exchange(b, members, range, segments, bidirectional, op),
             }
         };
         let gather =

@@ -2,7 +2,7 @@
 //! of every rank's data goes each way round (as the TACOS and Themis papers use it).
 
 use super::builder::Builder;
-use super::collectives::{ring_all_gather, ring_direction, ring_reduce_scatter};
+use super::collectives::{ring_direction, ring_exchange};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
 use crate::Error;
@@ -20,13 +20,15 @@ pub fn generate(c: &Collective, bidirectional: bool) -> Result<Schedule, Error> 
     let mut b = Builder::new(&refined);
     match c.kind {
         CollectiveKind::AllReduce => {
-            ring_reduce_scatter(&mut b, &all, whole, segments, bidirectional);
-            ring_all_gather(&mut b, &all, whole, segments, bidirectional);
+            ring_exchange(&mut b, &all, whole, segments, bidirectional, Op::Reduce);
+            ring_exchange(&mut b, &all, whole, segments, bidirectional, Op::Copy);
         }
         CollectiveKind::ReduceScatter => {
-            ring_reduce_scatter(&mut b, &all, whole, segments, bidirectional)
+            ring_exchange(&mut b, &all, whole, segments, bidirectional, Op::Reduce)
         }
-        CollectiveKind::AllGather => ring_all_gather(&mut b, &all, whole, segments, bidirectional),
+        CollectiveKind::AllGather => {
+            ring_exchange(&mut b, &all, whole, segments, bidirectional, Op::Copy)
+        }
         CollectiveKind::Broadcast | CollectiveKind::Reduce => {
             // A pipelined chain around the ring from (broadcast) or to (reduce) the root; each
             // direction carries its half of the pieces.

@@ -300,30 +300,6 @@ impl Topology {
             .all(|l| self.link_between(l.dst, l.src).is_some())
     }
 
-    /// Smallest total ingress bandwidth over the active NPUs, in bytes per second.
-    pub fn min_ingress_bandwidth(&self) -> f64 {
-        let mut ingress = vec![0.0f64; self.nodes as usize];
-        for link in &self.links {
-            ingress[link.dst as usize] += link.bandwidth.as_bytes_per_sec();
-        }
-        self.active_npus()
-            .iter()
-            .map(|&v| ingress[v as usize])
-            .fold(f64::INFINITY, f64::min)
-    }
-
-    /// Smallest total egress bandwidth over the active NPUs, in bytes per second.
-    pub fn min_egress_bandwidth(&self) -> f64 {
-        let mut egress = vec![0.0f64; self.nodes as usize];
-        for link in &self.links {
-            egress[link.src as usize] += link.bandwidth.as_bytes_per_sec();
-        }
-        self.active_npus()
-            .iter()
-            .map(|&v| egress[v as usize])
-            .fold(f64::INFINITY, f64::min)
-    }
-
     /// True when routing follows the built-in dimension order.
     pub(crate) fn uses_dimension_routing(&self) -> bool {
         self.dimension_routing
