@@ -9,8 +9,10 @@ use crate::algorithms::Algorithm;
 use crate::bound;
 use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
+use crate::schedule::write_schedule_json;
 use crate::report::SUMMARY_HEADER;
 use crate::sim::{Observer, SimOptions, TimeModel};
+use crate::synth::SynthOptions;
 use crate::topology::{Topology, TopologyOptions};
 use crate::units::{parse_bandwidth, parse_bytes, parse_time};
 use crate::Error;
@@ -30,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Simulate a schedule file or a built-in algorithm on a topology.
     Simulate(SimulateArgs),
+    /// Synthesize a topology-aware schedule (TACOS greedy link-chunk matching) and simulate it.
+    Synthesize(SynthesizeArgs),
     /// Print the lower bounds of a collective on a topology.
     Bound(BoundArgs),
 }
@@ -84,21 +88,35 @@ pub struct CollectiveArgs {
     /// Participating NPUs (a communicator), e.g. 0,2,4,6 [default: all]
     #[arg(long)]
     pub npus: Option<String>,
-    /// Root NPU of broadcast, reduce, gather and scatter [default: the first participant]
+    /// Root NPU of broadcast, reduce, gather and scatter [default: the first participant]; with
+    /// several rooted collectives, one root each in order (e.g. 2,17)
     #[arg(long)]
-    pub root: Option<u32>,
+    pub root: Option<String>,
+}
+
+fn parse_ids(flag: &str, list: &str) -> Result<Vec<u32>, Error> {
+    list.split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| Error::input(format!("{flag}: '{v}' is not an NPU id")))
+        })
+        .collect()
 }
 
 impl CollectiveArgs {
-    /// The collective, or `None` when no `--collective` was given.
-    pub fn request(&self) -> Result<Option<CollectiveRequest>, Error> {
-        let Some(name) = &self.collective else {
+    /// The collectives to run together (`--collective a,b,c`); none when no `--collective`.
+    pub fn requests(&self) -> Result<Vec<CollectiveRequest>, Error> {
+        let Some(names) = &self.collective else {
             if self.size.is_some() {
                 return Err(Error::input("--size needs --collective"));
             }
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        let kind = CollectiveKind::parse(name)?;
+        let kinds = names
+            .split(',')
+            .map(|name| CollectiveKind::parse(name.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
         let size = self
             .size
             .as_deref()
@@ -107,23 +125,70 @@ impl CollectiveArgs {
         let npus = self
             .npus
             .as_deref()
-            .map(|list| {
-                list.split(',')
-                    .map(|v| {
-                        v.trim()
-                            .parse::<u32>()
-                            .map_err(|_| Error::input(format!("--npus: '{v}' is not an NPU id")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .map(|list| parse_ids("--npus", list))
             .transpose()?;
-        Ok(Some(CollectiveRequest {
-            kind,
-            size,
-            chunks: self.chunks,
-            npus,
-            root: self.root,
-        }))
+        let roots = self
+            .root
+            .as_deref()
+            .map(|list| parse_ids("--root", list))
+            .transpose()?
+            .unwrap_or_default();
+        let rooted = kinds.iter().filter(|k| k.is_rooted()).count();
+        if roots.len() > 1 && roots.len() != rooted {
+            return Err(Error::input(format!(
+                "--root: {} roots for {rooted} rooted collective(s); give one root, or one per \
+                 rooted collective in order",
+                roots.len()
+            )));
+        }
+        let mut next_root = roots.iter().copied().cycle();
+        Ok(kinds
+            .into_iter()
+            .map(|kind| CollectiveRequest {
+                kind,
+                size,
+                chunks: self.chunks,
+                npus: npus.clone(),
+                root: if kind.is_rooted() || rooted == 0 {
+                    next_root.next()
+                } else {
+                    None
+                },
+            })
+            .collect())
+    }
+
+    /// Exactly one collective (for commands that take one).
+    pub fn request(&self) -> Result<CollectiveRequest, Error> {
+        let mut all = self.requests()?;
+        match all.len() {
+            0 => Err(Error::input("give --collective and --size")),
+            1 => Ok(all.remove(0)),
+            n => Err(Error::input(format!(
+                "--collective: this command takes one collective, got {n}"
+            ))),
+        }
+    }
+}
+
+/// Synthesizer settings, shared by synthesize and by `--algorithm tacos` elsewhere.
+#[derive(Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Independent seeded synthesis trials, run in parallel; the fastest schedule is kept
+    #[arg(long, default_value_t = crate::synth::DEFAULT_TRIALS)]
+    pub trials: u32,
+    /// Logical links per NPU when a switch is unwound for synthesis [default: min(4, members-1)]
+    #[arg(long)]
+    pub unwind_degree: Option<u32>,
+}
+
+impl SynthArgs {
+    fn options(&self) -> SynthOptions {
+        SynthOptions {
+            trials: self.trials,
+            unwind_degree: self.unwind_degree,
+            ..SynthOptions::default()
+        }
     }
 }
 
@@ -139,19 +204,10 @@ pub enum TimeModelArg {
     Astra,
 }
 
+/// How a run is simulated, checked and reported: shared by simulate and synthesize.
 #[derive(Args, Debug)]
-pub struct SimulateArgs {
-    #[command(flatten)]
-    pub topology: TopologyArgs,
-    /// Schedule file (.csv or .json) to simulate instead of a built-in algorithm
-    #[arg(long, conflicts_with = "algorithm")]
-    pub schedule: Option<PathBuf>,
-    #[command(flatten)]
-    pub collective: CollectiveArgs,
-    /// ring, direct, rhd, dbt, hierarchical, themis, tacos
-    #[arg(long, short = 'a')]
-    pub algorithm: Option<String>,
-    /// Seed for randomised algorithms and validation
+pub struct RunArgs {
+    /// Seed for randomised algorithms (tacos: default 1) and validation
     #[arg(long)]
     pub seed: Option<u64>,
     /// Skip the symbolic validation of schedules that claim a collective (for huge runs)
@@ -166,12 +222,42 @@ pub struct SimulateArgs {
     /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
     #[arg(long)]
     pub reduce_bandwidth: Option<String>,
-    /// Results folder: summary.csv, transfers.csv, links.csv
+    /// Results folder: summary.csv, transfers.csv, links.csv (and schedule.json when synthesized)
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
     /// stdout: a human summary (text) or the summary.csv header and row (csv)
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Schedule file (.csv or .json) to simulate instead of a built-in algorithm
+    #[arg(long, conflicts_with = "algorithm")]
+    pub schedule: Option<PathBuf>,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    /// ring, direct, rhd, dbt, hierarchical, themis, tacos
+    #[arg(long, short = 'a')]
+    pub algorithm: Option<String>,
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthesizeArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug)]
@@ -210,7 +296,7 @@ impl Drop for Progress {
     }
 }
 
-fn sim_options(args: &SimulateArgs) -> Result<SimOptions, Error> {
+fn sim_options(args: &RunArgs) -> Result<SimOptions, Error> {
     Ok(SimOptions {
         time_model: match args.time_model {
             TimeModelArg::Exact => TimeModel::Exact,
@@ -234,6 +320,46 @@ fn sim_options(args: &SimulateArgs) -> Result<SimOptions, Error> {
     })
 }
 
+/// Runs one spec on the command line's topology and reports it.
+fn run_and_report(
+    topology: &TopologyArgs,
+    source: ScheduleSource,
+    collectives: Vec<CollectiveRequest>,
+    synth: &SynthArgs,
+    args: &RunArgs,
+) -> Result<(), Error> {
+    let synthesized = matches!(source, ScheduleSource::Algorithm(Algorithm::Tacos));
+    let spec = RunSpec {
+        source,
+        collectives,
+        options: sim_options(args)?,
+        seed: args.seed,
+        validate: !args.no_validate,
+        synth: synth.options(),
+    };
+    let topology = topology.build()?;
+    let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
+    if let Some(dir) = &args.out {
+        let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
+            if synthesized {
+                write_schedule_json(&outcome.schedule, &out.file("schedule.json"))?;
+            }
+            Ok(())
+        };
+        experiment::write_outputs(&topology, &outcome, dir, &extra)?;
+    }
+    match args.format {
+        Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),
+        Format::Text => {
+            print!("{}", outcome.summary.human());
+            if let Some(estimate) = outcome.estimate {
+                println!("  synthesizer estimate  {estimate}");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn simulate(args: SimulateArgs) -> Result<(), Error> {
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
@@ -241,31 +367,27 @@ fn simulate(args: SimulateArgs) -> Result<(), Error> {
         (None, None) => return Err(Error::input("give --schedule FILE or --algorithm NAME")),
         (Some(_), Some(_)) => unreachable!("clap rejects --schedule with --algorithm"),
     };
-    let spec = RunSpec {
-        source,
-        collective: args.collective.request()?,
-        options: sim_options(&args)?,
-        seed: args.seed,
-        validate: !args.no_validate,
-    };
-    let topology = args.topology.build()?;
-    let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
-    if let Some(dir) = &args.out {
-        experiment::write_outputs(&topology, &outcome, dir)?;
+    let collectives = args.collective.requests()?;
+    run_and_report(&args.topology, source, collectives, &args.synth, &args.run)
+}
+
+fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
+    let collectives = args.collective.requests()?;
+    if collectives.is_empty() {
+        return Err(Error::input("synthesize needs --collective and --size"));
     }
-    match args.format {
-        Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),
-        Format::Text => print!("{}", outcome.summary.human()),
-    }
-    Ok(())
+    run_and_report(
+        &args.topology,
+        ScheduleSource::Algorithm(Algorithm::Tacos),
+        collectives,
+        &args.synth,
+        &args.run,
+    )
 }
 
 fn bound(args: BoundArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
-    let request = args
-        .collective
-        .request()?
-        .ok_or_else(|| Error::input("bound needs --collective and --size"))?;
+    let request = args.collective.request()?;
     let c = request.resolve(&topology)?;
     let b = bound::bounds(&topology, &c);
     let cut = b.cut.map(|t| t.ns_string()).unwrap_or_default();
@@ -298,6 +420,7 @@ fn bound(args: BoundArgs) -> Result<(), Error> {
 pub fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Synthesize(args) => synthesize(args),
         Command::Bound(args) => bound(args),
     }
 }

@@ -11,6 +11,7 @@ pub mod experiment;
 pub mod report;
 pub mod schedule;
 pub mod sim;
+pub mod synth;
 pub mod topology;
 pub mod units;
 

@@ -1,7 +1,7 @@
 //! Baseline collective algorithms. Each is a producer of the schedule IR: it reads the topology and
 //! the collective and returns a [`Schedule`] that claims that collective.
 
-mod builder;
+pub(crate) mod builder;
 mod collectives;
 mod dbt;
 mod direct;

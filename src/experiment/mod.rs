@@ -10,6 +10,8 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::report::{self, OutputDir, Summary};
 use crate::schedule::{self, Schedule};
 use crate::sim::{self, Observer, SimOptions, SimResult};
+use crate::synth::{self, SynthOptions};
+use crate::units::Time;
 use crate::topology::{NodeId, Topology};
 use crate::Error;
 
@@ -58,11 +60,14 @@ impl CollectiveRequest {
 #[derive(Clone, Debug)]
 pub struct RunSpec {
     pub source: ScheduleSource,
-    pub collective: Option<CollectiveRequest>,
+    /// The collectives to run together; empty for a schedule file that claims nothing.
+    pub collectives: Vec<CollectiveRequest>,
     pub options: SimOptions,
     pub seed: Option<u64>,
     /// Symbolically validate schedules that claim a collective before simulating them.
     pub validate: bool,
+    /// Trials and switch unwinding for the synthesizer (its seed is `seed`, or 1).
+    pub synth: SynthOptions,
 }
 
 /// What one run produced.
@@ -70,6 +75,81 @@ pub struct RunOutcome {
     pub summary: Summary,
     pub schedule: Schedule,
     pub result: SimResult,
+    /// The synthesizer's own estimate of the collective time, when it made the schedule.
+    pub estimate: Option<Time>,
+}
+
+/// The schedules of a run: one per collective, or one file.
+struct Produced {
+    parts: Vec<Schedule>,
+    algorithm: String,
+    estimate: Option<Time>,
+    synthesis_ms: Option<f64>,
+}
+
+fn produce(
+    topology: &Topology,
+    spec: &RunSpec,
+    collectives: &[Collective],
+) -> Result<Produced, Error> {
+    let started = Instant::now();
+    let need_collective = || {
+        if collectives.is_empty() {
+            Err(Error::input(
+                "an algorithm needs --collective and --size (or give --schedule FILE)",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match &spec.source {
+        ScheduleSource::File(path) => {
+            let mut schedule = schedule::load_schedule_file(path)?;
+            match collectives {
+                [] => {}
+                [one] if schedule.collective.is_none() => schedule.collective = Some(one.clone()),
+                [_] => {}
+                _ => {
+                    return Err(Error::input(format!(
+                        "{}: a schedule file implements one collective; give one --collective",
+                        path.display()
+                    )))
+                }
+            }
+            Produced {
+                parts: vec![schedule],
+                algorithm: file_label(path),
+                estimate: None,
+                synthesis_ms: None,
+            }
+        }
+        ScheduleSource::Algorithm(Algorithm::Tacos) => {
+            need_collective()?;
+            let options = SynthOptions {
+                seed: spec.seed.unwrap_or(spec.synth.seed),
+                ..spec.synth.clone()
+            };
+            let synthesis = synth::synthesize(topology, collectives, &options)?;
+            Produced {
+                parts: synthesis.schedules,
+                algorithm: Algorithm::Tacos.name().to_string(),
+                estimate: Some(synthesis.estimate),
+                synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+            }
+        }
+        ScheduleSource::Algorithm(algorithm) => {
+            need_collective()?;
+            Produced {
+                parts: collectives
+                    .iter()
+                    .map(|c| algorithms::generate(*algorithm, topology, c))
+                    .collect::<Result<_, _>>()?,
+                algorithm: algorithm.name().to_string(),
+                estimate: None,
+                synthesis_ms: None,
+            }
+        }
+    })
 }
 
 /// Produces the schedule, simulates it and summarises the run.
@@ -78,39 +158,38 @@ pub fn execute(
     spec: &RunSpec,
     observer: &mut dyn Observer,
 ) -> Result<RunOutcome, Error> {
-    let collective = spec
-        .collective
-        .as_ref()
+    let collectives = spec
+        .collectives
+        .iter()
         .map(|c| c.resolve(topology))
-        .transpose()?;
-    let started = Instant::now();
-    let (mut schedule, algorithm_name) = match &spec.source {
-        ScheduleSource::File(path) => (schedule::load_schedule_file(path)?, file_label(path)),
-        ScheduleSource::Algorithm(algorithm) => {
-            let collective = collective.as_ref().ok_or_else(|| {
-                Error::input("an algorithm needs --collective and --size (or give --schedule FILE)")
-            })?;
-            (
-                algorithms::generate(*algorithm, topology, collective)?,
-                algorithm.name().to_string(),
-            )
-        }
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut produced = produce(topology, spec, &collectives)?;
+    // One collective: its schedule is simulated and validated as it is. Several: each part is
+    // validated against its own collective and the parts are simulated together.
+    let (schedule, parts) = if produced.parts.len() == 1 {
+        (produced.parts.pop().expect("one part"), Vec::new())
+    } else {
+        (Schedule::concat(&produced.parts), produced.parts)
     };
-    let synthesis_ms = matches!(spec.source, ScheduleSource::Algorithm(Algorithm::Tacos))
-        .then(|| started.elapsed().as_secs_f64() * 1e3);
-    if schedule.collective.is_none() {
-        schedule.collective = collective.clone();
-    }
     schedule.check(topology)?;
     // Validation and simulation are independent once the structure is checked, so the validator
     // runs on a second thread beside the simulator (2 cores: wall time max(v, s) instead of v + s).
     // Nothing is reported unless both succeed, so an invalid schedule never yields a result.
-    let claim = schedule.collective.clone().filter(|_| spec.validate);
+    let claimed: Vec<&Schedule> = if parts.is_empty() {
+        vec![&schedule]
+    } else {
+        parts.iter().collect()
+    };
     let seed = spec.seed.unwrap_or(VALIDATION_SEED);
     let (validation, result) = std::thread::scope(|scope| {
-        let validator = claim
-            .as_ref()
-            .map(|claim| scope.spawn(|| schedule::validate(&schedule, claim, seed)));
+        let validator = spec.validate.then(|| {
+            scope.spawn(|| {
+                claimed.iter().try_for_each(|s| match &s.collective {
+                    Some(claim) => schedule::validate(s, claim, seed),
+                    None => Ok(()),
+                })
+            })
+        });
         let result = sim::simulate(topology, &schedule, &spec.options, observer);
         let validation =
             validator.map_or(Ok(()), |v| v.join().expect("the validator does not panic"));
@@ -118,32 +197,57 @@ pub fn execute(
     });
     validation?;
     let result = result?;
-    let bound = collective
-        .as_ref()
-        .map(|c| bound::bounds(topology, c).total());
+    drop(parts);
+    let claims: Vec<Collective> = match &schedule.collective {
+        Some(c) => vec![c.clone()],
+        None => collectives,
+    };
+    let bound = claims
+        .iter()
+        .map(|c| bound::bounds(topology, c).total())
+        .max();
+    let single = (claims.len() == 1).then(|| &claims[0]);
+    let same = |f: &dyn Fn(&Collective) -> u64| {
+        let first = claims.first().map(f)?;
+        claims.iter().all(|c| f(c) == first).then_some(first)
+    };
     let summary = Summary {
         topology: topology.name().to_string(),
-        npus: collective
-            .as_ref()
-            .map_or(topology.active_npus().len() as u32, |c| c.ranks()),
-        collective: collective
-            .as_ref()
-            .map_or("schedule".to_string(), |c| c.kind.name().to_string()),
-        algorithm: algorithm_name,
-        size_bytes: collective.as_ref().map(|c| c.size),
-        chunks_per_npu: collective.as_ref().map(|c| c.chunks),
+        npus: claims
+            .iter()
+            .map(Collective::ranks)
+            .max()
+            .unwrap_or(topology.active_npus().len() as u32),
+        collective: if claims.is_empty() {
+            "schedule".to_string()
+        } else {
+            claims
+                .iter()
+                .map(|c| c.kind.name())
+                .collect::<Vec<_>>()
+                .join("+")
+        },
+        algorithm: produced.algorithm,
+        size_bytes: same(&|c| c.size),
+        chunks_per_npu: same(&|c| c.chunks as u64).map(|k| k as u32),
         collective_time: result.finish,
-        busbw_factor: collective.as_ref().map(|c| c.kind.busbw_factor(c.ranks())),
+        busbw_factor: single.map(|c| c.kind.busbw_factor(c.ranks())),
         bound,
         transfers: schedule.len(),
-        synthesis_ms,
-        seed: spec.seed,
+        synthesis_ms: produced.synthesis_ms,
+        seed: match spec.source {
+            ScheduleSource::Algorithm(Algorithm::Tacos) => {
+                Some(spec.seed.unwrap_or(spec.synth.seed))
+            }
+            _ => spec.seed,
+        },
         time_model: spec.options.time_model.name().to_string(),
     };
     Ok(RunOutcome {
         summary,
         schedule,
         result,
+        estimate: produced.estimate,
     })
 }
 
@@ -153,9 +257,16 @@ fn file_label(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// Writes `summary.csv`, `transfers.csv` and `links.csv` of one run into `dir`.
-pub fn write_outputs(topology: &Topology, outcome: &RunOutcome, dir: &Path) -> Result<(), Error> {
+/// Writes `summary.csv`, `transfers.csv` and `links.csv` of one run into `dir`, and whatever
+/// `extra` adds, all committed together.
+pub fn write_outputs(
+    topology: &Topology,
+    outcome: &RunOutcome,
+    dir: &Path,
+    extra: &dyn Fn(&mut OutputDir) -> Result<(), Error>,
+) -> Result<(), Error> {
     let mut out = OutputDir::create(dir)?;
+    extra(&mut out)?;
     report::write_transfers_csv(
         &outcome.schedule,
         &outcome.result,

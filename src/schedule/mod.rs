@@ -209,6 +209,26 @@ impl Schedule {
             .collect()
     }
 
+    /// Several schedules run together as one: transfers in order, dependencies shifted, pieces and
+    /// operations kept. The result claims no collective (each part claims its own).
+    pub fn concat(parts: &[Schedule]) -> Schedule {
+        let mut all = Schedule::with_capacity(parts.iter().map(Schedule::len).sum());
+        for part in parts {
+            let base = all.len() as TransferIndex;
+            let mut deps = Vec::new();
+            for t in 0..part.len() as TransferIndex {
+                deps.clear();
+                deps.extend(part.deps(t).iter().map(|&d| d + base));
+                let index = all.push(part.transfer(t), &deps);
+                if let Some(pieces) = part.pieces(t) {
+                    all.set_pieces(index, pieces);
+                }
+                all.set_op(index, part.op(t));
+            }
+        }
+        all
+    }
+
     /// For each transfer, the transfers that depend on it (CSR: offsets, list).
     pub fn dependents(&self) -> (Vec<u32>, Vec<TransferIndex>) {
         let n = self.len();
@@ -250,6 +270,19 @@ mod tests {
         assert_eq!(s.deps(2), &[0, 1]);
         let (start, list) = s.dependents();
         assert_eq!(&list[start[0] as usize..start[1] as usize], &[2]);
+    }
+
+    #[test]
+    fn concatenation_shifts_dependencies_and_keeps_operations() {
+        let mut a = Schedule::new();
+        a.push(t(0, 1), &[]);
+        a.push_data(t(1, 2), &[0], (0, 1), Op::Reduce);
+        let both = Schedule::concat(&[a.clone(), a]);
+        assert_eq!(both.len(), 4);
+        assert_eq!(both.deps(3), &[2]);
+        assert_eq!(both.op(3), Op::Reduce);
+        assert_eq!(both.pieces(3), Some((0, 1)));
+        assert!(both.collective.is_none());
     }
 
     #[test]

@@ -1,0 +1,393 @@
+//! One run of TACOS greedy link-chunk matching.
+//!
+//! Event-driven over link-free and arrival times. At each event time, every NPU with a free
+//! incoming link matches chunks to those links: the fastest links choose first (earliest
+//! arrival), ties in random order, and each link takes a chunk its source already holds and its
+//! destination neither holds nor has on the way. A link sends the chunks that reached its source
+//! in arrival order, choosing at random among those that arrived together: that keeps every
+//! link's order the order the simulator's FIFO queues will serve, so the synthesizer's time
+//! estimate is the simulated time of its schedule. Decisions of different destinations are
+//! independent (each link has one destination), so the bookkeeping is per link and per NPU:
+//! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::network::Network;
+use crate::sim::TimeModel;
+use crate::units::Time;
+use crate::Error;
+
+/// No transfer: the chunk was held from the start.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// How many chunks that reached a link's source together a random choice looks at.
+const TIE_WINDOW: usize = 64;
+
+/// Which NPUs must end up holding a chunk.
+#[derive(Clone, Debug)]
+pub(crate) enum Members {
+    All,
+    /// One flag per local NPU.
+    Some(Vec<bool>),
+}
+
+impl Members {
+    fn wants(&self, npu: u32) -> bool {
+        match self {
+            Members::All => true,
+            Members::Some(flags) => flags[npu as usize],
+        }
+    }
+}
+
+/// A chunk that `npu` holds from time `ready` on, before any matching.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding {
+    pub npu: u32,
+    pub chunk: u32,
+    pub ready: Time,
+}
+
+/// What to spread: chunk sizes, who holds what at first, who must get what.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Problem {
+    pub chunk_bytes: Vec<u64>,
+    /// Index into `groups` for each chunk.
+    pub chunk_group: Vec<u32>,
+    pub groups: Vec<Members>,
+    pub initial: Vec<Holding>,
+}
+
+impl Problem {
+    pub fn chunks(&self) -> u32 {
+        self.chunk_bytes.len() as u32
+    }
+
+    fn wants(&self, npu: u32, chunk: u32) -> bool {
+        self.groups[self.chunk_group[chunk as usize] as usize].wants(npu)
+    }
+}
+
+/// One matched send: `chunk` over network link `link` from `start`, arriving at `arrive`, after
+/// send `via` brought the chunk to the link's source (`NONE`: it was there from the start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Send {
+    pub link: u32,
+    pub chunk: u32,
+    pub via: u32,
+    pub start: Time,
+    pub arrive: Time,
+}
+
+/// A chunk waiting at a link's source.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    ready: Time,
+    chunk: u32,
+    via: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    LinkFree { link: u32 },
+    Arrive { npu: u32, chunk: u32, send: u32 },
+}
+
+/// The random stream of one trial: the same (seed, stream) always gives the same choices.
+pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+struct State<'a> {
+    net: &'a Network,
+    problem: &'a Problem,
+    words: usize,
+    /// Per NPU, a bit per chunk: held or on its way.
+    claimed: Vec<u64>,
+    queues: Vec<VecDeque<Candidate>>,
+    free: Vec<bool>,
+    /// Per chunk, how many NPUs hold it or have it on the way.
+    holders: Vec<u32>,
+    /// When each link finishes its current send and the sends left to it by slower links.
+    planned_until: Vec<Time>,
+    /// Link-free delay of the largest chunk on each link.
+    serialization: Vec<Time>,
+    /// Arrival delay of the largest chunk on each link.
+    delay: Vec<Time>,
+    /// Link order key: the arrival delay of the largest chunk (fastest link chooses first).
+    rank: Vec<Time>,
+    events: BinaryHeap<Reverse<(Time, Event)>>,
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
+    remaining: u64,
+    sends: u32,
+    makespan: Time,
+}
+
+impl State<'_> {
+    fn claimed(&self, npu: u32, chunk: u32) -> bool {
+        self.claimed[npu as usize * self.words + chunk as usize / 64] >> (chunk % 64) & 1 == 1
+    }
+
+    fn claim(&mut self, npu: u32, chunk: u32) {
+        self.holders[chunk as usize] += 1;
+        self.claimed[npu as usize * self.words + chunk as usize / 64] |= 1 << (chunk % 64);
+    }
+
+    fn mark_dirty(&mut self, npu: u32) {
+        if !self.is_dirty[npu as usize] {
+            self.is_dirty[npu as usize] = true;
+            self.dirty.push(npu);
+        }
+    }
+
+    fn arrive(&mut self, npu: u32, chunk: u32, via: u32, now: Time) {
+        for &l in self.net.out_links(npu) {
+            let w = self.net.links[l as usize].dst;
+            if !self.problem.wants(w, chunk) || self.claimed(w, chunk) {
+                continue;
+            }
+            self.queues[l as usize].push_back(Candidate {
+                ready: now,
+                chunk,
+                via,
+            });
+            if self.free[l as usize] {
+                self.mark_dirty(w);
+            }
+        }
+    }
+
+    /// The faster link into `dst` that could deliver `chunk` before link `l` started now would,
+    /// if any: its source holds the chunk (or has it on the way) and its planned sends leave room.
+    /// On heterogeneous networks the slow link leaves such chunks to the fast one.
+    fn better_elsewhere(&self, l: u32, dst: u32, chunk: u32, now: Time) -> Option<u32> {
+        let here = now + self.delay[l as usize];
+        self.net
+            .in_links(dst)
+            .iter()
+            .copied()
+            .filter(|&m| m != l && self.delay[m as usize] < self.delay[l as usize])
+            .map(|m| (self.planned_until[m as usize].max(now) + self.delay[m as usize], m))
+            .filter(|&(arrive, m)| {
+                arrive < here && self.claimed(self.net.links[m as usize].src, chunk)
+            })
+            .min()
+            .map(|(_, m)| m)
+    }
+
+    /// Takes the next chunk of link `l`'s queue for its destination `dst`: the earliest arrived,
+    /// a random one among those that arrived together. Drops chunks `dst` no longer needs from
+    /// this link (held, on the way, or sooner by a faster link), so the link's sends stay in the
+    /// order their chunks reached its source.
+    fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
+        loop {
+            let chunk = self.queues[l as usize].front()?.chunk;
+            if self.claimed(dst, chunk) {
+                self.queues[l as usize].pop_front();
+            } else if let Some(m) = self.better_elsewhere(l, dst, chunk, now) {
+                // Leave it to `m` and book the time it will take there.
+                self.queues[l as usize].pop_front();
+                let planned = &mut self.planned_until[m as usize];
+                *planned = (*planned).max(now) + self.serialization[m as usize];
+            } else {
+                break;
+            }
+        }
+        let skip = |s: &Self, c: u32| s.claimed(dst, c) || s.better_elsewhere(l, dst, c, now).is_some();
+        let queue = &self.queues[l as usize];
+        let ready = queue[0].ready;
+        // Rarest first (fewest NPUs hold it or have it coming), then at random.
+        let (mut chosen, mut seen, mut rarest) = (0, 0u32, u32::MAX);
+        for (i, c) in queue.iter().enumerate().take(TIE_WINDOW) {
+            if c.ready != ready {
+                break;
+            }
+            if i > 0 && skip(self, c.chunk) {
+                continue;
+            }
+            let holders = self.holders[c.chunk as usize];
+            if holders < rarest {
+                (rarest, seen) = (holders, 0);
+            } else if holders > rarest {
+                continue;
+            }
+            seen += 1;
+            if seen == 1 || rng.random_range(0..seen) == 0 {
+                chosen = i;
+            }
+        }
+        let queue = &mut self.queues[l as usize];
+        queue.swap(0, chosen);
+        queue.pop_front()
+    }
+
+    fn match_into(
+        &mut self,
+        dst: u32,
+        now: Time,
+        links: &mut Vec<u32>,
+        rng: &mut ChaCha8Rng,
+        sink: &mut dyn FnMut(&Send),
+    ) {
+        links.clear();
+        links.extend(
+            self.net
+                .in_links(dst)
+                .iter()
+                .copied()
+                .filter(|&l| self.free[l as usize] && !self.queues[l as usize].is_empty()),
+        );
+        if links.is_empty() {
+            return;
+        }
+        links.shuffle(rng);
+        links.sort_by_key(|&l| self.rank[l as usize]);
+        for &l in links.iter() {
+            let Some(c) = self.pick(l, dst, now, rng) else {
+                continue;
+            };
+            let link = self.net.links[l as usize];
+            let bytes = self.problem.chunk_bytes[c.chunk as usize];
+            let (free_after, arrive_after) =
+                TimeModel::Exact.delays(bytes, link.bandwidth, link.latency);
+            let send = Send {
+                link: l,
+                chunk: c.chunk,
+                via: c.via,
+                start: now,
+                arrive: now + arrive_after,
+            };
+            self.claim(dst, c.chunk);
+            self.free[l as usize] = false;
+            let planned = &mut self.planned_until[l as usize];
+            *planned = (*planned).max(now + free_after);
+            self.remaining -= 1;
+            self.makespan = self.makespan.max(send.arrive);
+            self.events
+                .push(Reverse((now + free_after, Event::LinkFree { link: l })));
+            self.events.push(Reverse((
+                send.arrive,
+                Event::Arrive {
+                    npu: dst,
+                    chunk: c.chunk,
+                    send: self.sends,
+                },
+            )));
+            self.sends += 1;
+            sink(&send);
+        }
+    }
+}
+
+/// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` in
+/// issue order (by start time). Returns the time the last chunk arrives.
+pub(crate) fn run(
+    net: &Network,
+    problem: &Problem,
+    rng: &mut ChaCha8Rng,
+    sink: &mut dyn FnMut(&Send),
+) -> Result<Time, Error> {
+    let n = net.npus();
+    let chunks = problem.chunks();
+    let words = chunks.div_ceil(64) as usize;
+    let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
+    let delay: Vec<Time> = net
+        .links
+        .iter()
+        .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency).1)
+        .collect();
+    let mut state = State {
+        net,
+        problem,
+        words,
+        claimed: vec![0; n as usize * words],
+        queues: vec![VecDeque::new(); net.links.len()],
+        free: vec![true; net.links.len()],
+        holders: vec![0; chunks as usize],
+        planned_until: vec![Time::ZERO; net.links.len()],
+        serialization: net
+            .links
+            .iter()
+            .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency).0)
+            .collect(),
+        delay: delay.clone(),
+        rank: delay,
+        events: BinaryHeap::new(),
+        dirty: Vec::new(),
+        is_dirty: vec![false; n as usize],
+        remaining: 0,
+        sends: 0,
+        makespan: Time::ZERO,
+    };
+    let mut chunks_per_group = vec![0u64; problem.groups.len()];
+    for &g in &problem.chunk_group {
+        chunks_per_group[g as usize] += 1;
+    }
+    for (group, &count) in problem.groups.iter().zip(&chunks_per_group) {
+        let members = match group {
+            Members::All => n as u64,
+            Members::Some(flags) => flags.iter().filter(|&&f| f).count() as u64,
+        };
+        state.remaining += members * count;
+    }
+    for h in &problem.initial {
+        if !state.claimed(h.npu, h.chunk) {
+            state.claim(h.npu, h.chunk);
+            if problem.wants(h.npu, h.chunk) {
+                state.remaining -= 1;
+            }
+        }
+        state.events.push(Reverse((
+            h.ready,
+            Event::Arrive {
+                npu: h.npu,
+                chunk: h.chunk,
+                send: NONE,
+            },
+        )));
+    }
+    let mut links = Vec::new();
+    while let Some(&Reverse((now, _))) = state.events.peek() {
+        while let Some(&Reverse((t, event))) = state.events.peek() {
+            if t != now {
+                break;
+            }
+            state.events.pop();
+            match event {
+                Event::LinkFree { link } => {
+                    state.free[link as usize] = true;
+                    if !state.queues[link as usize].is_empty() {
+                        state.mark_dirty(net.links[link as usize].dst);
+                    }
+                }
+                Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
+            }
+        }
+        let mut dirty = std::mem::take(&mut state.dirty);
+        for &dst in &dirty {
+            state.is_dirty[dst as usize] = false;
+            state.match_into(dst, now, &mut links, rng, sink);
+        }
+        dirty.clear();
+        state.dirty = dirty;
+    }
+    if state.remaining > 0 {
+        let (npu, chunk) = (0..n)
+            .flat_map(|v| (0..chunks).map(move |c| (v, c)))
+            .find(|&(v, c)| problem.wants(v, c) && !state.claimed(v, c))
+            .expect("a pair is missing when some remain");
+        return Err(Error::input(format!(
+            "synthesis cannot deliver chunk {chunk} to NPU {}: no path through NPUs that take part",
+            net.nodes[npu as usize]
+        )));
+    }
+    Ok(state.makespan)
+}

@@ -1,0 +1,326 @@
+//! The TACOS-style synthesizer: topology-aware collective schedules by greedy link-chunk matching
+//! over a time-expanded network. A producer of the schedule IR like the baselines; what it
+//! produces is validated and simulated like any other schedule.
+//!
+//! All-gather and broadcast spread chunks forward ([`greedy::run`]). Reduce-scatter and reduce
+//! are the same spreading on the transposed network, run backwards in time with reductions.
+//! All-reduce is reduce-scatter, then all-gather of each piece from the moment its reduction is
+//! done. Several collectives at once are matched together, sharing the links.
+
+mod greedy;
+mod network;
+
+pub use network::default_unwind_degree;
+
+use rayon::prelude::*;
+
+use crate::algorithms::builder::Builder;
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::{Op, Schedule, Transfer};
+use crate::topology::Topology;
+use crate::units::Time;
+use crate::Error;
+use greedy::{Holding, Members, Problem, Send, NONE};
+use network::Network;
+
+/// Trials when the user gives no `--trials`: enough to reach the TACOS reference's quality on
+/// the reference cases, few enough to stay within a second on a 32x32 mesh with two cores.
+pub const DEFAULT_TRIALS: u32 = 4;
+
+/// How to synthesize.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    /// Seed of the random choices: the same seed gives the same schedule.
+    pub seed: u64,
+    /// Independent seeded trials; the fastest (by the synthesizer's estimate) is kept.
+    pub trials: u32,
+    /// Logical links per NPU when switches are unwound (default per switch size).
+    pub unwind_degree: Option<u32>,
+}
+
+impl Default for SynthOptions {
+    fn default() -> SynthOptions {
+        SynthOptions {
+            seed: 1,
+            trials: DEFAULT_TRIALS,
+            unwind_degree: None,
+        }
+    }
+}
+
+/// A synthesized schedule per collective and the synthesizer's own time estimate.
+#[derive(Debug)]
+pub struct Synthesis {
+    /// One schedule per requested collective, each claiming its collective. Run together they
+    /// share the network.
+    pub schedules: Vec<Schedule>,
+    /// Completion time by the synthesizer's link model. On point-to-point networks it equals the
+    /// simulated time of a lone collective; unwound switches and concurrent collectives make the
+    /// simulation the judge.
+    pub estimate: Time,
+}
+
+/// Which way a collective's chunks travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// Spread from holders to everyone (all-gather, broadcast).
+    Forward,
+    /// Gathered with reductions: spreading on the transposed network, reversed.
+    Reverse,
+}
+
+/// The chunks of one collective in a joint problem.
+struct Part {
+    collective: usize,
+    first_chunk: u32,
+    pieces: u32,
+}
+
+fn members(net: &Network, c: &Collective) -> Members {
+    if c.npus.len() == net.nodes.len() {
+        return Members::All;
+    }
+    let mut flags = vec![false; net.nodes.len()];
+    for &v in &c.npus {
+        flags[net.local[v as usize] as usize] = true;
+    }
+    Members::Some(flags)
+}
+
+/// The pieces of `c` and, for each, the rank that holds it before spreading in `direction`
+/// (`None`: the collective has no phase in that direction).
+fn phase(c: &Collective, direction: Direction) -> Result<Option<Vec<u32>>, Error> {
+    use CollectiveKind::*;
+    let owners = |rooted: bool| -> Vec<u32> {
+        (0..c.piece_count())
+            .map(|p| if rooted { c.root_rank } else { p / c.chunks })
+            .collect()
+    };
+    Ok(match (c.kind, direction) {
+        (AllGather, Direction::Forward) | (ReduceScatter, Direction::Reverse) => {
+            Some(owners(false))
+        }
+        (AllReduce, _) => Some(owners(false)),
+        (Broadcast, Direction::Forward) | (Reduce, Direction::Reverse) => Some(owners(true)),
+        (AllGather | ReduceScatter | Broadcast | Reduce, _) => None,
+        (AllToAll | Gather | Scatter, _) => {
+            return Err(Error::input(format!(
+                "the tacos synthesizer does not build {} (it builds all-gather, reduce-scatter, \
+                 all-reduce, broadcast and reduce); use ring, direct or hierarchical",
+                c.kind
+            )))
+        }
+    })
+}
+
+/// Builds the joint spreading problem of `direction`. `ready` gives, per collective, a time
+/// from which each piece is available (all-reduce's all-gather waits for its reduce-scatter).
+fn problem(
+    net: &Network,
+    collectives: &[Collective],
+    direction: Direction,
+    ready: &dyn Fn(usize, u32) -> Time,
+) -> Result<(Problem, Vec<Part>), Error> {
+    let mut p = Problem::default();
+    let mut parts = Vec::new();
+    for (i, c) in collectives.iter().enumerate() {
+        let Some(owners) = phase(c, direction)? else {
+            continue;
+        };
+        let first_chunk = p.chunks();
+        let group = p.groups.len() as u32;
+        p.groups.push(members(net, c));
+        for (piece, &owner) in owners.iter().enumerate() {
+            let piece = piece as u32;
+            p.chunk_bytes.push(c.piece_bytes(piece, piece + 1));
+            p.chunk_group.push(group);
+            p.initial.push(Holding {
+                npu: net.local[c.npus[owner as usize] as usize],
+                chunk: first_chunk + piece,
+                ready: ready(i, piece),
+            });
+        }
+        parts.push(Part {
+            collective: i,
+            first_chunk,
+            pieces: owners.len() as u32,
+        });
+    }
+    if p.chunks() as u64 * net.npus() as u64 > (1u64 << 40) {
+        return Err(Error::input(format!(
+            "{} chunks over {} NPUs is beyond what the synthesizer can track",
+            p.chunks(),
+            net.npus()
+        )));
+    }
+    Ok((p, parts))
+}
+
+/// The random stream of trial `k` in `direction`.
+fn stream(direction: Direction, k: u32) -> u64 {
+    ((k as u64) << 1) | (direction == Direction::Reverse) as u64
+}
+
+/// Runs the trials and returns the best trial's index and time (the first among equals).
+fn best_trial(
+    net: &Network,
+    p: &Problem,
+    options: &SynthOptions,
+    direction: Direction,
+) -> Result<u32, Error> {
+    if options.trials <= 1 {
+        return Ok(0);
+    }
+    let times = (0..options.trials)
+        .into_par_iter()
+        .map(|k| {
+            let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
+            greedy::run(net, p, &mut rng, &mut |_| {})
+        })
+        .collect::<Result<Vec<Time>, Error>>()?;
+    let best = (0..options.trials)
+        .min_by_key(|&k| (times[k as usize], k))
+        .expect("at least one trial");
+    Ok(best)
+}
+
+/// The sends of the best trial, in issue order, and its completion time.
+fn plan(
+    net: &Network,
+    p: &Problem,
+    options: &SynthOptions,
+    direction: Direction,
+) -> Result<(Vec<Send>, Time), Error> {
+    let k = best_trial(net, p, options, direction)?;
+    let mut sends = Vec::new();
+    let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
+    let time = greedy::run(net, p, &mut rng, &mut |s| sends.push(*s))?;
+    Ok((sends, time))
+}
+
+/// Synthesizes schedules for `collectives`, all over NPUs of `topology`, run together.
+pub fn synthesize(
+    topology: &Topology,
+    collectives: &[Collective],
+    options: &SynthOptions,
+) -> Result<Synthesis, Error> {
+    if options.trials == 0 {
+        return Err(Error::input("--trials must be at least 1"));
+    }
+    let net = Network::from_topology(topology, options.unwind_degree)?;
+    let zero = |_: usize, _: u32| Time::ZERO;
+    let (reverse, reverse_parts) = problem(&net, collectives, Direction::Reverse, &zero)?;
+    if reverse_parts.is_empty() && collectives.len() == 1 {
+        let (forward, _) = problem(&net, collectives, Direction::Forward, &zero)?;
+        return stream_forward(&net, &forward, &collectives[0], options);
+    }
+    let transposed = net.transposed();
+    let (reverse_sends, reverse_time) = if reverse_parts.is_empty() {
+        (Vec::new(), Time::ZERO)
+    } else {
+        plan(&transposed, &reverse, options, Direction::Reverse)?
+    };
+    // Reversed, a send that left a chunk's first holder at `start` is the last reduction into it,
+    // done at `reverse_time - start`: from then on all-reduce can spread the reduced piece.
+    let mut reduced_at = vec![reverse_time; reverse.chunks() as usize];
+    for s in reverse_sends.iter().filter(|s| s.via == NONE) {
+        let t = &mut reduced_at[s.chunk as usize];
+        *t = (*t).min(reverse_time - s.start);
+    }
+    let ready = |i: usize, piece: u32| match collectives[i].kind {
+        CollectiveKind::AllReduce => {
+            let part = reverse_parts
+                .iter()
+                .find(|p| p.collective == i)
+                .expect("all-reduce has a reduce-scatter part");
+            reduced_at[(part.first_chunk + piece) as usize]
+        }
+        _ => Time::ZERO,
+    };
+    let (forward, forward_parts) = problem(&net, collectives, Direction::Forward, &ready)?;
+    let (forward_sends, forward_time) = if forward_parts.is_empty() {
+        (Vec::new(), Time::ZERO)
+    } else {
+        plan(&net, &forward, options, Direction::Forward)?
+    };
+
+    let mut builders: Vec<Builder> = collectives.iter().map(Builder::new).collect();
+    let ranks: Vec<Vec<u32>> = collectives
+        .iter()
+        .map(|c| {
+            let mut rank = vec![u32::MAX; net.nodes.len()];
+            for (r, &v) in c.npus.iter().enumerate() {
+                rank[net.local[v as usize] as usize] = r as u32;
+            }
+            rank
+        })
+        .collect();
+    let owner_of = |parts: &[Part], chunk: u32| -> (usize, u32) {
+        let part = parts
+            .iter()
+            .find(|p| (p.first_chunk..p.first_chunk + p.pieces).contains(&chunk))
+            .expect("every chunk belongs to a part");
+        (part.collective, chunk - part.first_chunk)
+    };
+    // Reverse sends run backwards: latest arrival first; on the original network each one goes
+    // from the transposed link's destination to its source, reducing.
+    let mut order: Vec<u32> = (0..reverse_sends.len() as u32).collect();
+    order.sort_by_key(|&i| {
+        let s = &reverse_sends[i as usize];
+        (std::cmp::Reverse(s.arrive), std::cmp::Reverse(i))
+    });
+    for i in order {
+        let s = reverse_sends[i as usize];
+        let link = transposed.links[s.link as usize];
+        let (c, piece) = owner_of(&reverse_parts, s.chunk);
+        builders[c].send(
+            ranks[c][link.dst as usize],
+            ranks[c][link.src as usize],
+            (piece, piece + 1),
+            Op::Reduce,
+        );
+    }
+    for s in &forward_sends {
+        let link = net.links[s.link as usize];
+        let (c, piece) = owner_of(&forward_parts, s.chunk);
+        builders[c].send(
+            ranks[c][link.src as usize],
+            ranks[c][link.dst as usize],
+            (piece, piece + 1),
+            Op::Copy,
+        );
+    }
+    Ok(Synthesis {
+        schedules: builders.into_iter().map(Builder::finish).collect(),
+        estimate: reverse_time.max(forward_time),
+    })
+}
+
+/// One forward collective, written straight into its schedule as the best trial is re-run: no
+/// plan is held in memory, so the largest all-gathers fit (a 128x128 mesh has 268M transfers).
+fn stream_forward(
+    net: &Network,
+    p: &Problem,
+    c: &Collective,
+    options: &SynthOptions,
+) -> Result<Synthesis, Error> {
+    let k = best_trial(net, p, options, Direction::Forward)?;
+    let expected = p.chunks() as usize * (c.ranks() as usize - 1);
+    let mut schedule = Schedule::with_capacity(expected);
+    let mut rng = greedy::trial_rng(options.seed, stream(Direction::Forward, k));
+    let estimate = greedy::run(net, p, &mut rng, &mut |s| {
+        let link = net.links[s.link as usize];
+        let transfer = Transfer {
+            src: net.nodes[link.src as usize],
+            dst: net.nodes[link.dst as usize],
+            bytes: p.chunk_bytes[s.chunk as usize],
+        };
+        let deps: &[u32] = if s.via == NONE { &[] } else { &[s.via] };
+        schedule.push_data(transfer, deps, (s.chunk, s.chunk + 1), Op::Copy);
+    })?;
+    schedule.collective = Some(c.clone());
+    Ok(Synthesis {
+        schedules: vec![schedule],
+        estimate,
+    })
+}
