@@ -186,6 +186,14 @@ impl<E> Default for RadixQueue<E> {
 }
 
 impl<E> RadixQueue<E> {
+    /// Pops another event at the time of the last pop, if any is left: lets a caller handle all
+    /// events of one instant before acting on them.
+    pub fn pop_same_time(&mut self) -> Option<E> {
+        let event = self.now.pop_front()?;
+        self.len -= 1;
+        Some(event)
+    }
+
     #[inline]
     fn bucket_of(&self, time: u64) -> usize {
         64 - (time ^ self.last).leading_zeros() as usize

@@ -10,15 +10,14 @@
 //! independent (each link has one destination), so the bookkeeping is per link and per NPU:
 //! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::network::Network;
-use crate::sim::TimeModel;
+use crate::sim::{EventQueue, RadixQueue, TimeModel};
 use crate::units::Time;
 use crate::Error;
 
@@ -69,6 +68,9 @@ impl Problem {
     }
 
     fn wants(&self, npu: u32, chunk: u32) -> bool {
+        if let [Members::All] = self.groups[..] {
+            return true;
+        }
         self.groups[self.chunk_group[chunk as usize] as usize].wants(npu)
     }
 }
@@ -92,7 +94,7 @@ struct Candidate {
     via: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     LinkFree { link: u32 },
     Arrive { npu: u32, chunk: u32, send: u32 },
@@ -113,6 +115,8 @@ struct State<'a> {
     claimed: Vec<u64>,
     queues: Vec<VecDeque<Candidate>>,
     free: Vec<bool>,
+    /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
+    has_faster_sibling: Vec<bool>,
     /// Per chunk, how many NPUs hold it or have it on the way.
     holders: Vec<u32>,
     /// When each link finishes its current send and the sends left to it by slower links.
@@ -121,9 +125,9 @@ struct State<'a> {
     serialization: Vec<Time>,
     /// Arrival delay of the largest chunk on each link.
     delay: Vec<Time>,
-    /// Link order key: the arrival delay of the largest chunk (fastest link chooses first).
-    rank: Vec<Time>,
-    events: BinaryHeap<Reverse<(Time, Event)>>,
+    /// The largest chunk, whose delays are precomputed.
+    largest: u64,
+    events: RadixQueue<Event>,
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     remaining: u64,
@@ -169,6 +173,9 @@ impl State<'_> {
     /// if any: its source holds the chunk (or has it on the way) and its planned sends leave room.
     /// On heterogeneous networks the slow link leaves such chunks to the fast one.
     fn better_elsewhere(&self, l: u32, dst: u32, chunk: u32, now: Time) -> Option<u32> {
+        if !self.has_faster_sibling[l as usize] {
+            return None;
+        }
         let here = now + self.delay[l as usize];
         self.net
             .in_links(dst)
@@ -249,15 +256,18 @@ impl State<'_> {
             return;
         }
         links.shuffle(rng);
-        links.sort_by_key(|&l| self.rank[l as usize]);
+        links.sort_by_key(|&l| self.delay[l as usize]);
         for &l in links.iter() {
             let Some(c) = self.pick(l, dst, now, rng) else {
                 continue;
             };
             let link = self.net.links[l as usize];
             let bytes = self.problem.chunk_bytes[c.chunk as usize];
-            let (free_after, arrive_after) =
-                TimeModel::Exact.delays(bytes, link.bandwidth, link.latency);
+            let (free_after, arrive_after) = if bytes == self.largest {
+                (self.serialization[l as usize], self.delay[l as usize])
+            } else {
+                TimeModel::Exact.delays(bytes, link.bandwidth, link.latency)
+            };
             let send = Send {
                 link: l,
                 chunk: c.chunk,
@@ -272,15 +282,15 @@ impl State<'_> {
             self.remaining -= 1;
             self.makespan = self.makespan.max(send.arrive);
             self.events
-                .push(Reverse((now + free_after, Event::LinkFree { link: l })));
-            self.events.push(Reverse((
+                .push(now + free_after, Event::LinkFree { link: l });
+            self.events.push(
                 send.arrive,
                 Event::Arrive {
                     npu: dst,
                     chunk: c.chunk,
                     send: self.sends,
                 },
-            )));
+            );
             self.sends += 1;
             sink(&send);
         }
@@ -299,10 +309,16 @@ pub(crate) fn run(
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
     let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
-    let delay: Vec<Time> = net
+    let (serialization, delay): (Vec<Time>, Vec<Time>) = net
         .links
         .iter()
-        .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency).1)
+        .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency))
+        .unzip();
+    let has_faster_sibling = net
+        .links
+        .iter()
+        .zip(&delay)
+        .map(|(l, &own)| net.in_links(l.dst).iter().any(|&m| delay[m as usize] < own))
         .collect();
     let mut state = State {
         net,
@@ -311,16 +327,13 @@ pub(crate) fn run(
         claimed: vec![0; n as usize * words],
         queues: vec![VecDeque::new(); net.links.len()],
         free: vec![true; net.links.len()],
+        has_faster_sibling,
         holders: vec![0; chunks as usize],
         planned_until: vec![Time::ZERO; net.links.len()],
-        serialization: net
-            .links
-            .iter()
-            .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency).0)
-            .collect(),
-        delay: delay.clone(),
-        rank: delay,
-        events: BinaryHeap::new(),
+        serialization,
+        largest,
+        delay,
+        events: RadixQueue::default(),
         dirty: Vec::new(),
         is_dirty: vec![false; n as usize],
         remaining: 0,
@@ -338,29 +351,29 @@ pub(crate) fn run(
         };
         state.remaining += members * count;
     }
-    for h in &problem.initial {
+    // The radix queue wants its pushes in time order from its last pop on.
+    let mut initial = problem.initial.clone();
+    initial.sort_by_key(|h| h.ready);
+    for h in &initial {
         if !state.claimed(h.npu, h.chunk) {
             state.claim(h.npu, h.chunk);
             if problem.wants(h.npu, h.chunk) {
                 state.remaining -= 1;
             }
         }
-        state.events.push(Reverse((
+        state.events.push(
             h.ready,
             Event::Arrive {
                 npu: h.npu,
                 chunk: h.chunk,
                 send: NONE,
             },
-        )));
+        );
     }
     let mut links = Vec::new();
-    while let Some(&Reverse((now, _))) = state.events.peek() {
-        while let Some(&Reverse((t, event))) = state.events.peek() {
-            if t != now {
-                break;
-            }
-            state.events.pop();
+    while let Some((now, first)) = state.events.pop() {
+        let mut next = Some(first);
+        while let Some(event) = next {
             match event {
                 Event::LinkFree { link } => {
                     state.free[link as usize] = true;
@@ -370,6 +383,7 @@ pub(crate) fn run(
                 }
                 Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
             }
+            next = state.events.pop_same_time();
         }
         let mut dirty = std::mem::take(&mut state.dirty);
         for &dst in &dirty {

@@ -161,15 +161,43 @@ fn stream(direction: Direction, k: u32) -> u64 {
     ((k as u64) << 1) | (direction == Direction::Reverse) as u64
 }
 
-/// Runs the trials and returns the best trial's index and time (the first among equals).
+/// Up to this many sends, every trial keeps its plan so the best one need not be re-run.
+const KEEP_PLANS_UP_TO: u64 = 1 << 22;
+
+/// Runs one trial, collecting its sends.
+fn run_trial(
+    net: &Network,
+    p: &Problem,
+    options: &SynthOptions,
+    direction: Direction,
+    k: u32,
+) -> Result<(Vec<Send>, Time), Error> {
+    let mut sends = Vec::new();
+    let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
+    let time = greedy::run(net, p, &mut rng, &mut |s| sends.push(*s))?;
+    Ok((sends, time))
+}
+
+/// The best of the trials (the first among equal times): its index, and its plan when the plans
+/// are small enough to keep.
 fn best_trial(
     net: &Network,
     p: &Problem,
     options: &SynthOptions,
     direction: Direction,
-) -> Result<u32, Error> {
-    if options.trials <= 1 {
-        return Ok(0);
+) -> Result<(u32, Option<(Vec<Send>, Time)>), Error> {
+    let sends = p.chunks() as u64 * net.npus() as u64;
+    if options.trials <= 1 || sends <= KEEP_PLANS_UP_TO {
+        let plans = (0..options.trials)
+            .into_par_iter()
+            .map(|k| run_trial(net, p, options, direction, k))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let (k, plan) = plans
+            .into_iter()
+            .enumerate()
+            .min_by_key(|(k, (_, time))| (*time, *k))
+            .expect("at least one trial");
+        return Ok((k as u32, Some(plan)));
     }
     let times = (0..options.trials)
         .into_par_iter()
@@ -181,7 +209,7 @@ fn best_trial(
     let best = (0..options.trials)
         .min_by_key(|&k| (times[k as usize], k))
         .expect("at least one trial");
-    Ok(best)
+    Ok((best, None))
 }
 
 /// The sends of the best trial, in issue order, and its completion time.
@@ -191,11 +219,10 @@ fn plan(
     options: &SynthOptions,
     direction: Direction,
 ) -> Result<(Vec<Send>, Time), Error> {
-    let k = best_trial(net, p, options, direction)?;
-    let mut sends = Vec::new();
-    let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
-    let time = greedy::run(net, p, &mut rng, &mut |s| sends.push(*s))?;
-    Ok((sends, time))
+    match best_trial(net, p, options, direction)? {
+        (_, Some(plan)) => Ok(plan),
+        (k, None) => run_trial(net, p, options, direction, k),
+    }
 }
 
 /// Synthesizes schedules for `collectives`, all over NPUs of `topology`, run together.
@@ -304,11 +331,9 @@ fn stream_forward(
     c: &Collective,
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
-    let k = best_trial(net, p, options, Direction::Forward)?;
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
     let mut schedule = Schedule::with_capacity(expected);
-    let mut rng = greedy::trial_rng(options.seed, stream(Direction::Forward, k));
-    let estimate = greedy::run(net, p, &mut rng, &mut |s| {
+    let mut emit = |s: &Send| {
         let link = net.links[s.link as usize];
         let transfer = Transfer {
             src: net.nodes[link.src as usize],
@@ -317,7 +342,17 @@ fn stream_forward(
         };
         let deps: &[u32] = if s.via == NONE { &[] } else { &[s.via] };
         schedule.push_data(transfer, deps, (s.chunk, s.chunk + 1), Op::Copy);
-    })?;
+    };
+    let estimate = match best_trial(net, p, options, Direction::Forward)? {
+        (_, Some((sends, time))) => {
+            sends.iter().for_each(&mut emit);
+            time
+        }
+        (k, None) => {
+            let mut rng = greedy::trial_rng(options.seed, stream(Direction::Forward, k));
+            greedy::run(net, p, &mut rng, &mut emit)?
+        }
+    };
     schedule.collective = Some(c.clone());
     Ok(Synthesis {
         schedules: vec![schedule],
