@@ -9,8 +9,8 @@ use crate::algorithms::Algorithm;
 use crate::bound;
 use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
-use crate::schedule::write_schedule_json;
 use crate::report::SUMMARY_HEADER;
+use crate::schedule::write_schedule_json;
 use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
 use crate::topology::{Topology, TopologyOptions};
@@ -175,9 +175,11 @@ impl CollectiveArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SynthArgs {
     /// Independent seeded synthesis trials, run in parallel; the fastest schedule is kept
-    #[arg(long, default_value_t = crate::synth::DEFAULT_TRIALS)]
-    pub trials: u32,
-    /// Logical links per NPU when a switch is unwound for synthesis [default: min(4, members-1)]
+    /// [default: 4, or 1 when the schedule has over 4M transfers]
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Logical links per NPU when a switch is unwound for synthesis [default: the best of 1, 2
+    /// and 4 by simulated time]
     #[arg(long)]
     pub unwind_degree: Option<u32>,
 }

@@ -49,8 +49,21 @@ impl<'c> Builder<'c> {
     }
 
     /// Sends pieces `lo..hi` from rank `src` to rank `dst` and returns the transfer.
-    pub fn send(&mut self, src: u32, dst: u32, (lo, hi): (u32, u32), op: Op) -> TransferIndex {
+    pub fn send(&mut self, src: u32, dst: u32, pieces: (u32, u32), op: Op) -> TransferIndex {
+        self.send_after(src, dst, pieces, op, &[])
+    }
+
+    /// Like [`Builder::send`], also waiting for the transfers `after` (pacing the issue order).
+    pub fn send_after(
+        &mut self,
+        src: u32,
+        dst: u32,
+        (lo, hi): (u32, u32),
+        op: Op,
+        after: &[TransferIndex],
+    ) -> TransferIndex {
         self.deps.clear();
+        self.deps.extend_from_slice(after);
         for p in lo..hi {
             let from = self.key(src, p);
             self.collect_writers(from);

@@ -11,8 +11,8 @@ use crate::report::{self, OutputDir, Summary};
 use crate::schedule::{self, Schedule};
 use crate::sim::{self, Observer, SimOptions, SimResult};
 use crate::synth::{self, SynthOptions};
-use crate::units::Time;
 use crate::topology::{NodeId, Topology};
+use crate::units::Time;
 use crate::Error;
 
 /// Seed of the symbolic values when the run has none.

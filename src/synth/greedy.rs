@@ -10,14 +10,13 @@
 //! independent (each link has one destination), so the bookkeeping is per link and per NPU:
 //! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::network::Network;
-use crate::sim::{EventQueue, RadixQueue, TimeModel};
 use crate::units::Time;
 use crate::Error;
 
@@ -86,7 +85,7 @@ pub(crate) struct Send {
     pub arrive: Time,
 }
 
-/// A chunk waiting at a link's source.
+/// A chunk that reached an NPU, which its outgoing links may pass on.
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
     ready: Time,
@@ -107,13 +106,46 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
     rng
 }
 
+/// Pending events grouped by instant. Greedy matching acts on all events of an instant at once,
+/// and on regular networks only a few instants are pending at any time, so a map of batches is
+/// cheaper than a priority queue over single events.
+#[derive(Default)]
+struct Instants {
+    batches: BTreeMap<Time, Vec<Event>>,
+    spare: Vec<Vec<Event>>,
+}
+
+impl Instants {
+    fn push(&mut self, time: Time, event: Event) {
+        self.batches
+            .entry(time)
+            .or_insert_with(|| self.spare.pop().unwrap_or_default())
+            .push(event);
+    }
+
+    /// The earliest instant and its events, in the order they were scheduled.
+    fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
+        self.batches.pop_first()
+    }
+
+    /// Returns an emptied batch for reuse.
+    fn recycle(&mut self, batch: Vec<Event>) {
+        self.spare.push(batch);
+    }
+}
+
 struct State<'a> {
     net: &'a Network,
     problem: &'a Problem,
     words: usize,
     /// Per NPU, a bit per chunk: held or on its way.
     claimed: Vec<u64>,
-    queues: Vec<VecDeque<Candidate>>,
+    /// Per NPU, the chunks it received, in arrival order (shared by its outgoing links).
+    log: Vec<Vec<Candidate>>,
+    /// Per NPU, how many entries were trimmed off the front of its log.
+    trimmed: Vec<u32>,
+    /// Per link, the position in its source's log of the next chunk it may send.
+    cursor: Vec<u32>,
     free: Vec<bool>,
     /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
     has_faster_sibling: Vec<bool>,
@@ -127,7 +159,7 @@ struct State<'a> {
     delay: Vec<Time>,
     /// The largest chunk, whose delays are precomputed.
     largest: u64,
-    events: RadixQueue<Event>,
+    events: Instants,
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     remaining: u64,
@@ -153,20 +185,43 @@ impl State<'_> {
     }
 
     fn arrive(&mut self, npu: u32, chunk: u32, via: u32, now: Time) {
+        let v = npu as usize;
+        if self.log[v].len() == self.log[v].capacity() && self.log[v].len() >= 64 {
+            // Forget what every outgoing link has gone past before the log grows.
+            let done = self
+                .net
+                .out_links(npu)
+                .iter()
+                .map(|&l| self.cursor[l as usize])
+                .min()
+                .unwrap_or(0)
+                - self.trimmed[v];
+            self.log[v].drain(..done as usize);
+            self.trimmed[v] += done;
+        }
+        self.log[v].push(Candidate {
+            ready: now,
+            chunk,
+            via,
+        });
         for &l in self.net.out_links(npu) {
             let w = self.net.links[l as usize].dst;
-            if !self.problem.wants(w, chunk) || self.claimed(w, chunk) {
-                continue;
-            }
-            self.queues[l as usize].push_back(Candidate {
-                ready: now,
-                chunk,
-                via,
-            });
-            if self.free[l as usize] {
+            if self.free[l as usize] && self.problem.wants(w, chunk) && !self.claimed(w, chunk) {
                 self.mark_dirty(w);
             }
         }
+    }
+
+    /// The entry of link `l`'s source log at absolute position `pos`, if it exists yet.
+    fn entry(&self, src: u32, pos: u32) -> Option<Candidate> {
+        self.log[src as usize]
+            .get((pos - self.trimmed[src as usize]) as usize)
+            .copied()
+    }
+
+    fn has_pending(&self, l: u32) -> bool {
+        let src = self.net.links[l as usize].src;
+        self.entry(src, self.cursor[l as usize]).is_some()
     }
 
     /// The faster link into `dst` that could deliver `chunk` before link `l` started now would,
@@ -182,7 +237,12 @@ impl State<'_> {
             .iter()
             .copied()
             .filter(|&m| m != l && self.delay[m as usize] < self.delay[l as usize])
-            .map(|m| (self.planned_until[m as usize].max(now) + self.delay[m as usize], m))
+            .map(|m| {
+                (
+                    self.planned_until[m as usize].max(now) + self.delay[m as usize],
+                    m,
+                )
+            })
             .filter(|&(arrive, m)| {
                 arrive < here && self.claimed(self.net.links[m as usize].src, chunk)
             })
@@ -195,29 +255,32 @@ impl State<'_> {
     /// this link (held, on the way, or sooner by a faster link), so the link's sends stay in the
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
-        loop {
-            let chunk = self.queues[l as usize].front()?.chunk;
-            if self.claimed(dst, chunk) {
-                self.queues[l as usize].pop_front();
-            } else if let Some(m) = self.better_elsewhere(l, dst, chunk, now) {
+        let src = self.net.links[l as usize].src;
+        let useless = |s: &Self, c: u32| !s.problem.wants(dst, c) || s.claimed(dst, c);
+        let first = loop {
+            let e = self.entry(src, self.cursor[l as usize])?;
+            if useless(self, e.chunk) {
+                self.cursor[l as usize] += 1;
+            } else if let Some(m) = self.better_elsewhere(l, dst, e.chunk, now) {
                 // Leave it to `m` and book the time it will take there.
-                self.queues[l as usize].pop_front();
+                self.cursor[l as usize] += 1;
                 let planned = &mut self.planned_until[m as usize];
                 *planned = (*planned).max(now) + self.serialization[m as usize];
             } else {
-                break;
+                break e;
             }
-        }
-        let skip = |s: &Self, c: u32| s.claimed(dst, c) || s.better_elsewhere(l, dst, c, now).is_some();
-        let queue = &self.queues[l as usize];
-        let ready = queue[0].ready;
+        };
+        let start = (self.cursor[l as usize] - self.trimmed[src as usize]) as usize;
+        let log = &self.log[src as usize];
         // Rarest first (fewest NPUs hold it or have it coming), then at random.
-        let (mut chosen, mut seen, mut rarest) = (0, 0u32, u32::MAX);
-        for (i, c) in queue.iter().enumerate().take(TIE_WINDOW) {
-            if c.ready != ready {
+        let (mut chosen, mut seen, mut rarest) = (start, 0u32, u32::MAX);
+        for (i, c) in log.iter().enumerate().skip(start).take(TIE_WINDOW) {
+            if c.ready != first.ready {
                 break;
             }
-            if i > 0 && skip(self, c.chunk) {
+            if i > start
+                && (useless(self, c.chunk) || self.better_elsewhere(l, dst, c.chunk, now).is_some())
+            {
                 continue;
             }
             let holders = self.holders[c.chunk as usize];
@@ -231,9 +294,12 @@ impl State<'_> {
                 chosen = i;
             }
         }
-        let queue = &mut self.queues[l as usize];
-        queue.swap(0, chosen);
-        queue.pop_front()
+        // A chunk taken from further on stays in the log; its destination now holds it, so the
+        // link passes over it later.
+        if chosen == start {
+            self.cursor[l as usize] += 1;
+        }
+        Some(log[chosen])
     }
 
     fn match_into(
@@ -250,7 +316,7 @@ impl State<'_> {
                 .in_links(dst)
                 .iter()
                 .copied()
-                .filter(|&l| self.free[l as usize] && !self.queues[l as usize].is_empty()),
+                .filter(|&l| self.free[l as usize] && self.has_pending(l)),
         );
         if links.is_empty() {
             return;
@@ -266,7 +332,7 @@ impl State<'_> {
             let (free_after, arrive_after) = if bytes == self.largest {
                 (self.serialization[l as usize], self.delay[l as usize])
             } else {
-                TimeModel::Exact.delays(bytes, link.bandwidth, link.latency)
+                link.delays(bytes)
             };
             let send = Send {
                 link: l,
@@ -309,11 +375,8 @@ pub(crate) fn run(
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
     let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
-    let (serialization, delay): (Vec<Time>, Vec<Time>) = net
-        .links
-        .iter()
-        .map(|l| TimeModel::Exact.delays(largest, l.bandwidth, l.latency))
-        .unzip();
+    let (serialization, delay): (Vec<Time>, Vec<Time>) =
+        net.links.iter().map(|l| l.delays(largest)).unzip();
     let has_faster_sibling = net
         .links
         .iter()
@@ -325,7 +388,9 @@ pub(crate) fn run(
         problem,
         words,
         claimed: vec![0; n as usize * words],
-        queues: vec![VecDeque::new(); net.links.len()],
+        log: vec![Vec::new(); n as usize],
+        trimmed: vec![0; n as usize],
+        cursor: vec![0; net.links.len()],
         free: vec![true; net.links.len()],
         has_faster_sibling,
         holders: vec![0; chunks as usize],
@@ -333,7 +398,7 @@ pub(crate) fn run(
         serialization,
         largest,
         delay,
-        events: RadixQueue::default(),
+        events: Instants::default(),
         dirty: Vec::new(),
         is_dirty: vec![false; n as usize],
         remaining: 0,
@@ -371,20 +436,19 @@ pub(crate) fn run(
         );
     }
     let mut links = Vec::new();
-    while let Some((now, first)) = state.events.pop() {
-        let mut next = Some(first);
-        while let Some(event) = next {
+    while let Some((now, mut events)) = state.events.pop() {
+        for event in events.drain(..) {
             match event {
                 Event::LinkFree { link } => {
                     state.free[link as usize] = true;
-                    if !state.queues[link as usize].is_empty() {
+                    if state.has_pending(link) {
                         state.mark_dirty(net.links[link as usize].dst);
                     }
                 }
                 Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
             }
-            next = state.events.pop_same_time();
         }
+        state.events.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
         for &dst in &dirty {
             state.is_dirty[dst as usize] = false;

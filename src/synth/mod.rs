@@ -10,21 +10,25 @@
 mod greedy;
 mod network;
 
-pub use network::default_unwind_degree;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
 use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, Transfer};
+use crate::sim::{self, SimOptions};
 use crate::topology::Topology;
 use crate::units::Time;
 use crate::Error;
 use greedy::{Holding, Members, Problem, Send, NONE};
 use network::Network;
 
-/// Trials when the user gives no `--trials`: enough to reach the TACOS reference's quality on
-/// the reference cases, few enough to stay within a second on a 32x32 mesh with two cores.
+/// Trials when the user gives no `--trials` and the plans are small (up to
+/// [`KEEP_PLANS_UP_TO`] sends): enough to reach the TACOS reference's quality on the reference
+/// cases, few enough to stay within a second on a 32x32 mesh with two cores. Larger problems get
+/// one trial: on big regular networks the first trial already reaches the ingress bound.
 pub const DEFAULT_TRIALS: u32 = 4;
 
 /// How to synthesize.
@@ -32,9 +36,11 @@ pub const DEFAULT_TRIALS: u32 = 4;
 pub struct SynthOptions {
     /// Seed of the random choices: the same seed gives the same schedule.
     pub seed: u64,
-    /// Independent seeded trials; the fastest (by the synthesizer's estimate) is kept.
-    pub trials: u32,
-    /// Logical links per NPU when switches are unwound (default per switch size).
+    /// Independent seeded trials; the fastest (by the synthesizer's estimate) is kept. `None`:
+    /// [`DEFAULT_TRIALS`] on small problems, 1 on large ones.
+    pub trials: Option<u32>,
+    /// Logical links per NPU when switches are unwound. `None`: each of [`UNWIND_DEGREES`] is
+    /// tried and the schedule that simulates fastest is kept.
     pub unwind_degree: Option<u32>,
 }
 
@@ -42,7 +48,7 @@ impl Default for SynthOptions {
     fn default() -> SynthOptions {
         SynthOptions {
             seed: 1,
-            trials: DEFAULT_TRIALS,
+            trials: None,
             unwind_degree: None,
         }
     }
@@ -162,7 +168,10 @@ fn stream(direction: Direction, k: u32) -> u64 {
 }
 
 /// Up to this many sends, every trial keeps its plan so the best one need not be re-run.
-const KEEP_PLANS_UP_TO: u64 = 1 << 22;
+pub const KEEP_PLANS_UP_TO: u64 = 1 << 22;
+
+/// The sends of one trial in issue order, and its completion time.
+type Plan = (Vec<Send>, Time);
 
 /// Runs one trial, collecting its sends.
 fn run_trial(
@@ -171,7 +180,7 @@ fn run_trial(
     options: &SynthOptions,
     direction: Direction,
     k: u32,
-) -> Result<(Vec<Send>, Time), Error> {
+) -> Result<Plan, Error> {
     let mut sends = Vec::new();
     let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
     let time = greedy::run(net, p, &mut rng, &mut |s| sends.push(*s))?;
@@ -185,10 +194,14 @@ fn best_trial(
     p: &Problem,
     options: &SynthOptions,
     direction: Direction,
-) -> Result<(u32, Option<(Vec<Send>, Time)>), Error> {
+) -> Result<(u32, Option<Plan>), Error> {
     let sends = p.chunks() as u64 * net.npus() as u64;
-    if options.trials <= 1 || sends <= KEEP_PLANS_UP_TO {
-        let plans = (0..options.trials)
+    let small = sends <= KEEP_PLANS_UP_TO;
+    let trials = options
+        .trials
+        .unwrap_or(if small { DEFAULT_TRIALS } else { 1 });
+    if trials <= 1 || small {
+        let plans = (0..trials)
             .into_par_iter()
             .map(|k| run_trial(net, p, options, direction, k))
             .collect::<Result<Vec<_>, Error>>()?;
@@ -199,14 +212,14 @@ fn best_trial(
             .expect("at least one trial");
         return Ok((k as u32, Some(plan)));
     }
-    let times = (0..options.trials)
+    let times = (0..trials)
         .into_par_iter()
         .map(|k| {
             let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
             greedy::run(net, p, &mut rng, &mut |_| {})
         })
         .collect::<Result<Vec<Time>, Error>>()?;
-    let best = (0..options.trials)
+    let best = (0..trials)
         .min_by_key(|&k| (times[k as usize], k))
         .expect("at least one trial");
     Ok((best, None))
@@ -218,12 +231,16 @@ fn plan(
     p: &Problem,
     options: &SynthOptions,
     direction: Direction,
-) -> Result<(Vec<Send>, Time), Error> {
+) -> Result<Plan, Error> {
     match best_trial(net, p, options, direction)? {
         (_, Some(plan)) => Ok(plan),
         (k, None) => run_trial(net, p, options, direction, k),
     }
 }
+
+/// Unwinding degrees tried when the user names none. Degree 1 (a ring through the switch) wins
+/// when chunks are many and small; a few links per NPU win when chunks are few and large.
+pub const UNWIND_DEGREES: [u32; 3] = [1, 2, 4];
 
 /// Synthesizes schedules for `collectives`, all over NPUs of `topology`, run together.
 pub fn synthesize(
@@ -231,10 +248,38 @@ pub fn synthesize(
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
-    if options.trials == 0 {
+    if options.trials == Some(0) {
         return Err(Error::input("--trials must be at least 1"));
     }
-    let net = Network::from_topology(topology, options.unwind_degree)?;
+    let has_switches = topology.nodes() > topology.npus();
+    match options.unwind_degree {
+        Some(d) => synthesize_unwound(topology, collectives, options, d),
+        None if !has_switches => synthesize_unwound(topology, collectives, options, 1),
+        None => {
+            // The unwound graph only approximates a switch (its ports are shared), so the
+            // simulator judges between degrees.
+            let mut best: Option<(Time, Synthesis)> = None;
+            for d in UNWIND_DEGREES {
+                let synthesis = synthesize_unwound(topology, collectives, options, d)?;
+                let schedule = Schedule::concat(&synthesis.schedules);
+                let time =
+                    sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
+                if best.as_ref().is_none_or(|(t, _)| time < *t) {
+                    best = Some((time, synthesis));
+                }
+            }
+            Ok(best.expect("at least one degree").1)
+        }
+    }
+}
+
+fn synthesize_unwound(
+    topology: &Topology,
+    collectives: &[Collective],
+    options: &SynthOptions,
+    unwind_degree: u32,
+) -> Result<Synthesis, Error> {
+    let net = Network::from_topology(topology, unwind_degree)?;
     let zero = |_: usize, _: u32| Time::ZERO;
     let (reverse, reverse_parts) = problem(&net, collectives, Direction::Reverse, &zero)?;
     if reverse_parts.is_empty() && collectives.len() == 1 {
@@ -294,18 +339,43 @@ pub fn synthesize(
     let mut order: Vec<u32> = (0..reverse_sends.len() as u32).collect();
     order.sort_by_key(|&i| {
         let s = &reverse_sends[i as usize];
-        (std::cmp::Reverse(s.arrive), std::cmp::Reverse(i))
+        (Reverse(s.arrive), Reverse(i))
     });
+    // A reversed send with no reduction to wait for (a leaf of its piece's tree) would be issued
+    // at once and sit in its link's queue ahead of sends planned before it. Each reversed send
+    // therefore also waits for the last transfer planned to reach its source before it starts:
+    // the simulated queues then fill in the planned order.
+    let nodes = net.nodes.len();
+    let mut arrivals: BinaryHeap<Reverse<(Time, u32, usize, u32)>> = BinaryHeap::new();
+    let mut last_arrival: Vec<Option<(Time, u32)>> = vec![None; collectives.len() * nodes];
     for i in order {
         let s = reverse_sends[i as usize];
         let link = transposed.links[s.link as usize];
         let (c, piece) = owner_of(&reverse_parts, s.chunk);
-        builders[c].send(
-            ranks[c][link.dst as usize],
-            ranks[c][link.src as usize],
+        let (from, to) = (link.dst, link.src);
+        let start = reverse_time - s.arrive;
+        while let Some(&Reverse((at, node, coll, index))) = arrivals.peek() {
+            if at > start {
+                break;
+            }
+            arrivals.pop();
+            let last = &mut last_arrival[coll * nodes + node as usize];
+            if last.is_none_or(|(t, _)| t <= at) {
+                *last = Some((at, index));
+            }
+        }
+        let pacing: Vec<u32> = last_arrival[c * nodes + from as usize]
+            .map(|(_, index)| index)
+            .into_iter()
+            .collect();
+        let index = builders[c].send_after(
+            ranks[c][from as usize],
+            ranks[c][to as usize],
             (piece, piece + 1),
             Op::Reduce,
+            &pacing,
         );
+        arrivals.push(Reverse((reverse_time - s.start, to, c, index)));
     }
     for s in &forward_sends {
         let link = net.links[s.link as usize];

@@ -3,15 +3,10 @@
 //! Sec. IV-G: each member of a switch of `m` NPUs gets `d` outgoing links, to the next `d` members,
 //! each with a `d`-th of its uplink bandwidth).
 
+use crate::sim::TimeModel;
 use crate::topology::{NodeId, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
-
-/// The degree a switch of `members` NPUs is unwound to when the user gives none: a handful of
-/// logical links keeps the unwound graph's diameter small without splitting the uplink too finely.
-pub fn default_unwind_degree(members: u32) -> u32 {
-    (members.saturating_sub(1)).clamp(1, 4)
-}
 
 /// A directed logical link between two NPUs (local indices).
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +15,20 @@ pub(crate) struct NetLink {
     pub dst: u32,
     pub bandwidth: Bandwidth,
     pub latency: Time,
+    /// For a link unwound from a switch: the switch's port to the destination, which the chunk
+    /// crosses after the switch has stored it (store-and-forward adds its serialization).
+    pub relay: Option<Bandwidth>,
+}
+
+impl NetLink {
+    /// (link-free delay, arrival delay) of `bytes`, as the simulator's exact model gives them.
+    pub fn delays(&self, bytes: u64) -> (Time, Time) {
+        let (free, arrive) = TimeModel::Exact.delays(bytes, self.bandwidth, self.latency);
+        match self.relay {
+            Some(port) => (free, arrive + port.transmit_time(bytes)),
+            None => (free, arrive),
+        }
+    }
 }
 
 /// NPU-only graph with in- and out-adjacency lists.
@@ -38,9 +47,9 @@ pub(crate) struct Network {
 
 impl Network {
     /// The synthesis network of `topology`; switches are unwound to `unwind_degree` links per NPU
-    /// (or [`default_unwind_degree`]).
-    pub fn from_topology(topology: &Topology, unwind_degree: Option<u32>) -> Result<Network, Error> {
-        if unwind_degree == Some(0) {
+    /// (at most members - 1).
+    pub fn from_topology(topology: &Topology, unwind_degree: u32) -> Result<Network, Error> {
+        if unwind_degree == 0 {
             return Err(Error::input("--unwind-degree must be at least 1"));
         }
         let nodes = topology.active_npus();
@@ -56,6 +65,7 @@ impl Network {
                     dst: local[l.dst as usize],
                     bandwidth: l.bandwidth,
                     latency: l.latency,
+                    relay: None,
                 });
             }
         }
@@ -67,7 +77,11 @@ impl Network {
         links.sort_by(|a, b| {
             (a.src, a.dst)
                 .cmp(&(b.src, b.dst))
-                .then(b.bandwidth.as_bytes_per_sec().total_cmp(&a.bandwidth.as_bytes_per_sec()))
+                .then(
+                    b.bandwidth
+                        .as_bytes_per_sec()
+                        .total_cmp(&a.bandwidth.as_bytes_per_sec()),
+                )
                 .then(a.latency.cmp(&b.latency))
         });
         links.dedup_by(|later, first| (later.src, later.dst) == (first.src, first.dst));
@@ -126,7 +140,8 @@ impl Network {
     }
 
     pub fn in_links(&self, npu: u32) -> &[u32] {
-        &self.in_list[self.in_start[npu as usize] as usize..self.in_start[npu as usize + 1] as usize]
+        &self.in_list
+            [self.in_start[npu as usize] as usize..self.in_start[npu as usize + 1] as usize]
     }
 
     pub fn out_links(&self, npu: u32) -> &[u32] {
@@ -140,7 +155,7 @@ fn unwind_switch(
     topology: &Topology,
     switch: NodeId,
     local: &[u32],
-    degree: Option<u32>,
+    degree: u32,
     links: &mut Vec<NetLink>,
 ) -> Result<(), Error> {
     // (member, uplink bandwidth, uplink latency, downlink bandwidth, downlink latency)
@@ -176,21 +191,17 @@ fn unwind_switch(
     if m < 2 {
         return Ok(());
     }
-    let d = degree.unwrap_or_else(|| default_unwind_degree(m)).min(m - 1);
+    let d = degree.min(m - 1);
     for i in 0..m {
         let (src, up_bw, up_lat, _, _) = members[i as usize];
         for k in 1..=d {
             let (dst, _, _, down_bw, down_lat) = members[((i + k) % m) as usize];
-            let slowest = if up_bw.as_bytes_per_sec() <= down_bw.as_bytes_per_sec() {
-                up_bw
-            } else {
-                down_bw
-            };
             links.push(NetLink {
                 src,
                 dst,
-                bandwidth: slowest.divided(d),
+                bandwidth: up_bw.divided(d),
                 latency: up_lat + down_lat,
+                relay: Some(down_bw),
             });
         }
     }
@@ -204,8 +215,13 @@ mod tests {
 
     #[test]
     fn a_switch_unwinds_to_d_links_per_member_sharing_the_uplink() {
-        let t = parse_inline("switch:8", &[Bandwidth::gb_per_sec(50.0)], &[Time::from_ns(500)]).unwrap();
-        let net = Network::from_topology(&t, Some(2)).unwrap();
+        let t = parse_inline(
+            "switch:8",
+            &[Bandwidth::gb_per_sec(50.0)],
+            &[Time::from_ns(500)],
+        )
+        .unwrap();
+        let net = Network::from_topology(&t, 2).unwrap();
         assert_eq!(net.npus(), 8);
         assert_eq!(net.links.len(), 16);
         for &l in net.out_links(3) {
@@ -213,17 +229,27 @@ mod tests {
             assert!(link.dst == 4 || link.dst == 5);
             assert_eq!(link.bandwidth, Bandwidth::gb_per_sec(25.0));
             assert_eq!(link.latency, Time::from_ns(1000));
+            // Store-and-forward: the switch's port serialises the chunk again.
+            assert_eq!(link.delays(50).1, Time::from_ns(1000 + 2 + 1));
         }
     }
 
     #[test]
     fn the_transpose_turns_every_link_around() {
-        let t = parse_inline("uring:4", &[Bandwidth::gb_per_sec(50.0)], &[Time::from_ns(500)]).unwrap();
-        let net = Network::from_topology(&t, None).unwrap();
+        let t = parse_inline(
+            "uring:4",
+            &[Bandwidth::gb_per_sec(50.0)],
+            &[Time::from_ns(500)],
+        )
+        .unwrap();
+        let net = Network::from_topology(&t, 1).unwrap();
         let tr = net.transposed();
         assert_eq!(net.out_links(0).len(), 1);
         let l = net.out_links(0)[0];
-        assert_eq!((net.links[l as usize].src, net.links[l as usize].dst), (0, 1));
+        assert_eq!(
+            (net.links[l as usize].src, net.links[l as usize].dst),
+            (0, 1)
+        );
         assert_eq!((tr.links[l as usize].src, tr.links[l as usize].dst), (1, 0));
         assert_eq!(tr.in_links(0), &[l]);
     }

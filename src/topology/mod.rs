@@ -44,6 +44,9 @@ pub struct Topology {
     /// CSR adjacency: out-links of node `v` are `out_links[out_start[v]..out_start[v+1]]`, sorted by dst.
     out_start: Vec<u32>,
     out_links: Vec<LinkId>,
+    /// Far end of each entry of `out_links`: link lookups search this compact array instead of
+    /// touching the link records (routing does one lookup per hop).
+    out_dsts: Vec<NodeId>,
     /// Dimension structure of built-in shapes (empty for explicit graphs).
     dims: Vec<Dim>,
     /// For multi-dimensional topologies: per switch node, (dimension, first NPU of its group).
@@ -78,6 +81,7 @@ impl Topology {
             links: Vec::new(),
             out_start: Vec::new(),
             out_links: Vec::new(),
+            out_dsts: Vec::new(),
             dims,
             switch_groups,
             failed: vec![false; npus as usize],
@@ -130,6 +134,7 @@ impl Topology {
             out_start[v + 1] += out_start[v];
         }
         self.out_start = out_start;
+        self.out_dsts = order.iter().map(|&l| links[l as usize].dst).collect();
         self.out_links = order;
         self.links = links;
         Ok(())
@@ -267,10 +272,9 @@ impl Topology {
         if a >= self.nodes {
             return None;
         }
-        let out = self.out_links_of(a);
-        out.binary_search_by_key(&b, |&l| self.links[l as usize].dst)
-            .ok()
-            .map(|i| out[i])
+        let range = self.out_start[a as usize] as usize..self.out_start[a as usize + 1] as usize;
+        let offset = self.out_dsts[range.clone()].binary_search(&b).ok()?;
+        Some(self.out_links[range.start + offset])
     }
 
     /// NPUs that are not failed, in id order.
