@@ -3,6 +3,10 @@
 //! all-to-all read from a CSV schedule in the astra model. Prints the median wall time of several
 //! runs and the peak RSS (GNU time). Run: `cargo bench --bench scale [-- N...]`, e.g.
 //! `cargo bench --bench scale -- 2048 4096 8192`.
+//!
+//! `cargo bench --bench scale -- synth [64x64]` measures the synthesizer's targets instead: whole
+//! `collsim synthesize` all-gathers of 1 GiB at 50 GiB/s, 0.5 us (synthesis, validation,
+//! simulation), against the TACOS C++ reference times in `tests/data/tacos/`.
 
 use std::io::Write;
 use std::path::Path;
@@ -55,7 +59,40 @@ fn write_jittered(path: &Path, n: u64) {
     }
 }
 
+fn synth(extra: &[String]) {
+    let mut cases = vec![
+        ("mesh:32x32", 1, "83-98 s", "1 s"),
+        ("torus:8x8x8", 1, "5.5 s", "0.3 s"),
+        ("mesh:8x8x8", 1, "7.2 s", "0.4 s"),
+        ("mesh:8x8", 64, "69 s", "2 s"),
+    ];
+    if extra.iter().any(|a| a == "64x64") {
+        cases.push(("mesh:64x64", 1, "> 300 s", "10 s"));
+    }
+    println!("collsim synthesize, all-gather 1 GiB, median of {RUNS} runs, peak RSS over the runs");
+    for (topology, chunks, reference, target) in cases {
+        let args: Vec<String> = format!(
+            "synthesize --topology {topology} --bandwidth 50GiB/s --latency 0.5us \
+             --collective all-gather --size 1GiB --chunks {chunks} --format csv"
+        )
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+        let (secs, mib, row) = measure(&args);
+        let time_ns = row.split(',').nth(6).unwrap_or("?");
+        println!(
+            "{topology} x{chunks} chunks: {secs:.2} s (target {target}, TACOS {reference}), \
+             {mib:.0} MiB peak, collective {time_ns} ns"
+        );
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "synth") {
+        synth(&args);
+        return;
+    }
     let sizes: Vec<u64> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

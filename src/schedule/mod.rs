@@ -73,6 +73,19 @@ impl Schedule {
         }
     }
 
+    /// Room for `transfers` transfers with `deps` dependencies and piece ranges, allocated once:
+    /// for schedules of hundreds of millions of transfers, growing by doubling would briefly hold
+    /// old and new arrays together.
+    pub fn with_capacity_for_data(transfers: usize, deps: usize) -> Schedule {
+        Schedule {
+            transfers: Vec::with_capacity(transfers),
+            dep_start: Vec::with_capacity(transfers + 1),
+            deps: Vec::with_capacity(deps),
+            pieces: Some(Vec::with_capacity(transfers)),
+            ..Schedule::default()
+        }
+    }
+
     /// Appends a transfer and returns its index. `deps` must name earlier or later indices of this
     /// schedule; [`Schedule::check`] verifies them.
     pub fn push(&mut self, transfer: Transfer, deps: &[TransferIndex]) -> TransferIndex {
@@ -80,7 +93,7 @@ impl Schedule {
         assert!(index < TransferIndex::MAX as usize, "schedule too large");
         self.transfers.push(transfer);
         if !deps.is_empty() && self.dep_start.is_empty() {
-            self.dep_start = vec![0; index + 1];
+            self.dep_start.resize(index + 1, 0);
         }
         if !self.dep_start.is_empty() {
             self.deps.extend_from_slice(deps);

@@ -401,8 +401,10 @@ fn stream_forward(
     c: &Collective,
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
+    // Every NPU but the first holder receives every chunk once; each send but the first hops
+    // depends on one earlier send.
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
-    let mut schedule = Schedule::with_capacity(expected);
+    let mut schedule = Schedule::with_capacity_for_data(expected, expected);
     let mut emit = |s: &Send| {
         let link = net.links[s.link as usize];
         let transfer = Transfer {
