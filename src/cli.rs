@@ -10,7 +10,7 @@ use crate::bound;
 use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::SUMMARY_HEADER;
-use crate::schedule::write_schedule_json;
+use crate::schedule::{write_msccl, write_schedule_json};
 use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
 use crate::topology::{Topology, TopologyOptions};
@@ -230,13 +230,17 @@ pub struct RunArgs {
     /// stdout: a human summary (text) or the summary.csv header and row (csv)
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+    /// Also write the schedule as an MSCCL XML algorithm (runs on GPUs via the MSCCL executor)
+    #[arg(long)]
+    pub msccl: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
     #[command(flatten)]
     pub topology: TopologyArgs,
-    /// Schedule file (.csv or .json) to simulate instead of a built-in algorithm
+    /// Schedule file to simulate instead of a built-in algorithm: .csv or .json (collsim IR), or
+    /// .xml (an MSCCL algorithm; give --collective, --size and --chunks)
     #[arg(long, conflicts_with = "algorithm")]
     pub schedule: Option<PathBuf>,
     #[command(flatten)]
@@ -341,6 +345,13 @@ fn run_and_report(
     };
     let topology = topology.build()?;
     let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
+    if let Some(path) = &args.msccl {
+        let claim = outcome.schedule.collective.as_ref().ok_or_else(|| {
+            Error::input("--msccl: the schedule must implement one collective (give --collective)")
+        })?;
+        let name = format!("collsim-{}-{}", outcome.summary.algorithm, claim.kind);
+        write_msccl(&outcome.schedule, claim, &name, path)?;
+    }
     if let Some(dir) = &args.out {
         let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
             if synthesized {

@@ -103,6 +103,21 @@ fn produce(
         }
     };
     Ok(match &spec.source {
+        ScheduleSource::File(path) if path.extension().is_some_and(|e| e == "xml") => {
+            let [c] = collectives else {
+                return Err(Error::input(format!(
+                    "{}: an MSCCL XML algorithm counts chunks, not bytes: give one --collective \
+                     with --size and --chunks",
+                    path.display()
+                )));
+            };
+            Produced {
+                parts: vec![schedule::load_msccl(path, c)?],
+                algorithm: file_label(path),
+                estimate: None,
+                synthesis_ms: None,
+            }
+        }
         ScheduleSource::File(path) => {
             let mut schedule = schedule::load_schedule_file(path)?;
             match collectives {

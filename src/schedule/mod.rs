@@ -7,9 +7,11 @@
 
 mod check;
 mod io;
+mod msccl;
 mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
+pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
 pub use validate::validate;
 
 use crate::collective::Collective;

@@ -1,0 +1,808 @@
+//! MSCCL XML algorithms: schedules that run on GPUs through the MSCCL executor (NCCL/RCCL), and
+//! that ASTRA-sim 2.x takes (via Chakra) as custom collectives.
+//!
+//! Export maps a schedule that claims a collective onto the executor's model: per GPU one thread
+//! block per peer it sends to and one per peer it receives from (channel 0), a send step `s` and a
+//! matching receive step (`r`, or `rrc` for a reduction) per transfer, in list order on both ends,
+//! so the k-th send on a connection meets the k-th receive. Pieces are buffer offsets: all-gather
+//! and broadcast receive into the output buffer, reduce-scatter, reduce and all-reduce accumulate in
+//! the input buffer (all-reduce in place); local `cpy` steps put a rank's own data where the
+//! collective wants it. A transfer's dependencies become step dependencies; since a step names one,
+//! further ones go on `nop` steps just before it. Import reverses this for any file in that layout.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use quick_xml::events::attributes::Attribute;
+use quick_xml::events::{BytesEnd, BytesStart, Event};
+use quick_xml::{Reader, Writer};
+
+use super::{Op, Schedule, Transfer, TransferIndex};
+use crate::collective::{Collective, CollectiveKind};
+use crate::Error;
+
+/// The executor's limits (msccl.h): steps per thread block, chunks per step.
+const MAX_STEPS: usize = 256;
+const MAX_COUNT: u32 = 72;
+
+/// A buffer of a GPU: input, output or scratch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Buffer {
+    Input,
+    Output,
+    Scratch,
+}
+
+impl Buffer {
+    fn name(self) -> &'static str {
+        match self {
+            Buffer::Input => "i",
+            Buffer::Output => "o",
+            Buffer::Scratch => "s",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Buffer> {
+        match text {
+            "i" | "input" => Some(Buffer::Input),
+            "o" | "output" => Some(Buffer::Output),
+            "s" | "scratch" => Some(Buffer::Scratch),
+            _ => None,
+        }
+    }
+}
+
+/// MSCCL's name of a collective.
+fn coll_name(kind: CollectiveKind) -> Option<&'static str> {
+    Some(match kind {
+        CollectiveKind::AllGather => "allgather",
+        CollectiveKind::ReduceScatter => "reducescatter",
+        CollectiveKind::AllReduce => "allreduce",
+        CollectiveKind::Broadcast => "broadcast",
+        CollectiveKind::Reduce => "reduce",
+        _ => return None,
+    })
+}
+
+/// A place in a GPU's buffers: buffer and chunk offset.
+type Slot = (Buffer, u32);
+
+/// A local copy that places a rank's data: from, to, the pieces it carries, and whether it waits
+/// for the transfers (true) or runs first (false).
+struct LocalCopy {
+    from: Slot,
+    to: Slot,
+    pieces: (u32, u32),
+    after: bool,
+}
+
+/// A step's position: thread block and step index.
+type StepRef = (usize, usize);
+
+/// How a collective's pieces sit in a GPU's buffers.
+struct Layout<'c> {
+    c: &'c Collective,
+}
+
+impl Layout<'_> {
+    /// Chunks of (input, output) buffers per GPU.
+    fn chunks(&self) -> (u32, u32) {
+        let (k, all) = (self.c.chunks, self.c.piece_count());
+        match self.c.kind {
+            CollectiveKind::AllGather => (k, all),
+            CollectiveKind::ReduceScatter => (all, k),
+            _ => (all, all),
+        }
+    }
+
+    fn in_place(&self) -> bool {
+        self.c.kind == CollectiveKind::AllReduce
+    }
+
+    /// Where a rank keeps piece `p` while the collective runs.
+    fn working(&self, p: u32) -> (Buffer, u32) {
+        match self.c.kind {
+            CollectiveKind::AllGather | CollectiveKind::Broadcast => (Buffer::Output, p),
+            _ => (Buffer::Input, p),
+        }
+    }
+
+    /// Local copies that finish the collective on `rank`: (from, to, pieces); for the ones after
+    /// the transfers, the pieces whose receives they wait for.
+    fn copies(&self, rank: u32) -> Vec<LocalCopy> {
+        let c = self.c;
+        let root = rank == c.root_rank;
+        let copy = |from, to, pieces, after| LocalCopy {
+            from,
+            to,
+            pieces,
+            after,
+        };
+        match c.kind {
+            CollectiveKind::AllGather => {
+                let (lo, hi) = c.rank_block(rank);
+                vec![copy(
+                    (Buffer::Input, 0),
+                    (Buffer::Output, lo),
+                    (lo, hi),
+                    false,
+                )]
+            }
+            CollectiveKind::Broadcast if root => vec![copy(
+                (Buffer::Input, 0),
+                (Buffer::Output, 0),
+                (0, c.chunks),
+                false,
+            )],
+            CollectiveKind::ReduceScatter => {
+                let (lo, hi) = c.rank_block(rank);
+                vec![copy(
+                    (Buffer::Input, lo),
+                    (Buffer::Output, 0),
+                    (lo, hi),
+                    true,
+                )]
+            }
+            CollectiveKind::Reduce if root => vec![copy(
+                (Buffer::Input, 0),
+                (Buffer::Output, 0),
+                (0, c.chunks),
+                true,
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The piece that (rank, buffer, offset) holds, for import.
+    fn piece(&self, rank: u32, buffer: Buffer, offset: u32) -> Option<u32> {
+        let c = self.c;
+        match (c.kind, buffer) {
+            (_, Buffer::Scratch) => None,
+            (CollectiveKind::AllGather, Buffer::Input) => Some(c.rank_block(rank).0 + offset),
+            (CollectiveKind::ReduceScatter, Buffer::Output) => Some(c.rank_block(rank).0 + offset),
+            _ => Some(offset),
+        }
+    }
+}
+
+/// One step of a thread block.
+#[derive(Clone, Debug)]
+struct Step {
+    kind: &'static str,
+    src: (Buffer, u32),
+    dst: (Buffer, u32),
+    count: u32,
+    /// (thread block, step) this step waits for.
+    dep: Option<(usize, usize)>,
+    has_dep: bool,
+    /// For send steps: the transfer's position in the schedule (see [`ORDER_ATTRIBUTE`]).
+    order: Option<u32>,
+}
+
+/// Extra attribute on send steps keeping the schedule's issue order, which decides FIFO order
+/// among transfers that become ready together and share a first link. The executor ignores it;
+/// import uses it when every send has it, so a round trip simulates identically.
+const ORDER_ATTRIBUTE: &str = "collsim_order";
+
+#[derive(Clone, Debug)]
+struct ThreadBlock {
+    send: i64,
+    recv: i64,
+    steps: Vec<Step>,
+}
+
+/// Per GPU: thread blocks, and the index of each by (send peer, recv peer).
+#[derive(Default)]
+struct Gpu {
+    blocks: Vec<ThreadBlock>,
+    index: HashMap<(i64, i64), usize>,
+}
+
+impl Gpu {
+    fn block(&mut self, send: i64, recv: i64) -> usize {
+        let blocks = &mut self.blocks;
+        *self.index.entry((send, recv)).or_insert_with(|| {
+            blocks.push(ThreadBlock {
+                send,
+                recv,
+                steps: Vec::new(),
+            });
+            blocks.len() - 1
+        })
+    }
+
+    /// Appends `step` to block `tb`, waiting for every step in `deps` (nops carry all but one).
+    fn push(&mut self, tb: usize, mut step: Step, deps: &[(usize, usize)]) -> usize {
+        for &(b, s) in deps {
+            self.blocks[b].steps[s].has_dep = true;
+        }
+        if let Some((&last, rest)) = deps.split_last() {
+            for &dep in rest {
+                self.blocks[tb].steps.push(Step {
+                    kind: "nop",
+                    src: (Buffer::Input, 0),
+                    dst: (Buffer::Input, 0),
+                    count: 0,
+                    dep: Some(dep),
+                    has_dep: false,
+                    order: None,
+                });
+            }
+            step.dep = Some(last);
+        }
+        self.blocks[tb].steps.push(step);
+        self.blocks[tb].steps.len() - 1
+    }
+}
+
+/// Writes `schedule`, which implements `c`, as an MSCCL XML algorithm named `name`.
+pub fn write_msccl(
+    schedule: &Schedule,
+    c: &Collective,
+    name: &str,
+    path: &Path,
+) -> Result<(), Error> {
+    let text = msccl_xml(schedule, c, name)?;
+    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
+}
+
+/// The MSCCL XML text of `schedule` (see [`write_msccl`]).
+pub fn msccl_xml(schedule: &Schedule, c: &Collective, name: &str) -> Result<String, Error> {
+    let coll = coll_name(c.kind).ok_or_else(|| {
+        Error::input(format!(
+            "MSCCL export supports all-gather, reduce-scatter, all-reduce, broadcast and reduce, \
+             not {}",
+            c.kind
+        ))
+    })?;
+    if !schedule.deps_point_backwards() {
+        return Err(Error::input(
+            "MSCCL export needs every dependency to name an earlier transfer",
+        ));
+    }
+    let layout = Layout { c };
+    let n = c.ranks() as usize;
+    let mut rank_of: HashMap<u32, u32> = HashMap::new();
+    for (r, &v) in c.npus.iter().enumerate() {
+        rank_of.insert(v, r as u32);
+    }
+    let mut gpus: Vec<Gpu> = (0..n).map(|_| Gpu::default()).collect();
+    // Local copies that need no transfer go first, on a block of their own; sends of a rank's
+    // own pieces read the copy (one step reads one buffer, and a send may mix own and received
+    // pieces), so they wait for it.
+    let mut first_copy: Vec<Option<(StepRef, (u32, u32))>> = vec![None; n];
+    for (r, gpu) in gpus.iter_mut().enumerate() {
+        for copy in layout.copies(r as u32).into_iter().filter(|c| !c.after) {
+            let (lo, hi) = copy.pieces;
+            let tb = gpu.block(-1, -1);
+            let step = gpu.push(tb, local_copy(copy.from, copy.to, hi - lo)?, &[]);
+            first_copy[r] = Some(((tb, step), (lo, hi)));
+        }
+    }
+    // Where each transfer's receive step is, and which received pieces each rank holds.
+    let mut receive_step: Vec<(usize, usize)> = Vec::with_capacity(schedule.len());
+    let mut received: HashMap<(u32, u32), Vec<TransferIndex>> = HashMap::new();
+    for t in 0..schedule.len() as TransferIndex {
+        let tr = schedule.transfer(t);
+        let bad = |what: &str| Error::input(format!("transfer {}: {what}", schedule.id(t)));
+        let (a, b) = match (rank_of.get(&tr.src), rank_of.get(&tr.dst)) {
+            (Some(&a), Some(&b)) => (a, b),
+            _ => return Err(bad("an NPU outside the collective")),
+        };
+        let (lo, hi) = schedule
+            .pieces(t)
+            .filter(|&(lo, hi)| hi > lo)
+            .ok_or_else(|| bad("no piece range; MSCCL steps move named chunks"))?;
+        if hi - lo >= MAX_COUNT {
+            return Err(bad(&format!(
+                "{} chunks in one step; the MSCCL executor takes fewer than {MAX_COUNT}",
+                hi - lo
+            )));
+        }
+        let (mut at_src, mut at_dst) = (Vec::new(), Vec::new());
+        for &d in schedule.deps(t) {
+            let arrived_at = rank_of[&schedule.transfer(d).dst];
+            if arrived_at == a {
+                at_src.push(receive_step[d as usize]);
+            } else if arrived_at == b {
+                at_dst.push(receive_step[d as usize]);
+            } else {
+                return Err(bad(&format!(
+                    "it waits for transfer {} on another NPU; MSCCL dependencies stay on one GPU",
+                    schedule.id(d)
+                )));
+            }
+        }
+        let from = layout.working(lo);
+        if let Some((step, (own_lo, own_hi))) = first_copy[a as usize] {
+            if lo < own_hi && own_lo < hi {
+                at_src.push(step);
+            }
+        }
+        let send = Step {
+            kind: "s",
+            src: from,
+            dst: from,
+            count: hi - lo,
+            dep: None,
+            has_dep: false,
+            order: Some(t),
+        };
+        let gpu = &mut gpus[a as usize];
+        let tb = gpu.block(b as i64, -1);
+        gpu.push(tb, send, &at_src);
+        let to = layout.working(lo);
+        let recv = Step {
+            kind: if schedule.op(t) == Op::Reduce {
+                "rrc"
+            } else {
+                "r"
+            },
+            src: to,
+            dst: to,
+            count: hi - lo,
+            dep: None,
+            has_dep: false,
+            order: None,
+        };
+        let gpu = &mut gpus[b as usize];
+        let tb = gpu.block(-1, a as i64);
+        let step = gpu.push(tb, recv, &at_dst);
+        receive_step.push((tb, step));
+        for p in lo..hi {
+            received.entry((b, p)).or_default().push(t);
+        }
+    }
+    // Copies that finish the collective wait for every receive into their pieces.
+    for (r, gpu) in gpus.iter_mut().enumerate() {
+        for copy in layout.copies(r as u32).into_iter().filter(|c| c.after) {
+            let (lo, hi) = copy.pieces;
+            let mut deps: Vec<StepRef> = (lo..hi)
+                .flat_map(|p| received.get(&(r as u32, p)).into_iter().flatten())
+                .map(|&t| receive_step[t as usize])
+                .collect();
+            deps.sort_unstable();
+            deps.dedup();
+            let tb = gpu.block(-2, -2);
+            gpu.push(tb, local_copy(copy.from, copy.to, hi - lo)?, &deps);
+        }
+    }
+    render(c, coll, name, &layout, &gpus)
+}
+
+fn local_copy(from: Slot, to: Slot, count: u32) -> Result<Step, Error> {
+    if count >= MAX_COUNT {
+        return Err(Error::input(format!(
+            "a local copy of {count} chunks; the MSCCL executor takes fewer than {MAX_COUNT} per step"
+        )));
+    }
+    Ok(Step {
+        kind: "cpy",
+        src: from,
+        dst: to,
+        count,
+        dep: None,
+        has_dep: false,
+        order: None,
+    })
+}
+
+fn render(
+    c: &Collective,
+    coll: &str,
+    name: &str,
+    layout: &Layout,
+    gpus: &[Gpu],
+) -> Result<String, Error> {
+    let (i_chunks, o_chunks) = layout.chunks();
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    let io = |e: std::io::Error| Error::input(format!("writing MSCCL XML: {e}"));
+    let max_bytes = i64::MAX.to_string();
+    let algo = BytesStart::new("algo").with_attributes([
+        ("name", name),
+        ("proto", "Simple"),
+        ("nchannels", "1"),
+        ("nchunksperloop", &i_chunks.max(o_chunks).to_string()),
+        ("ngpus", &c.ranks().to_string()),
+        ("coll", coll),
+        ("inplace", if layout.in_place() { "1" } else { "0" }),
+        ("outofplace", if layout.in_place() { "0" } else { "1" }),
+        ("minBytes", "0"),
+        ("maxBytes", &max_bytes),
+    ]);
+    w.write_event(Event::Start(algo)).map_err(io)?;
+    for (id, gpu) in gpus.iter().enumerate() {
+        let element = BytesStart::new("gpu").with_attributes([
+            ("id", id.to_string().as_str()),
+            ("i_chunks", &i_chunks.to_string()),
+            ("o_chunks", &o_chunks.to_string()),
+            ("s_chunks", "0"),
+        ]);
+        w.write_event(Event::Start(element)).map_err(io)?;
+        for (tb_id, tb) in gpu.blocks.iter().enumerate() {
+            if tb.steps.len() > MAX_STEPS {
+                return Err(Error::input(format!(
+                    "GPU {id} thread block {tb_id} needs {} steps; the MSCCL executor allows \
+                     {MAX_STEPS} (use fewer chunks)",
+                    tb.steps.len()
+                )));
+            }
+            let element = BytesStart::new("tb").with_attributes([
+                ("id", tb_id.to_string().as_str()),
+                ("send", &tb.send.max(-1).to_string()),
+                ("recv", &tb.recv.max(-1).to_string()),
+                ("chan", "0"),
+            ]);
+            w.write_event(Event::Start(element)).map_err(io)?;
+            for (s, step) in tb.steps.iter().enumerate() {
+                let (depid, deps) = step.dep.map_or((-1, -1), |(b, s)| (b as i64, s as i64));
+                let mut element = BytesStart::new("step").with_attributes([
+                    ("s", s.to_string().as_str()),
+                    ("type", step.kind),
+                    ("srcbuf", step.src.0.name()),
+                    ("srcoff", &step.src.1.to_string()),
+                    ("dstbuf", step.dst.0.name()),
+                    ("dstoff", &step.dst.1.to_string()),
+                    ("cnt", &step.count.to_string()),
+                    ("depid", &depid.to_string()),
+                    ("deps", &deps.to_string()),
+                    ("hasdep", if step.has_dep { "1" } else { "0" }),
+                ]);
+                if let Some(order) = step.order {
+                    element.push_attribute((ORDER_ATTRIBUTE, order.to_string().as_str()));
+                }
+                w.write_event(Event::Empty(element)).map_err(io)?;
+            }
+            w.write_event(Event::End(BytesEnd::new("tb"))).map_err(io)?;
+        }
+        w.write_event(Event::End(BytesEnd::new("gpu")))
+            .map_err(io)?;
+    }
+    w.write_event(Event::End(BytesEnd::new("algo")))
+        .map_err(io)?;
+    let mut text = w.into_inner();
+    writeln!(text).map_err(io)?;
+    String::from_utf8(text).map_err(|e| Error::input(format!("writing MSCCL XML: {e}")))
+}
+
+/// A step as read from a file.
+#[derive(Clone, Debug)]
+struct ReadStep {
+    kind: String,
+    order: Option<u64>,
+    dst: (Buffer, u32),
+    count: u32,
+    dep: Option<(usize, usize)>,
+}
+
+struct ReadBlock {
+    send: i64,
+    recv: i64,
+    chan: i64,
+    steps: Vec<ReadStep>,
+}
+
+fn attributes(file: &str, e: &BytesStart) -> Result<HashMap<String, String>, Error> {
+    e.attributes()
+        .map(|a| {
+            let a: Attribute = a.map_err(|err| Error::input(format!("{file}: {err}")))?;
+            let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
+            let value = a
+                .unescape_value()
+                .map_err(|err| Error::input(format!("{file}: {err}")))?
+                .into_owned();
+            Ok((key, value))
+        })
+        .collect()
+}
+
+fn field<T: std::str::FromStr>(
+    file: &str,
+    element: &str,
+    attrs: &HashMap<String, String>,
+    key: &str,
+) -> Result<T, Error> {
+    let text = attrs.get(key).ok_or_else(|| {
+        Error::input(format!(
+            "{file}: <{element}> lacks the mandatory attribute '{key}'"
+        ))
+    })?;
+    text.trim().parse().map_err(|_| {
+        Error::input(format!(
+            "{file}: <{element}> attribute {key}='{text}' is not valid"
+        ))
+    })
+}
+
+/// Reads an MSCCL XML algorithm implementing `c` (its size and chunking come from the command
+/// line; the file gives chunks, not bytes) as a schedule claiming `c`.
+pub fn load_msccl(path: &Path, c: &Collective) -> Result<Schedule, Error> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::input(format!("{file}: cannot open schedule: {e}")))?;
+    parse_msccl(&file, &text, c)
+}
+
+/// Parses MSCCL XML `text` (named `file` in errors); see [`load_msccl`].
+pub fn parse_msccl(file: &str, text: &str, c: &Collective) -> Result<Schedule, Error> {
+    let mut reader = Reader::from_str(text);
+    reader.config_mut().trim_text(true);
+    let mut algo: Option<HashMap<String, String>> = None;
+    let mut gpus: Vec<(u32, Vec<ReadBlock>)> = Vec::new();
+    loop {
+        let event = reader
+            .read_event()
+            .map_err(|e| Error::input(format!("{file}: malformed XML: {e}")))?;
+        match event {
+            Event::Eof => break,
+            Event::Start(e) | Event::Empty(e) => {
+                let attrs = attributes(file, &e)?;
+                match e.name().as_ref() {
+                    b"algo" => algo = Some(attrs),
+                    b"gpu" => gpus.push((field(file, "gpu", &attrs, "id")?, Vec::new())),
+                    b"tb" => {
+                        let gpu = gpus
+                            .last_mut()
+                            .ok_or_else(|| Error::input(format!("{file}: <tb> outside a <gpu>")))?;
+                        gpu.1.push(ReadBlock {
+                            send: field(file, "tb", &attrs, "send")?,
+                            recv: field(file, "tb", &attrs, "recv")?,
+                            chan: field(file, "tb", &attrs, "chan")?,
+                            steps: Vec::new(),
+                        });
+                    }
+                    b"step" => {
+                        let tb = gpus
+                            .last_mut()
+                            .and_then(|g| g.1.last_mut())
+                            .ok_or_else(|| {
+                                Error::input(format!("{file}: <step> outside a <tb>"))
+                            })?;
+                        let depid: i64 = field(file, "step", &attrs, "depid")?;
+                        let deps: i64 = field(file, "step", &attrs, "deps")?;
+                        let dstbuf: String = field(file, "step", &attrs, "dstbuf")?;
+                        let dst = Buffer::parse(&dstbuf).ok_or_else(|| {
+                            Error::input(format!("{file}: unknown buffer '{dstbuf}'"))
+                        })?;
+                        let dstoff: i64 = field(file, "step", &attrs, "dstoff")?;
+                        tb.steps.push(ReadStep {
+                            order: attrs.get(ORDER_ATTRIBUTE).and_then(|v| v.parse().ok()),
+                            kind: field(file, "step", &attrs, "type")?,
+                            dst: (dst, dstoff.max(0) as u32),
+                            count: field(file, "step", &attrs, "cnt")?,
+                            dep: (depid >= 0).then_some((depid as usize, deps.max(0) as usize)),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let algo = algo.ok_or_else(|| Error::input(format!("{file}: no <algo> element")))?;
+    for key in [
+        "name",
+        "proto",
+        "nchannels",
+        "nchunksperloop",
+        "ngpus",
+        "coll",
+        "inplace",
+        "outofplace",
+        "minBytes",
+        "maxBytes",
+    ] {
+        field::<String>(file, "algo", &algo, key)?;
+    }
+    let coll: String = field(file, "algo", &algo, "coll")?;
+    if Some(coll.as_str()) != coll_name(c.kind) {
+        return Err(Error::input(format!(
+            "{file}: the algorithm is a '{coll}', but --collective says {}",
+            c.kind
+        )));
+    }
+    let ngpus: u32 = field(file, "algo", &algo, "ngpus")?;
+    if ngpus != c.ranks() || gpus.len() as u32 != ngpus {
+        return Err(Error::input(format!(
+            "{file}: ngpus={ngpus} with {} <gpu> elements, but the collective has {} NPUs",
+            gpus.len(),
+            c.ranks()
+        )));
+    }
+    // A file may cut the buffer finer than --chunks (e.g. a bidirectional ring halves each
+    // chunk): the schedule then claims the same collective with that finer chunking.
+    let per_loop: u32 = field(file, "algo", &algo, "nchunksperloop")?;
+    let (i_chunks, o_chunks) = Layout { c }.chunks();
+    let expected = i_chunks.max(o_chunks);
+    if per_loop == 0 || !per_loop.is_multiple_of(expected) {
+        return Err(Error::input(format!(
+            "{file}: nchunksperloop={per_loop}, but {} with --chunks {} has {expected} chunks per \
+             loop (or a multiple)",
+            c.kind, c.chunks
+        )));
+    }
+    let c = &Collective {
+        chunks: c.chunks * (per_loop / expected),
+        ..c.clone()
+    };
+    let layout = Layout { c };
+    gpus.sort_by_key(|g| g.0);
+    build_schedule(file, c, &layout, &gpus)
+}
+
+/// Pairs sends with receives per connection and turns step dependencies into transfer ones.
+fn build_schedule(
+    file: &str,
+    c: &Collective,
+    layout: &Layout,
+    gpus: &[(u32, Vec<ReadBlock>)],
+) -> Result<Schedule, Error> {
+    const SENDS: [&str; 4] = ["s", "rcs", "rrs", "rrcs"];
+    const RECEIVES: [&str; 5] = ["r", "rcs", "rrc", "rrs", "rrcs"];
+    // Per connection (src, dst, chan): the (gpu, tb, step) of its sends and of its receives.
+    type Spot = (usize, usize, usize);
+    let mut sends: HashMap<(u32, u32, i64), Vec<Spot>> = HashMap::new();
+    let mut receives: HashMap<(u32, u32, i64), Vec<Spot>> = HashMap::new();
+    for (g, (gpu, blocks)) in gpus.iter().enumerate() {
+        for (b, tb) in blocks.iter().enumerate() {
+            for (s, step) in tb.steps.iter().enumerate() {
+                let kind = step.kind.as_str();
+                if SENDS.contains(&kind) {
+                    sends
+                        .entry((*gpu, tb.send as u32, tb.chan))
+                        .or_default()
+                        .push((g, b, s));
+                }
+                if RECEIVES.contains(&kind) {
+                    receives
+                        .entry((tb.recv as u32, *gpu, tb.chan))
+                        .or_default()
+                        .push((g, b, s));
+                }
+            }
+        }
+    }
+    // Transfers: one per matched send/receive, keyed by both ends' steps.
+    let mut transfers: Vec<(Spot, Spot)> = Vec::new();
+    let mut keys: Vec<_> = sends.keys().copied().collect();
+    keys.sort_unstable();
+    for key in keys {
+        let (out, inc) = (&sends[&key], receives.get(&key).map_or(&[][..], |v| v));
+        if out.len() != inc.len() {
+            return Err(Error::input(format!(
+                "{file}: GPU {} sends {} time(s) to GPU {} on channel {}, which receives {}",
+                key.0,
+                out.len(),
+                key.1,
+                key.2,
+                inc.len()
+            )));
+        }
+        transfers.extend(out.iter().copied().zip(inc.iter().copied()));
+    }
+    let by_receive: HashMap<Spot, usize> = transfers
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, r))| (r, i))
+        .collect();
+    // The transfers a step waits for: its own dependency and those of the nops just before it,
+    // through local steps to the receives behind them.
+    let waits = |spot: Spot| -> Vec<usize> {
+        let mut found = Vec::new();
+        let mut stack = vec![spot];
+        let mut seen = std::collections::HashSet::new();
+        while let Some((g, b, s)) = stack.pop() {
+            let steps = &gpus[g].1[b].steps;
+            let mut k = s;
+            loop {
+                if let Some((db, ds)) = steps[k].dep {
+                    let target = (g, db, ds);
+                    if seen.insert(target) {
+                        match by_receive.get(&target) {
+                            Some(&t) => found.push(t),
+                            None => stack.push(target),
+                        }
+                    }
+                }
+                if k == 0 || steps[k - 1].kind != "nop" {
+                    break;
+                }
+                k -= 1;
+            }
+        }
+        found
+    };
+    let mut deps: Vec<Vec<usize>> = Vec::with_capacity(transfers.len());
+    for (t, &(send, recv)) in transfers.iter().enumerate() {
+        let mut d = waits(send);
+        d.extend(waits(recv));
+        // A step that receives and sends forwards what it received.
+        if let Some(&incoming) = by_receive.get(&send) {
+            if incoming != t {
+                d.push(incoming);
+            }
+        }
+        d.sort_unstable();
+        d.dedup();
+        deps.push(d);
+    }
+    // List order: dependencies first; among ready transfers, earlier steps first.
+    let mut order: Vec<usize> = Vec::with_capacity(transfers.len());
+    let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); transfers.len()];
+    for (t, d) in deps.iter().enumerate() {
+        for &x in d {
+            dependents[x].push(t);
+        }
+    }
+    let ordered = transfers
+        .iter()
+        .all(|&((g, b, s), _)| gpus[g].1[b].steps[s].order.is_some());
+    let key = |t: usize| {
+        let ((g, b, s), _) = transfers[t];
+        let order = if ordered {
+            gpus[g].1[b].steps[s].order.unwrap_or(0)
+        } else {
+            0
+        };
+        (order, s, g, b)
+    };
+    let mut ready: std::collections::BTreeSet<((u64, usize, usize, usize), usize)> = (0..transfers
+        .len())
+        .filter(|&t| waiting[t] == 0)
+        .map(|t| (key(t), t))
+        .collect();
+    while let Some((_, t)) = ready.pop_first() {
+        order.push(t);
+        for &x in &dependents[t] {
+            waiting[x] -= 1;
+            if waiting[x] == 0 {
+                ready.insert((key(x), x));
+            }
+        }
+    }
+    if order.len() != transfers.len() {
+        return Err(Error::input(format!(
+            "{file}: the step dependencies form a cycle"
+        )));
+    }
+    let mut position = vec![0 as TransferIndex; transfers.len()];
+    for (i, &t) in order.iter().enumerate() {
+        position[t] = i as TransferIndex;
+    }
+    let mut schedule = Schedule::with_capacity(transfers.len());
+    for &t in &order {
+        let ((sg, _, _), (rg, rb, rs)) = transfers[t];
+        let step = &gpus[rg].1[rb].steps[rs];
+        let rank = gpus[rg].0;
+        let lo = layout.piece(rank, step.dst.0, step.dst.1).ok_or_else(|| {
+            Error::input(format!(
+                "{file}: GPU {rank} receives into the scratch buffer; import reads schedules \
+                 that keep pieces in the input and output buffers"
+            ))
+        })?;
+        let hi = lo + step.count;
+        if step.count == 0 || hi > c.piece_count() {
+            return Err(Error::input(format!(
+                "{file}: GPU {rank} step {rs} of thread block {rb} receives chunks {lo}..{hi}, \
+                 outside the {} chunks of the collective",
+                c.piece_count()
+            )));
+        }
+        let transfer = Transfer {
+            src: c.npus[gpus[sg].0 as usize],
+            dst: c.npus[rank as usize],
+            bytes: c.piece_bytes(lo, hi),
+        };
+        let d: Vec<TransferIndex> = deps[t].iter().map(|&x| position[x]).collect();
+        let op = if step.kind.starts_with("rr") {
+            Op::Reduce
+        } else {
+            Op::Copy
+        };
+        schedule.push_data(transfer, &d, (lo, hi), op);
+    }
+    schedule.collective = Some(c.clone());
+    Ok(schedule)
+}
