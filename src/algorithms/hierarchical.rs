@@ -16,6 +16,10 @@ struct Dimension {
     kind: DimKind,
     size: u32,
     stride: u32,
+    /// Bytes per second one NPU can push into this dimension (all its links in it).
+    bandwidth: f64,
+    /// Per-chunk fixed cost of this dimension's basic algorithm, in seconds.
+    fixed_cost: f64,
 }
 
 impl Dimension {
@@ -28,7 +32,59 @@ impl Dimension {
     }
 }
 
+/// How all-reduce orders the dimensions of each chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DimensionOrder {
+    /// Every chunk: dimension 1..D (the hierarchical baseline).
+    Ascending,
+    /// Themis: per chunk, least loaded dimension first (see [`themis_orders`]).
+    Themis,
+}
+
 pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> {
+    generate_ordered(topology, c, DimensionOrder::Ascending)
+}
+
+/// Relative gap between the most and least loaded dimension below which Themis keeps the
+/// baseline order (ASTRA-sim's OfflineGreedy falls back the same way).
+const THEMIS_BALANCED: f64 = 0.01;
+
+/// Themis (ISCA'22; ASTRA-sim's OfflineGreedy): for each chunk in turn, the dimensions sorted by a
+/// load tracker, least loaded first, which then takes the chunk's reduce-scatter phase with the
+/// most data; the tracker adds each phase's time under a bandwidth model (reduce-scatter:
+/// size (n-1)/n / BW and size /= n; all-gather, in reverse order: size (n-1) / BW and size *= n),
+/// starting from each dimension's fixed cost.
+fn themis_orders(dims: &[Dimension], slices: u32, slice_bytes: f64) -> Vec<Vec<usize>> {
+    let mut load: Vec<f64> = dims.iter().map(|d| d.fixed_cost).collect();
+    (0..slices)
+        .map(|_| {
+            let mut order: Vec<usize> = (0..dims.len()).collect();
+            let most = load.iter().copied().fold(0.0, f64::max);
+            let least = load.iter().copied().fold(f64::INFINITY, f64::min);
+            if most - least > THEMIS_BALANCED * most {
+                order.sort_by(|&a, &b| load[a].total_cmp(&load[b]));
+            }
+            let mut size = slice_bytes;
+            for &d in &order {
+                let n = dims[d].size as f64;
+                load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
+                size /= n;
+            }
+            for &d in order.iter().rev() {
+                let n = dims[d].size as f64;
+                load[d] += size * (n - 1.0) / dims[d].bandwidth;
+                size *= n;
+            }
+            order
+        })
+        .collect()
+}
+
+pub(crate) fn generate_ordered(
+    topology: &Topology,
+    c: &Collective,
+    policy: DimensionOrder,
+) -> Result<Schedule, Error> {
     let dims = topology.dims();
     let all_npus: Vec<u32> = (0..topology.npus()).collect();
     if dims.is_empty() || c.npus != all_npus || !topology.uses_dimension_routing() {
@@ -41,10 +97,17 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     let dims: Vec<Dimension> = dims
         .iter()
         .map(|d| {
+            let links = match d.kind {
+                DimKind::Ring | DimKind::Line if d.size > 2 => 2.0,
+                DimKind::FullyConnected => (d.size - 1) as f64,
+                _ => 1.0,
+            };
             let dim = Dimension {
                 kind: d.kind,
                 size: d.size,
                 stride,
+                bandwidth: d.bandwidth.as_bytes_per_sec() * links,
+                fixed_cost: d.latency.as_secs_f64() * (d.size - 1) as f64,
             };
             stride *= d.size;
             dim
@@ -65,7 +128,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         _ => (1, c.chunks),
     };
     let slice_len = refined.piece_count() / slices;
-    let order: Vec<usize> = match c.kind {
+    let baseline: Vec<usize> = match c.kind {
         CollectiveKind::AllReduce | CollectiveKind::AllGather => (0..dims.len()).collect(),
         CollectiveKind::ReduceScatter => (0..dims.len()).rev().collect(),
         other => {
@@ -74,7 +137,15 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
             )))
         }
     };
+    // Only all-reduce cuts the buffer into independent slices whose orders can differ.
+    let orders = match (policy, c.kind) {
+        (DimensionOrder::Themis, CollectiveKind::AllReduce) => {
+            themis_orders(&dims, slices, c.size as f64 / slices as f64)
+        }
+        _ => vec![baseline; slices as usize],
+    };
     for slice in 0..slices {
+        let order = &orders[slice as usize];
         let base = (slice * slice_len, (slice + 1) * slice_len);
         // The range a rank holds before the phase on `dim`, in the order the phases split it.
         let range_before = |rank: u32, upto: &[usize]| {
@@ -138,4 +209,32 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         }
     }
     Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dim(size: u32, gbps: f64) -> Dimension {
+        Dimension {
+            kind: DimKind::Switch,
+            size,
+            stride: 1,
+            bandwidth: gbps * 1e9,
+            fixed_cost: 0.0,
+        }
+    }
+
+    #[test]
+    fn themis_spreads_the_large_phases_over_the_dimensions() {
+        // Equal bandwidth: the biggest dimension would carry almost everything in ascending
+        // order; Themis starts chunks on every dimension.
+        let dims = [dim(8, 100.0), dim(4, 100.0), dim(4, 100.0)];
+        let orders = themis_orders(&dims, 64, 1e6);
+        for d in 0..3 {
+            assert!(orders.iter().any(|o| o[0] == d), "dimension {d} never first");
+        }
+        // Balanced loads (no traffic yet, equal fixed costs) keep the baseline order.
+        assert_eq!(orders[0], vec![0, 1, 2]);
+    }
 }

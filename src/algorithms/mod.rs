@@ -75,9 +75,14 @@ pub fn generate(
         Algorithm::Rhd => rhd::generate(collective),
         Algorithm::Dbt => dbt::generate(collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective),
-        Algorithm::Themis | Algorithm::Tacos => Err(Error::input(format!(
-            "algorithm '{}' is not implemented yet; available: ring, direct, rhd, dbt, hierarchical",
-            algorithm.name()
-        ))),
+        Algorithm::Themis => hierarchical::generate_ordered(
+            topology,
+            collective,
+            hierarchical::DimensionOrder::Themis,
+        ),
+        // The synthesizer is a producer of its own (crate::synth), run by the experiment layer.
+        Algorithm::Tacos => Err(Error::input(
+            "tacos is synthesized, not generated: use `collsim synthesize` or `--algorithm tacos`",
+        )),
     }
 }
