@@ -8,13 +8,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::algorithms::Algorithm;
 use crate::bound;
 use crate::collective::CollectiveKind;
-use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
+use crate::experiment::{
+    self, merge, run_batch, write_batch, CollectiveRequest, Experiment, RunSpec, ScheduleSource,
+    Shard, TopologyEntry,
+};
 use crate::report::SUMMARY_HEADER;
 use crate::schedule::{write_msccl, write_schedule_json};
 use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
 use crate::topology::{Topology, TopologyOptions};
-use crate::units::{parse_bandwidth, parse_bytes, parse_time};
+use crate::units::{parse_bandwidth, parse_bytes, parse_size_list, parse_time};
 use crate::Error;
 
 #[derive(Parser, Debug)]
@@ -36,6 +39,13 @@ pub enum Command {
     Synthesize(SynthesizeArgs),
     /// Print the lower bounds of a collective on a topology.
     Bound(BoundArgs),
+    /// Run sizes x algorithms (x chunk counts) on one network: a CSV row each and a plot of
+    /// bandwidth against size.
+    Sweep(SweepArgs),
+    /// Run an experiment file: every combination it lists, with CSVs and figures.
+    Run(RunFileArgs),
+    /// Join the results folders of an experiment's shards (`--shard I/N`) into one.
+    Merge(MergeArgs),
 }
 
 /// The network, shared by every command that takes `--topology`.
@@ -61,7 +71,7 @@ pub struct TopologyArgs {
 }
 
 impl TopologyArgs {
-    pub fn build(&self) -> Result<Topology, Error> {
+    pub fn options(&self) -> TopologyOptions {
         TopologyOptions {
             spec: self.topology.clone(),
             bandwidth: self.bandwidth.clone(),
@@ -69,7 +79,10 @@ impl TopologyArgs {
             remove_npus: self.remove_npus.clone(),
             remove_links: self.remove_links.clone(),
         }
-        .build()
+    }
+
+    pub fn build(&self) -> Result<Topology, Error> {
+        self.options().build()
     }
 }
 
@@ -276,6 +289,76 @@ pub struct BoundArgs {
     pub format: Format,
 }
 
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, reduce, gather, scatter
+    #[arg(long, short = 'c')]
+    pub collective: String,
+    /// Sizes per NPU: a list (1KB,1MB,1GB) or a range (1KiB..1GiB doubles; 1KB..1GB:x10)
+    #[arg(long)]
+    pub sizes: String,
+    /// Algorithms, comma-separated: ring, direct, rhd, dbt, hierarchical, themis, tacos
+    #[arg(long)]
+    pub algorithms: String,
+    /// Chunk counts per NPU, comma-separated
+    #[arg(long, default_value = "1")]
+    pub chunks: String,
+    /// Seeds, comma-separated (each run once per seed) [default: each algorithm's own]
+    #[arg(long)]
+    pub seeds: Option<String>,
+    /// Root NPU of rooted collectives [default: NPU 0]
+    #[arg(long)]
+    pub root: Option<u32>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
+}
+
+/// Settings shared by the batch commands (sweep, run).
+#[derive(Args, Debug)]
+pub struct BatchArgs {
+    /// Results folder: summary.csv and figures
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// Run only share I of N (0 <= I < N) of the runs, for job arrays; join with `collsim merge`
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// stdout: a table (text) or the summary CSV (csv)
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
+    #[arg(long, value_enum)]
+    pub time_model: Option<TimeModelArg>,
+    /// Skip the symbolic validation of schedules
+    #[arg(long)]
+    pub no_validate: bool,
+    /// Synthesizer trials per tacos run
+    #[arg(long)]
+    pub trials: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunFileArgs {
+    /// The experiment file (YAML; see configs/experiments/)
+    pub experiment: PathBuf,
+    /// Draw a heat map per run (as `heatmaps: true` in the file)
+    #[arg(long)]
+    pub heatmaps: bool,
+    #[command(flatten)]
+    pub batch: BatchArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' results folders
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+    /// Where the merged results go
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+}
+
 /// Shows a progress line on stderr for long simulations when stderr is a terminal.
 struct Progress {
     shown: bool,
@@ -402,7 +485,7 @@ fn bound(args: BoundArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let request = args.collective.request()?;
     let c = request.resolve(&topology)?;
-    let b = bound::bounds(&topology, &c);
+    let b = bound::bounds(&topology, &c, None);
     let cut = b.cut.map(|t| t.ns_string()).unwrap_or_default();
     match args.format {
         Format::Csv => {
@@ -429,11 +512,193 @@ fn bound(args: BoundArgs) -> Result<(), Error> {
     Ok(())
 }
 
+fn parse_list<T>(
+    flag: &str,
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, Error>,
+) -> Result<Vec<T>, Error> {
+    text.split(',')
+        .map(|item| parse(item.trim()).map_err(|e| Error::input(format!("{flag}: {e}"))))
+        .collect()
+}
+
+fn sweep(args: SweepArgs) -> Result<(), Error> {
+    let sizes = parse_size_list(&args.sizes).map_err(|e| Error::input(format!("--sizes: {e}")))?;
+    let chunks = parse_list("--chunks", &args.chunks, |c| {
+        c.parse::<u32>()
+            .ok()
+            .filter(|&c| c >= 1)
+            .ok_or_else(|| Error::input(format!("'{c}' is not a chunk count of 1 or more")))
+    })?;
+    let seeds = match &args.seeds {
+        Some(list) => parse_list("--seeds", list, |s| {
+            s.parse::<u64>()
+                .map(Some)
+                .map_err(|_| Error::input(format!("'{s}' is not a seed")))
+        })?,
+        None => vec![None],
+    };
+    let experiment = Experiment {
+        name: format!("sweep of {} on {}", args.collective, args.topology.topology),
+        description: None,
+        topologies: vec![TopologyEntry {
+            options: args.topology.options(),
+            name: None,
+        }],
+        collectives: vec![CollectiveKind::parse(&args.collective)?],
+        sizes,
+        algorithms: parse_list("--algorithms", &args.algorithms, Algorithm::parse)?,
+        chunks,
+        seeds,
+        root: args.root,
+        options: SimOptions::default(),
+        validate: true,
+        synth: SynthOptions::default(),
+        heatmaps: false,
+    };
+    run_experiment(experiment, None, &args.batch)
+}
+
+fn run_file(args: RunFileArgs) -> Result<(), Error> {
+    let (mut experiment, text) = Experiment::load(&args.experiment)?;
+    experiment.heatmaps |= args.heatmaps;
+    let default_out;
+    let batch = if args.batch.out.is_none() {
+        default_out = BatchArgs {
+            out: Some(
+                PathBuf::from("results").join(
+                    args.experiment
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| "experiment".into()),
+                ),
+            ),
+            ..args.batch
+        };
+        &default_out
+    } else {
+        &args.batch
+    };
+    run_experiment(experiment, Some(&text), batch)
+}
+
+fn run_experiment(
+    mut experiment: Experiment,
+    source: Option<&str>,
+    args: &BatchArgs,
+) -> Result<(), Error> {
+    if let Some(model) = args.time_model {
+        experiment.options.time_model = match model {
+            TimeModelArg::Exact => TimeModel::Exact,
+            TimeModelArg::Astra => TimeModel::Astra,
+        };
+    }
+    experiment.validate &= !args.no_validate;
+    if args.trials.is_some() {
+        experiment.synth.trials = args.trials;
+    }
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let result = run_batch(&experiment, shard)?;
+    if result.rows.is_empty() {
+        let why = result
+            .skipped
+            .first()
+            .map(|s| format!(": {}", s.reason))
+            .unwrap_or_default();
+        return Err(Error::input(format!(
+            "none of the {} run(s) applies{why}",
+            result.skipped.len()
+        )));
+    }
+    for s in &result.skipped {
+        eprintln!(
+            "skipped run {} ({} {} with {}): {}",
+            s.plan.index,
+            s.plan.collective,
+            crate::units::format_bytes(s.plan.size),
+            s.plan.algorithm.name(),
+            s.reason
+        );
+    }
+    if let Some(dir) = &args.out {
+        write_batch(dir, &experiment, source, &result, shard)?;
+    }
+    match args.format {
+        Format::Csv => {
+            println!("{SUMMARY_HEADER},run");
+            for (run, s) in &result.rows {
+                println!("{},{run}", s.csv_row());
+            }
+        }
+        Format::Text => print_table(&result.rows),
+    }
+    if let Some(dir) = &args.out {
+        eprintln!(
+            "wrote {} run(s) to {}{}",
+            result.rows.len(),
+            dir.display(),
+            if shard.is_some() {
+                " (one shard: join the shards with `collsim merge`)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
+/// A compact table of runs for the terminal.
+fn print_table(rows: &[(usize, crate::report::Summary)]) {
+    const SHOWN: usize = 60;
+    println!(
+        "{:>5}  {:<18} {:<15} {:>9} {:<13} {:>6} {:>14} {:>11} {:>6}",
+        "run", "topology", "collective", "size", "algorithm", "chunks", "time", "algbw GB/s", "eff"
+    );
+    for (run, s) in rows.iter().take(SHOWN) {
+        println!(
+            "{run:>5}  {:<18} {:<15} {:>9} {:<13} {:>6} {:>14} {:>11} {:>6}",
+            s.topology,
+            s.collective,
+            s.size_bytes
+                .map(crate::units::format_bytes)
+                .unwrap_or_default(),
+            s.algorithm,
+            s.chunks_per_npu.map(|c| c.to_string()).unwrap_or_default(),
+            s.collective_time.to_string(),
+            s.algbw_gbps()
+                .map(|b| format!("{b:.3}"))
+                .unwrap_or_default(),
+            s.efficiency()
+                .map(|e| format!("{e:.3}"))
+                .unwrap_or_default(),
+        );
+    }
+    if rows.len() > SHOWN {
+        println!(
+            "  ... {} more rows (use --format csv or --out)",
+            rows.len() - SHOWN
+        );
+    }
+}
+
+fn merge_shards(args: MergeArgs) -> Result<(), Error> {
+    let runs = merge(&args.shards, &args.out)?;
+    eprintln!(
+        "merged {} shard(s), {runs} run(s), into {}",
+        args.shards.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Synthesize(args) => synthesize(args),
         Command::Bound(args) => bound(args),
+        Command::Sweep(args) => sweep(args),
+        Command::Run(args) => run_file(args),
+        Command::Merge(args) => merge_shards(args),
     }
 }

@@ -295,9 +295,104 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Byte count for axis labels: exact where a unit divides it (`10KB`, `4MiB`), else three
+/// significant digits with binary prefixes (`1.88GiB`).
+pub fn format_bytes_approx(bytes: f64) -> String {
+    let whole = bytes.round();
+    if (bytes - whole).abs() < 1e-6 && whole >= 1.0 {
+        let exact = format_bytes(whole as u64);
+        if exact.len() <= 6 {
+            return exact;
+        }
+    }
+    const UNITS: [(f64, &str); 5] = [
+        (1099511627776.0, "TiB"),
+        (1073741824.0, "GiB"),
+        (1048576.0, "MiB"),
+        (1024.0, "KiB"),
+        (1.0, "B"),
+    ];
+    for (scale, name) in UNITS {
+        if bytes >= scale {
+            let v = bytes / scale;
+            let digits = if v >= 100.0 {
+                0
+            } else if v >= 10.0 {
+                1
+            } else {
+                2
+            };
+            let text = format!("{v:.digits$}");
+            let text = if text.contains('.') {
+                text.trim_end_matches('0').trim_end_matches('.').to_string()
+            } else {
+                text
+            };
+            return format!("{text}{name}");
+        }
+    }
+    "0B".to_string()
+}
+
+/// Parses a list of sizes: `1KB,64KB,1GB`, or a geometric range `1KiB..1GiB` (doubling) or
+/// `1KB..1GB:x10` (a factor per step).
+pub fn parse_size_list(text: &str) -> Result<Vec<u64>, UnitError> {
+    if let Some((lo, rest)) = text.split_once("..") {
+        let (hi, factor) = match rest.split_once(":x") {
+            Some((hi, f)) => (
+                hi,
+                f.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&f| f >= 2)
+                    .ok_or_else(|| unit_error("size range", text, "the step ':xF' needs F >= 2"))?,
+            ),
+            None => (rest, 2),
+        };
+        let (lo, hi) = (parse_bytes(lo.trim())?, parse_bytes(hi.trim())?);
+        if lo == 0 || hi < lo {
+            return Err(unit_error(
+                "size range",
+                text,
+                "expected LOW..HIGH with 0 < LOW <= HIGH",
+            ));
+        }
+        let mut sizes = Vec::new();
+        let mut s = lo;
+        while s <= hi {
+            sizes.push(s);
+            s = match s.checked_mul(factor) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+        return Ok(sizes);
+    }
+    text.split(',').map(|s| parse_bytes(s.trim())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_lists_and_ranges() {
+        assert_eq!(parse_size_list("1KB, 2KiB").unwrap(), vec![1000, 2048]);
+        assert_eq!(
+            parse_size_list("1KiB..8KiB").unwrap(),
+            vec![1024, 2048, 4096, 8192]
+        );
+        assert_eq!(
+            parse_size_list("1KB..1MB:x10").unwrap(),
+            vec![1000, 10_000, 100_000, 1_000_000]
+        );
+        assert!(parse_size_list("1MB..1KB").is_err());
+        assert!(parse_size_list("1KB..1MB:x1").is_err());
+        assert_eq!(format_bytes_approx(2013265920.0), "1.88GiB");
+        assert_eq!(format_bytes_approx(10_000.0), "10KB");
+        assert_eq!(format_bytes_approx(1024.0), "1KiB");
+        assert_eq!(format_bytes_approx(0.0), "0B");
+    }
 
     #[test]
     fn bytes_distinguish_decimal_and_binary_prefixes() {

@@ -75,7 +75,8 @@ fn rhd_closed_form_on_a_switch() {
     );
 }
 
-/// Every algorithm and collective it supports, on random sizes and shapes, validates.
+/// Every algorithm and collective it supports, on random sizes and shapes, validates, and no
+/// simulated time beats the lower bound.
 #[test]
 fn every_generated_schedule_validates() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2026);
@@ -140,6 +141,15 @@ fn every_generated_schedule_validates() {
             .unwrap_or_else(|e| panic!("{} {kind} on {spec} x{chunks}: {e}", algorithm.name()));
         let result = simulate(&t, &schedule, &SimOptions::default(), &mut ()).unwrap();
         assert!(result.finish > Time::ZERO);
+        // The lower bound (with the exact cut bound) is never beaten, but for the simulator's
+        // rounding of every delay to the nearest picosecond (a few ps over a long chain).
+        let bound = collsim::bound::bounds(&t, &c, None).total();
+        assert!(
+            bound <= result.finish + Time::from_ns(1),
+            "{} {kind} on {spec} x{chunks}: bound {bound:?} > time {:?}",
+            algorithm.name(),
+            result.finish
+        );
         checked += 1;
     }
     assert!(checked > 300, "only {checked} cases exercised");
@@ -280,10 +290,19 @@ fn all_reduce_time(spec: &str, bandwidth: &str, latency: &str, algorithm: Algori
         .with_links(bandwidth, latency)
         .build()
         .unwrap();
-    let c = Collective::new(CollectiveKind::AllReduce, t.active_npus(), 1 << 30, 64, None).unwrap();
+    let c = Collective::new(
+        CollectiveKind::AllReduce,
+        t.active_npus(),
+        1 << 30,
+        64,
+        None,
+    )
+    .unwrap();
     let s = generate(algorithm, &t, &c).unwrap();
     validate(&s, s.collective.as_ref().unwrap(), 5).unwrap();
-    simulate(&t, &s, &SimOptions::default(), &mut ()).unwrap().finish
+    simulate(&t, &s, &SimOptions::default(), &mut ())
+        .unwrap()
+        .finish
 }
 
 /// Themis balances the dimensions of an over-provisioned 3-D switch network (1.3x or better than

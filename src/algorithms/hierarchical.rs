@@ -232,7 +232,10 @@ mod tests {
         let dims = [dim(8, 100.0), dim(4, 100.0), dim(4, 100.0)];
         let orders = themis_orders(&dims, 64, 1e6);
         for d in 0..3 {
-            assert!(orders.iter().any(|o| o[0] == d), "dimension {d} never first");
+            assert!(
+                orders.iter().any(|o| o[0] == d),
+                "dimension {d} never first"
+            );
         }
         // Balanced loads (no traffic yet, equal fixed costs) keep the baseline order.
         assert_eq!(orders[0], vec![0, 1, 2]);

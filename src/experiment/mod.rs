@@ -1,5 +1,12 @@
 //! One run end to end: build the topology, produce the schedule, simulate, summarise, write outputs.
-//! The command line, sweeps and experiment files all go through [`execute`].
+//! The command line, sweeps and experiment files all go through [`execute`]; [`batch`] runs many
+//! of them from an [`Experiment`].
+
+mod batch;
+mod file;
+
+pub use batch::{merge, run_batch, write_batch, BatchResult, RunRow, Shard, Skipped};
+pub use file::{Experiment, RunPlan, TopologyEntry};
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -7,7 +14,7 @@ use std::time::Instant;
 use crate::algorithms::{self, Algorithm};
 use crate::bound;
 use crate::collective::{Collective, CollectiveKind};
-use crate::report::{self, OutputDir, Summary};
+use crate::report::{self, HeatMetric, Heatmap, OutputDir, Summary, Utilization};
 use crate::schedule::{self, Schedule};
 use crate::sim::{self, Observer, SimOptions, SimResult};
 use crate::synth::{self, SynthOptions};
@@ -215,16 +222,22 @@ pub fn execute(
     drop(parts);
     let claims: Vec<Collective> = match &schedule.collective {
         Some(c) => vec![c.clone()],
-        None => collectives,
+        None => collectives.clone(),
     };
     let bound = claims
         .iter()
-        .map(|c| bound::bounds(topology, c).total())
+        .map(|c| bound::bounds(topology, c, Some(bound::CUT_BOUND_BUDGET)).total())
         .max();
     let single = (claims.len() == 1).then(|| &claims[0]);
+    // The user's collectives where there are some: algorithms may claim finer chunks.
+    let asked = if collectives.is_empty() {
+        &claims
+    } else {
+        &collectives
+    };
     let same = |f: &dyn Fn(&Collective) -> u64| {
-        let first = claims.first().map(f)?;
-        claims.iter().all(|c| f(c) == first).then_some(first)
+        let first = asked.first().map(f)?;
+        asked.iter().all(|c| f(c) == first).then_some(first)
     };
     let summary = Summary {
         topology: topology.name().to_string(),
@@ -288,6 +301,12 @@ pub fn write_outputs(
         &out.file("transfers.csv"),
     )?;
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
+    let title = outcome.summary.title();
+    let heatmap = Heatmap::new(topology, &outcome.result, HeatMetric::Bytes, &title);
+    report::save_figure(&heatmap, &mut out, "heatmap", true)?;
+    let utilization = Utilization::new(topology, &outcome.result, report::UTILIZATION_BINS);
+    utilization.write_csv(&out.file("utilization.csv"))?;
+    report::save_figure(&utilization.plot(&title), &mut out, "utilization", true)?;
     report::write_summary_csv(
         std::slice::from_ref(&outcome.summary),
         &out.file("summary.csv"),

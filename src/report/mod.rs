@@ -1,5 +1,14 @@
-//! Reports: the summary row, per-transfer and per-link CSVs, and a results folder that is either
+//! Reports: the summary row, per-transfer and per-link CSVs, heat maps, utilisation over time and
+//! the figures of sweeps, experiments and training runs, all in a results folder that is either
 //! complete or absent.
+
+mod heatmap;
+mod plot;
+mod utilization;
+
+pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
+pub use plot::{BarChart, LinePlot, Series};
+pub use utilization::{Utilization, BINS as UTILIZATION_BINS};
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -91,6 +100,18 @@ impl Summary {
         .join(",")
     }
 
+    /// One line naming the run, for figure titles.
+    pub fn title(&self) -> String {
+        let size = self
+            .size_bytes
+            .map(|s| format!(" of {}", crate::units::format_bytes(s)))
+            .unwrap_or_default();
+        format!(
+            "{}{size} on {}, {}",
+            self.collective, self.topology, self.algorithm
+        )
+    }
+
     /// A few human-readable lines for the terminal.
     pub fn human(&self) -> String {
         let mut out = format!(
@@ -138,10 +159,22 @@ impl OutputDir {
         &self.dir
     }
 
-    /// A path to write `name` to; it appears under its real name at [`OutputDir::commit`].
+    /// A path to write `name` to; it appears under its real name at [`OutputDir::commit`]. The
+    /// temporary name keeps the extension last (`.heatmap.partial.png`): image encoders go by it.
     pub fn file(&mut self, name: &str) -> PathBuf {
-        let tmp = self.dir.join(format!(".{name}.partial"));
-        self.pending.push((tmp.clone(), self.dir.join(name)));
+        let real = self.dir.join(name);
+        let parent = real.parent().unwrap_or(&self.dir).to_path_buf();
+        // A folder that cannot be made shows up as the writer's error on the file itself.
+        let _ = std::fs::create_dir_all(&parent);
+        let file = real
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = match file.rsplit_once('.') {
+            Some((stem, ext)) => parent.join(format!(".{stem}.partial.{ext}")),
+            None => parent.join(format!(".{file}.partial")),
+        };
+        self.pending.push((tmp.clone(), real));
         tmp
     }
 
@@ -162,7 +195,7 @@ impl Drop for OutputDir {
     }
 }
 
-fn writer(path: &Path) -> Result<BufWriter<File>, Error> {
+pub(crate) fn writer(path: &Path) -> Result<BufWriter<File>, Error> {
     Ok(BufWriter::with_capacity(
         1 << 20,
         File::create(path).map_err(|e| Error::io(path.display(), e))?,
@@ -233,6 +266,20 @@ pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> 
         .map_err(io)?;
     }
     w.flush().map_err(io)
+}
+
+/// Saves a figure as PNG (and SVG when `svg` is given) into the results folder.
+pub(crate) fn save_figure(
+    figure: &impl plot::Figure,
+    out: &mut OutputDir,
+    stem: &str,
+    svg: bool,
+) -> Result<(), Error> {
+    plot::save_png(figure, &out.file(&format!("{stem}.png")))?;
+    if svg {
+        plot::save_svg(figure, &out.file(&format!("{stem}.svg")))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,355 @@
+//! Experiment files: the runs a figure or table needs, as the product of topologies, collectives,
+//! sizes, algorithms, chunk counts and seeds.
+//!
+//! ```yaml
+//! name: tacos-fig2a
+//! description: TACOS Fig. 2(a), all-reduce bandwidth of the baselines on 64 NPUs
+//! bandwidth: 50GB/s          # defaults for inline topologies that do not set their own
+//! latency: 0.5us
+//! topologies:
+//!   - ring:64
+//!   - {spec: mesh:8x8, name: 2D Mesh, bandwidth: 50GB/s, remove_npus: "7,9"}
+//! collectives: [all-reduce]
+//! sizes: [1GB]               # or a range: "1KB..1GB:x10"
+//! algorithms: [ring, direct, rhd, tacos]
+//! chunks: [1]
+//! seeds: [1]
+//! heatmaps: true             # per-run heat maps, one colour scale per (topology, collective, size)
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::algorithms::Algorithm;
+use crate::collective::CollectiveKind;
+use crate::sim::{SimOptions, TimeModel};
+use crate::synth::SynthOptions;
+use crate::topology::{Topology, TopologyOptions};
+use crate::units::{parse_bytes, parse_size_list};
+use crate::Error;
+
+/// One network of an experiment.
+#[derive(Clone, Debug)]
+pub struct TopologyEntry {
+    pub options: TopologyOptions,
+    /// Shown in results instead of the topology's own name.
+    pub name: Option<String>,
+}
+
+impl TopologyEntry {
+    pub fn build(&self) -> Result<Topology, Error> {
+        let mut topology = self.options.build()?;
+        if let Some(name) = &self.name {
+            topology.set_name(name.clone());
+        }
+        Ok(topology)
+    }
+}
+
+/// A set of runs: every combination of the lists, in the order topology, collective, size,
+/// algorithm, chunks, seed (the last varies fastest).
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    pub name: String,
+    pub description: Option<String>,
+    pub topologies: Vec<TopologyEntry>,
+    pub collectives: Vec<CollectiveKind>,
+    pub sizes: Vec<u64>,
+    pub algorithms: Vec<Algorithm>,
+    pub chunks: Vec<u32>,
+    /// None runs with each algorithm's default seed.
+    pub seeds: Vec<Option<u64>>,
+    /// Root NPU of rooted collectives.
+    pub root: Option<u32>,
+    pub options: SimOptions,
+    pub validate: bool,
+    pub synth: SynthOptions,
+    /// Keep per-link loads and draw a heat map per run.
+    pub heatmaps: bool,
+}
+
+/// One run of an experiment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunPlan {
+    /// Position in the experiment's run list (stable across shards).
+    pub index: usize,
+    /// Index into [`Experiment::topologies`].
+    pub topology: usize,
+    pub collective: CollectiveKind,
+    pub size: u64,
+    pub algorithm: Algorithm,
+    pub chunks: u32,
+    pub seed: Option<u64>,
+}
+
+impl Experiment {
+    /// Every run, in order.
+    pub fn plans(&self) -> Vec<RunPlan> {
+        let mut plans = Vec::new();
+        for topology in 0..self.topologies.len() {
+            for &collective in &self.collectives {
+                for &size in &self.sizes {
+                    for &algorithm in &self.algorithms {
+                        for &chunks in &self.chunks {
+                            for &seed in &self.seeds {
+                                plans.push(RunPlan {
+                                    index: plans.len(),
+                                    topology,
+                                    collective,
+                                    size,
+                                    algorithm,
+                                    chunks,
+                                    seed,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        plans
+    }
+
+    /// Reads an experiment file.
+    pub fn load(path: &Path) -> Result<(Experiment, String), Error> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::input(format!("{shown}: cannot read experiment file: {e}")))?;
+        let exp = Experiment::parse(&text, &shown)?;
+        Ok((exp, text))
+    }
+
+    /// Parses experiment YAML; `file` names the source in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Experiment, Error> {
+        let raw: RawExperiment =
+            serde_yaml::from_str(text).map_err(|e| Error::input(format!("{file}: {e}")))?;
+        let field = |name: &str, e: String| Error::input(format!("{file}: field '{name}': {e}"));
+        let nonempty = |name: &str, len: usize| {
+            if len == 0 {
+                Err(field(name, "must list at least one entry".into()))
+            } else {
+                Ok(())
+            }
+        };
+        nonempty("topologies", raw.topologies.len())?;
+        nonempty("collectives", raw.collectives.len())?;
+        nonempty("algorithms", raw.algorithms.len())?;
+        let topologies = raw
+            .topologies
+            .into_iter()
+            .map(|t| match t {
+                RawTopology::Spec(spec) => TopologyEntry {
+                    options: TopologyOptions {
+                        spec,
+                        ..TopologyOptions::default()
+                    },
+                    name: None,
+                },
+                RawTopology::Full {
+                    spec,
+                    name,
+                    bandwidth,
+                    latency,
+                    remove_npus,
+                    remove_links,
+                } => TopologyEntry {
+                    options: TopologyOptions {
+                        spec,
+                        bandwidth,
+                        latency,
+                        remove_npus: remove_npus.map(|v| v.text()),
+                        remove_links,
+                    },
+                    name,
+                },
+            })
+            .map(|mut entry| {
+                let inline =
+                    !entry.options.spec.ends_with(".yml") && !entry.options.spec.ends_with(".yaml");
+                if inline {
+                    entry.options.bandwidth = entry.options.bandwidth.or(raw.bandwidth.clone());
+                    entry.options.latency = entry.options.latency.or(raw.latency.clone());
+                }
+                entry
+            })
+            .collect();
+        let collectives = raw
+            .collectives
+            .iter()
+            .map(|c| CollectiveKind::parse(c).map_err(|e| field("collectives", e.to_string())))
+            .collect::<Result<_, _>>()?;
+        let algorithms = raw
+            .algorithms
+            .iter()
+            .map(|a| Algorithm::parse(a).map_err(|e| field("algorithms", e.to_string())))
+            .collect::<Result<_, _>>()?;
+        let sizes = match raw.sizes {
+            RawSizes::One(v) => v.sizes(),
+            RawSizes::Many(list) => list
+                .into_iter()
+                .map(|v| v.sizes())
+                .collect::<Result<Vec<_>, _>>()
+                .map(|l| l.concat()),
+        }
+        .map_err(|e| field("sizes", e))?;
+        nonempty("sizes", sizes.len())?;
+        let chunks = raw.chunks.unwrap_or_else(|| vec![1]);
+        nonempty("chunks", chunks.len())?;
+        if chunks.contains(&0) {
+            return Err(field("chunks", "chunk counts must be at least 1".into()));
+        }
+        let seeds = match raw.seeds {
+            Some(list) if list.is_empty() => return Err(field("seeds", "is empty".into())),
+            Some(list) => list.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
+        let time_model = match raw.time_model.as_deref() {
+            None => TimeModel::Exact,
+            Some(t) => TimeModel::parse(t)
+                .ok_or_else(|| field("time_model", format!("'{t}' is not exact or astra")))?,
+        };
+        Ok(Experiment {
+            name: raw.name.unwrap_or_else(|| "experiment".into()),
+            description: raw.description,
+            topologies,
+            collectives,
+            sizes,
+            algorithms,
+            chunks,
+            seeds,
+            root: raw.root,
+            options: SimOptions {
+                time_model,
+                ..SimOptions::default()
+            },
+            validate: raw.validate.unwrap_or(true),
+            synth: SynthOptions {
+                trials: raw.trials,
+                ..SynthOptions::default()
+            },
+            heatmaps: raw.heatmaps.unwrap_or(false),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: Option<String>,
+    description: Option<String>,
+    bandwidth: Option<String>,
+    latency: Option<String>,
+    topologies: Vec<RawTopology>,
+    collectives: Vec<String>,
+    sizes: RawSizes,
+    algorithms: Vec<String>,
+    chunks: Option<Vec<u32>>,
+    seeds: Option<Vec<u64>>,
+    root: Option<u32>,
+    time_model: Option<String>,
+    validate: Option<bool>,
+    trials: Option<u32>,
+    heatmaps: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawTopology {
+    Spec(String),
+    Full {
+        spec: String,
+        name: Option<String>,
+        bandwidth: Option<String>,
+        latency: Option<String>,
+        remove_npus: Option<IdList>,
+        remove_links: Option<String>,
+    },
+}
+
+/// `7` or `"7,9"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IdList {
+    One(u32),
+    Text(String),
+}
+
+impl IdList {
+    fn text(self) -> String {
+        match self {
+            IdList::One(v) => v.to_string(),
+            IdList::Text(t) => t,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSizes {
+    One(SizeValue),
+    Many(Vec<SizeValue>),
+}
+
+/// A byte count, a size with a unit, or a range.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn sizes(self) -> Result<Vec<u64>, String> {
+        match self {
+            SizeValue::Bytes(b) => Ok(vec![b]),
+            SizeValue::Text(t) if t.contains("..") => {
+                parse_size_list(&t).map_err(|e| e.to_string())
+            }
+            SizeValue::Text(t) => parse_bytes(&t).map(|b| vec![b]).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_the_product_of_the_lists_in_order() {
+        let exp = Experiment::parse(
+            "topologies: [ring:4, {spec: 'mesh:2x2', name: small mesh}]\n\
+             collectives: [all-reduce]\nsizes: '1KiB..4KiB'\nalgorithms: [ring, direct]\n\
+             seeds: [1, 2]\nbandwidth: 10GB/s\n",
+            "x.yaml",
+        )
+        .unwrap();
+        let plans = exp.plans();
+        assert_eq!(plans.len(), 2 * 3 * 2 * 2);
+        assert_eq!(plans[0].seed, Some(1));
+        assert_eq!(plans[1].seed, Some(2));
+        assert_eq!(plans[2].algorithm, Algorithm::Direct);
+        assert_eq!(plans[4].size, 2048);
+        assert_eq!(plans[12].topology, 1);
+        assert!(plans.iter().enumerate().all(|(i, p)| p.index == i));
+        assert_eq!(exp.topologies[1].name.as_deref(), Some("small mesh"));
+        assert_eq!(
+            exp.topologies[1].options.bandwidth.as_deref(),
+            Some("10GB/s")
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_file_and_field() {
+        for (text, needle) in [
+            ("topologies: [ring:4]\ncollectives: [all-mix]\nsizes: 1KB\nalgorithms: [ring]", "collectives"),
+            ("topologies: [ring:4]\ncollectives: [all-reduce]\nsizes: 1QB\nalgorithms: [ring]", "sizes"),
+            ("topologies: []\ncollectives: [all-reduce]\nsizes: 1KB\nalgorithms: [ring]", "topologies"),
+            ("topologies: [ring:4]\ncollectives: [all-reduce]\nsizes: 1KB\nalgorithms: [ring]\nsize: 1", "size"),
+            ("topologies: [ring:4]\ncollectives: [all-reduce]\nsizes: 1KB\nalgorithms: [warp]", "algorithms"),
+        ] {
+            let err = Experiment::parse(text, "exp.yaml").unwrap_err().to_string();
+            assert!(err.contains("exp.yaml") && err.contains(needle), "{err}");
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Per-link heat maps (TACOS Fig. 1 style): a source x destination matrix of what each link
+//! carried, pale where idle and dark red where busiest, with cells that have no link in a neutral
+//! grey. Networks of more than [`Heatmap::MAX_SIDE`] nodes are drawn by blocks of consecutive
+//! nodes (whole rows, planes, ... on multi-dimensional shapes), so the picture stays readable.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::plot::{font, heat, DrawResult, Figure, NO_LINK};
+use crate::sim::SimResult;
+use crate::topology::{NodeId, Topology};
+use crate::units::format_bytes_approx;
+
+/// What a heat map shows per link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeatMetric {
+    /// Bytes carried (summed over the links of a block pair).
+    Bytes,
+    /// Busy time over the collective time (averaged over the links of a block pair).
+    Busy,
+}
+
+impl HeatMetric {
+    pub fn parse(text: &str) -> Option<HeatMetric> {
+        match text {
+            "bytes" => Some(HeatMetric::Bytes),
+            "busy" => Some(HeatMetric::Busy),
+            _ => None,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            HeatMetric::Bytes => "bytes carried",
+            HeatMetric::Busy => "busy fraction",
+        }
+    }
+
+    fn format(self, value: f64) -> String {
+        match self {
+            HeatMetric::Bytes => format_bytes_approx(value),
+            HeatMetric::Busy => format!("{:.0}%", value * 100.0),
+        }
+    }
+}
+
+/// A link-load matrix ready to draw.
+#[derive(Clone, Debug)]
+pub struct Heatmap {
+    pub title: String,
+    pub metric: HeatMetric,
+    /// First node of each block; the last block runs to `nodes`.
+    starts: Vec<NodeId>,
+    nodes: NodeId,
+    npus: NodeId,
+    /// Row-major (source block, destination block); None where no link joins the blocks.
+    cells: Vec<Option<f64>>,
+    /// The value drawn darkest: the largest cell, or a maximum shared with other maps.
+    scale_max: f64,
+}
+
+impl Heatmap {
+    /// The largest matrix drawn node by node.
+    pub const MAX_SIDE: usize = 64;
+
+    /// Aggregates one simulation's per-link loads.
+    pub fn new(
+        topology: &Topology,
+        result: &SimResult,
+        metric: HeatMetric,
+        title: &str,
+    ) -> Heatmap {
+        let finish = result.finish.ps().max(1) as f64;
+        let values: Vec<f64> = match metric {
+            HeatMetric::Bytes => result.link_bytes.iter().map(|&b| b as f64).collect(),
+            HeatMetric::Busy => result
+                .link_busy
+                .iter()
+                .map(|b| b.ps() as f64 / finish)
+                .collect(),
+        };
+        Heatmap::from_loads(topology, &values, metric, title)
+    }
+
+    /// Aggregates per-link values, one per link of `topology` in its order.
+    pub fn from_loads(
+        topology: &Topology,
+        values: &[f64],
+        metric: HeatMetric,
+        title: &str,
+    ) -> Heatmap {
+        let starts = block_starts(topology);
+        let side = starts.len();
+        let block_of = |v: NodeId| starts.partition_point(|&s| s <= v) - 1;
+        let mut sums = vec![0.0f64; side * side];
+        let mut counts = vec![0u32; side * side];
+        for (link, value) in topology.links().iter().zip(values) {
+            let cell = block_of(link.src) * side + block_of(link.dst);
+            sums[cell] += value;
+            counts[cell] += 1;
+        }
+        let cells: Vec<Option<f64>> = sums
+            .iter()
+            .zip(&counts)
+            .map(|(&sum, &count)| match (count, metric) {
+                (0, _) => None,
+                (_, HeatMetric::Bytes) => Some(sum),
+                (c, HeatMetric::Busy) => Some(sum / c as f64),
+            })
+            .collect();
+        let mut map = Heatmap {
+            title: title.to_string(),
+            metric,
+            starts,
+            nodes: topology.nodes(),
+            npus: topology.npus(),
+            cells,
+            scale_max: 0.0,
+        };
+        map.scale_max = map.max_cell();
+        map
+    }
+
+    /// The largest cell value.
+    pub fn max_cell(&self) -> f64 {
+        self.cells.iter().flatten().copied().fold(0.0, f64::max)
+    }
+
+    /// Draws against a maximum shared with other maps (so their colours compare).
+    pub fn with_scale(mut self, max: f64) -> Heatmap {
+        self.scale_max = max.max(self.max_cell());
+        self
+    }
+
+    /// Matrix side: nodes, or blocks of nodes.
+    pub fn side(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Coefficient of variation of the cells that have links (0 = perfectly even).
+    pub fn unevenness(&self) -> f64 {
+        let v: Vec<f64> = self.cells.iter().flatten().copied().collect();
+        if v.is_empty() {
+            return 0.0;
+        }
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        if mean == 0.0 {
+            return 0.0;
+        }
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        var.sqrt() / mean
+    }
+
+    fn label(&self, block: usize) -> String {
+        let start = self.starts[block];
+        let end = self.starts.get(block + 1).copied().unwrap_or(self.nodes);
+        let name = |v: NodeId| {
+            if v >= self.npus {
+                format!("s{}", v - self.npus)
+            } else {
+                v.to_string()
+            }
+        };
+        if end - start <= 1 {
+            name(start)
+        } else {
+            format!("{}-{}", name(start), name(end - 1))
+        }
+    }
+}
+
+/// Block boundaries: one node per block on small networks; otherwise NPUs grouped by whole leading
+/// dimensions where the shape has them (else evenly), and switches in blocks of their own.
+fn block_starts(topology: &Topology) -> Vec<NodeId> {
+    let (npus, nodes) = (topology.npus(), topology.nodes());
+    if nodes as usize <= Heatmap::MAX_SIDE {
+        return (0..nodes).collect();
+    }
+    let switches = nodes - npus;
+    let switch_blocks = switches.min(16);
+    let npu_blocks = Heatmap::MAX_SIDE as u32 - switch_blocks;
+    let mut block = npus.div_ceil(npu_blocks);
+    let mut leading = 1u32;
+    for dim in topology.dims() {
+        leading *= dim.size;
+        if leading >= block {
+            if npus.div_ceil(leading) <= npu_blocks {
+                block = leading;
+            }
+            break;
+        }
+    }
+    let mut starts: Vec<NodeId> = (0..npus).step_by(block as usize).collect();
+    if switches > 0 {
+        let per = switches.div_ceil(switch_blocks);
+        starts.extend((npus..nodes).step_by(per as usize));
+    }
+    starts
+}
+
+impl Figure for Heatmap {
+    fn size(&self) -> (u32, u32) {
+        (940, 820)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let side = self.side() as i32;
+        let (main, bar) = root.split_horizontally(800);
+        let subtitle = format!(
+            "{} per link (darkest = {})",
+            self.metric.describe(),
+            self.metric.format(self.scale_max)
+        );
+        let (head, body) = main.split_vertically(64);
+        head.draw(&Text::new(self.title.clone(), (70, 10), font(20)))?;
+        head.draw(&Text::new(subtitle, (70, 38), font(15)))?;
+        let mut chart = ChartBuilder::on(&body)
+            .margin(10)
+            .x_label_area_size(60)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0..side, side..0)?;
+        let ticks = (side as usize).min(16);
+        let step = (side as usize).div_ceil(ticks).max(1) as i32;
+        let labels = |v: &i32| {
+            if *v >= 0 && *v < side && v % step == 0 {
+                self.label(*v as usize)
+            } else {
+                String::new()
+            }
+        };
+        let (width, height) = chart.plotting_area().dim_in_pixel();
+        let (cell_w, cell_h) = (width as i32 / side.max(1), height as i32 / side.max(1));
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .disable_y_mesh()
+            .x_labels(side as usize + 1)
+            .y_labels(side as usize + 1)
+            .x_label_formatter(&labels)
+            .y_label_formatter(&labels)
+            .x_label_offset(cell_w / 2)
+            .y_label_offset(cell_h / 2)
+            .x_desc("destination")
+            .y_desc("source")
+            .label_style(font(12))
+            .axis_desc_style(font(15))
+            .draw()?;
+        let scale = if self.scale_max > 0.0 {
+            self.scale_max
+        } else {
+            1.0
+        };
+        chart.draw_series(self.cells.iter().enumerate().map(|(i, cell)| {
+            let (row, col) = ((i / side as usize) as i32, (i % side as usize) as i32);
+            let color = match cell {
+                None => NO_LINK,
+                Some(v) => heat(v / scale),
+            };
+            Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
+        }))?;
+        // Colour bar with the no-link swatch beneath it.
+        let (bar_area, swatch) = bar.split_vertically(700);
+        let mut scale_chart = ChartBuilder::on(&bar_area)
+            .margin_top(84)
+            .margin_bottom(20)
+            .margin_right(8)
+            .y_label_area_size(0)
+            .x_label_area_size(0)
+            .build_cartesian_2d(0.0..1.0, 0.0..1.0)?;
+        scale_chart.draw_series((0..100).map(|k| {
+            let lo = k as f64 / 100.0;
+            Rectangle::new([(0.0, lo), (0.35, lo + 0.01)], heat(lo + 0.005).filled())
+        }))?;
+        for k in 0..=4 {
+            let f = k as f64 / 4.0;
+            scale_chart.draw_series(std::iter::once(Text::new(
+                self.metric.format(f * scale),
+                (0.42, f),
+                font(12),
+            )))?;
+        }
+        swatch.draw(&Rectangle::new([(4, 10), (40, 34)], NO_LINK.filled()))?;
+        swatch.draw(&Text::new("no link", (46, 14), font(13)))?;
+        Ok(())
+    }
+}
+
+/// Small multiples (TACOS Fig. 1): a row of heat maps per network, a column per algorithm. Each
+/// map is drawn against the maximum of its row, so a row compares algorithms on one network.
+pub struct HeatmapGrid {
+    pub title: String,
+    pub row_names: Vec<String>,
+    pub column_names: Vec<String>,
+    /// Row-major; None where a run is missing.
+    pub maps: Vec<Option<Heatmap>>,
+}
+
+impl HeatmapGrid {
+    const CELL: u32 = 260;
+}
+
+impl Figure for HeatmapGrid {
+    fn size(&self) -> (u32, u32) {
+        let (rows, cols) = (self.row_names.len() as u32, self.column_names.len() as u32);
+        (150 + cols * Self::CELL, 110 + rows * (Self::CELL + 10))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let cols = self.column_names.len().max(1);
+        let (head, body) = root.split_vertically(70);
+        head.draw(&Text::new(self.title.clone(), (20, 10), font(20)))?;
+        head.draw(&Text::new(
+            "bytes per link, darkest = the busiest link of the row; grey: no link",
+            (20, 40),
+            font(14),
+        ))?;
+        let (labels, grid) = body.split_horizontally(150);
+        let rows = self.row_names.len().max(1);
+        for (r, name) in self.row_names.iter().enumerate() {
+            let y = r as i32 * (Self::CELL as i32 + 10) + Self::CELL as i32 / 2 + 30;
+            labels.draw(&Text::new(name.clone(), (10, y), font(16)))?;
+        }
+        let cells = grid.split_evenly((rows, cols));
+        for (i, area) in cells.iter().enumerate() {
+            let (r, c) = (i / cols, i % cols);
+            if r == 0 {
+                area.draw(&Text::new(self.column_names[c].clone(), (8, 4), font(16)))?;
+            }
+            let Some(map) = self.maps.get(i).and_then(|m| m.as_ref()) else {
+                continue;
+            };
+            let side = map.side() as i32;
+            let mut chart = ChartBuilder::on(area)
+                .margin(6)
+                .margin_top(26)
+                .build_cartesian_2d(0..side, side..0)?;
+            let scale = if map.scale_max > 0.0 {
+                map.scale_max
+            } else {
+                1.0
+            };
+            chart.draw_series(map.cells.iter().enumerate().map(|(k, cell)| {
+                let (row, col) = ((k / side as usize) as i32, (k % side as usize) as i32);
+                let color = match cell {
+                    None => NO_LINK,
+                    Some(v) => heat(v / scale),
+                };
+                Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
+            }))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::TopologyOptions;
+    use crate::units::Time;
+
+    fn result_for(t: &Topology, bytes: impl Fn(usize) -> u64) -> SimResult {
+        SimResult {
+            finish: Time::from_ns(100),
+            link_bytes: (0..t.links().len()).map(bytes).collect(),
+            link_busy: (0..t.links().len()).map(|_| Time::from_ns(50)).collect(),
+            ..SimResult::default()
+        }
+    }
+
+    #[test]
+    fn small_networks_map_node_by_node_and_mark_missing_links() {
+        let t = TopologyOptions::new("ring:4").build().unwrap();
+        let map = Heatmap::new(
+            &t,
+            &result_for(&t, |l| l as u64 + 1),
+            HeatMetric::Bytes,
+            "x",
+        );
+        assert_eq!(map.side(), 4);
+        let cell = |a: usize, b: usize| map.cells[a * 4 + b];
+        let link = t.link_between(0, 1).unwrap() as f64;
+        assert_eq!(cell(0, 1), Some(link + 1.0));
+        assert_eq!(
+            cell(0, 2),
+            None,
+            "0 and 2 are not neighbours on a ring of 4"
+        );
+        assert_eq!(cell(0, 0), None);
+        assert_eq!(map.max_cell(), t.links().len() as f64);
+        let busy = Heatmap::new(&t, &result_for(&t, |_| 1), HeatMetric::Busy, "x");
+        assert_eq!(busy.max_cell(), 0.5);
+        assert_eq!(busy.unevenness(), 0.0);
+    }
+
+    #[test]
+    fn large_networks_are_drawn_by_whole_rows_and_keep_every_byte() {
+        let t = TopologyOptions::new("mesh:32x32").build().unwrap();
+        let map = Heatmap::new(&t, &result_for(&t, |_| 3), HeatMetric::Bytes, "x");
+        assert_eq!(map.side(), 32, "one block per mesh row");
+        let total: f64 = map.cells.iter().flatten().sum();
+        assert_eq!(total, 3.0 * t.links().len() as f64);
+        let s = TopologyOptions::new("switch:512").build().unwrap();
+        let map = Heatmap::new(&s, &result_for(&s, |_| 1), HeatMetric::Bytes, "x");
+        assert!(map.side() <= Heatmap::MAX_SIDE);
+        assert_eq!(map.label(map.side() - 1), "s0");
+    }
+}

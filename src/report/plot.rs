@@ -1,0 +1,377 @@
+//! Figures for papers: every figure is drawn once through a backend-generic [`Figure`] and saved as
+//! PNG and SVG. Text uses an embedded OFL font (Liberation Sans), so plots render on machines with
+//! no system fonts at all.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::Error;
+
+static FONT: &[u8] = include_bytes!("../../assets/fonts/LiberationSans-Regular.ttf");
+/// The family name the embedded font is registered under.
+pub(crate) const FONT_FAMILY: &str = "sans-serif";
+
+fn ensure_font() {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // The font is compiled in; failing to parse it is a build defect, caught by the tests.
+        let _ = plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+/// Okabe-Ito colours (distinguishable with colour-vision deficiencies), black first.
+pub(crate) const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 0, 0),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 114, 178),
+    RGBColor(0, 158, 115),
+    RGBColor(213, 94, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(204, 121, 167),
+];
+
+pub(crate) fn palette(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Cells without a link: a neutral grey that no value of the heat scale takes.
+pub(crate) const NO_LINK: RGBColor = RGBColor(215, 215, 222);
+
+/// Heat scale from pale yellow (idle) through orange to dark red (the busiest).
+pub(crate) fn heat(fraction: f64) -> RGBColor {
+    const STOPS: [(f64, f64, f64); 5] = [
+        (255.0, 255.0, 204.0),
+        (254.0, 217.0, 118.0),
+        (253.0, 141.0, 60.0),
+        (227.0, 26.0, 28.0),
+        (128.0, 0.0, 38.0),
+    ];
+    let x = fraction.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    let f = x - i as f64;
+    let mix = |a: f64, b: f64| (a + (b - a) * f).round() as u8;
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+pub(crate) type DrawResult<DB> =
+    Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// A figure that can be drawn on any plotters backend.
+pub(crate) trait Figure {
+    /// Width and height in pixels (SVG units).
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB>;
+}
+
+fn drawing_error(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::io(
+        path.display(),
+        std::io::Error::other(format!("cannot draw the figure: {e}")),
+    )
+}
+
+/// Saves the figure as a PNG at `path`.
+pub(crate) fn save_png(figure: &impl Figure, path: &Path) -> Result<(), Error> {
+    ensure_font();
+    let root = BitMapBackend::new(path, figure.size()).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| drawing_error(path, e))?;
+    figure.draw(&root).map_err(|e| drawing_error(path, e))?;
+    root.present().map_err(|e| drawing_error(path, e))
+}
+
+/// Saves the figure as an SVG at `path`.
+pub(crate) fn save_svg(figure: &impl Figure, path: &Path) -> Result<(), Error> {
+    ensure_font();
+    let root = SVGBackend::new(path, figure.size()).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| drawing_error(path, e))?;
+    figure.draw(&root).map_err(|e| drawing_error(path, e))?;
+    root.present().map_err(|e| drawing_error(path, e))
+}
+
+pub(crate) fn font(size: u32) -> TextStyle<'static> {
+    TextStyle::from((FONT_FAMILY, size as f64).into_font())
+}
+
+/// One named line of a [`LinePlot`].
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Dashed, for bounds and other references.
+    pub dashed: bool,
+}
+
+/// Lines against a (possibly logarithmic) x axis: size sweeps, utilisation over time.
+#[derive(Clone, Debug)]
+pub struct LinePlot {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub log_x: bool,
+    /// Formats x tick values (sizes as bytes, times as ns).
+    pub x_format: fn(f64) -> String,
+    pub y_max: Option<f64>,
+    pub series: Vec<Series>,
+}
+
+impl LinePlot {
+    fn x_range(&self) -> (f64, f64) {
+        let xs = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0));
+        let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+        if !lo.is_finite() {
+            return (1.0, 2.0);
+        }
+        if hi > lo {
+            (lo, hi)
+        } else if self.log_x {
+            (lo / 2.0, hi * 2.0)
+        } else {
+            (lo - 1.0, hi + 1.0)
+        }
+    }
+
+    fn y_top(&self) -> f64 {
+        self.y_max.unwrap_or_else(|| {
+            let top = self
+                .series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1))
+                .fold(0.0f64, f64::max);
+            if top > 0.0 {
+                top * 1.1
+            } else {
+                1.0
+            }
+        })
+    }
+
+    fn draw_lines<'a, DB: DrawingBackend + 'a, X: Ranged<ValueType = f64>>(
+        &self,
+        chart: &mut ChartContext<'a, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+    ) -> DrawResult<DB> {
+        for (i, s) in self.series.iter().enumerate() {
+            let color = palette(i);
+            let style = color.stroke_width(2);
+            if s.dashed {
+                chart
+                    .draw_series(DashedLineSeries::new(s.points.clone(), 8, 5, style))?
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+            } else {
+                chart
+                    .draw_series(LineSeries::new(s.points.clone(), style))?
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+                if s.points.len() <= 40 {
+                    chart
+                        .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                }
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(font(15))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+    }
+}
+
+impl Figure for LinePlot {
+    fn size(&self) -> (u32, u32) {
+        (960, 600)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let (lo, hi) = self.x_range();
+        let top = self.y_top();
+        let mut builder = ChartBuilder::on(root);
+        builder
+            .caption(&self.title, font(20))
+            .margin(16)
+            .margin_right(40)
+            .x_label_area_size(50)
+            .y_label_area_size(80);
+        let x_format = self.x_format;
+        if self.log_x {
+            let mut chart = builder.build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+            chart
+                .configure_mesh()
+                .x_desc(&self.x_label)
+                .y_desc(&self.y_label)
+                .label_style(font(14))
+                .axis_desc_style(font(16))
+                .x_label_formatter(&|v| x_format(*v))
+                .light_line_style(BLACK.mix(0.05))
+                .draw()?;
+            self.draw_lines(&mut chart)
+        } else {
+            let mut chart = builder.build_cartesian_2d(lo..hi, 0.0..top)?;
+            chart
+                .configure_mesh()
+                .x_desc(&self.x_label)
+                .y_desc(&self.y_label)
+                .label_style(font(14))
+                .axis_desc_style(font(16))
+                .x_label_formatter(&|v| x_format(*v))
+                .light_line_style(BLACK.mix(0.05))
+                .draw()?;
+            self.draw_lines(&mut chart)
+        }
+    }
+}
+
+/// Bars per group, side by side (`stacked: false`, one bar per series) or stacked (one bar per
+/// group made of the series' segments).
+#[derive(Clone, Debug)]
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    pub groups: Vec<String>,
+    /// (name, one value per group).
+    pub series: Vec<(String, Vec<f64>)>,
+    pub stacked: bool,
+}
+
+impl Figure for BarChart {
+    fn size(&self) -> (u32, u32) {
+        let width = (160 + 130 * self.groups.len() as u32).clamp(800, 1600);
+        (width, 600)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let groups = self.groups.len().max(1);
+        let totals: Vec<f64> = (0..groups)
+            .map(|g| {
+                let values = self
+                    .series
+                    .iter()
+                    .map(|(_, v)| v.get(g).copied().unwrap_or(0.0));
+                if self.stacked {
+                    values.sum::<f64>()
+                } else {
+                    values.fold(0.0, f64::max)
+                }
+            })
+            .collect();
+        let top = totals.iter().copied().fold(0.0f64, f64::max);
+        let smallest = self
+            .series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|&v| v > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        // Side-by-side bars that span orders of magnitude get a logarithmic axis.
+        let log_y = !self.stacked && smallest.is_finite() && top / smallest > 100.0;
+        let mut builder = ChartBuilder::on(root);
+        builder
+            .caption(&self.title, font(20))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(90);
+        let names = self.groups.clone();
+        let group_label = move |x: &f64| {
+            let g = (*x - 0.5).round();
+            if (x - 0.5 - g).abs() < 1e-6 && g >= 0.0 && (g as usize) < names.len() {
+                names[g as usize].clone()
+            } else {
+                String::new()
+            }
+        };
+        if log_y {
+            let floor = smallest / 2.0;
+            let mut chart =
+                builder.build_cartesian_2d(0.0..groups as f64, (floor..top * 3.0).log_scale())?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(groups * 2 + 1)
+                .x_label_formatter(&group_label)
+                .y_desc(format!("{} (log scale)", self.y_label))
+                .label_style(font(14))
+                .axis_desc_style(font(16))
+                .light_line_style(BLACK.mix(0.05))
+                .draw()?;
+            self.draw_bars(&mut chart, floor)
+        } else {
+            let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+            let mut chart = builder.build_cartesian_2d(0.0..groups as f64, 0.0..top)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(groups * 2 + 1)
+                .x_label_formatter(&group_label)
+                .y_desc(&self.y_label)
+                .label_style(font(14))
+                .axis_desc_style(font(16))
+                .light_line_style(BLACK.mix(0.05))
+                .draw()?;
+            self.draw_bars(&mut chart, 0.0)
+        }
+    }
+}
+
+impl BarChart {
+    fn draw_bars<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
+        &self,
+        chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+        floor: f64,
+    ) -> DrawResult<DB> {
+        let k = self.series.len().max(1) as f64;
+        for (i, (name, values)) in self.series.iter().enumerate() {
+            let color = palette(i + 1);
+            let bars = values.iter().enumerate().map(|(g, &v)| {
+                let (x0, x1, y0) = if self.stacked {
+                    let below: f64 = self.series[..i]
+                        .iter()
+                        .map(|(_, v)| v.get(g).copied().unwrap_or(0.0))
+                        .sum();
+                    (g as f64 + 0.2, g as f64 + 0.8, below)
+                } else {
+                    let w = 0.8 / k;
+                    let x0 = g as f64 + 0.1 + w * i as f64;
+                    (x0, x0 + w * 0.92, floor)
+                };
+                Rectangle::new([(x0, y0), (x1, (y0 + v).max(floor))], color.filled())
+            });
+            chart.draw_series(bars)?.label(name).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+            });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(font(15))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_font_parses() {
+        assert!(plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, FONT).is_ok());
+    }
+
+    #[test]
+    fn the_heat_scale_runs_from_pale_to_dark() {
+        let lightness = |c: RGBColor| c.0 as u32 + c.1 as u32 + c.2 as u32;
+        assert!(lightness(heat(0.0)) > lightness(heat(0.5)));
+        assert!(lightness(heat(0.5)) > lightness(heat(1.0)));
+        assert_ne!(heat(0.0), NO_LINK);
+    }
+}
