@@ -90,12 +90,12 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
     let bar = ProgressBar::new(mine.len() as u64);
     bar.set_style(
         ProgressStyle::with_template(
-            "{msg} [{bar:40}] {pos}/{len} runs, {elapsed_precise} elapsed, eta {eta}",
+            "{msg:.bold} [{wide_bar}] {pos}/{len} runs {elapsed_precise} eta {eta}",
         )
         .expect("a valid progress template")
         .progress_chars("=> "),
     );
-    bar.set_message(exp.name.clone());
+    bar.set_message(exp.name.chars().take(28).collect::<String>());
     if mine.len() < 2 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }

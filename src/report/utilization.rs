@@ -122,14 +122,20 @@ impl Utilization {
         w.flush().map_err(io)
     }
 
-    /// The figure: busy fraction against time (in microseconds), one line per series.
+    /// The figure: busy fraction against time (in us, or ms for long runs), one line per series.
     pub fn plot(&self, title: &str) -> LinePlot {
+        let total_ns = self.bin_ns * self.bins() as f64;
+        let (unit, ns_per_unit) = if total_ns >= 1e7 {
+            ("ms", 1e6)
+        } else {
+            ("us", 1e3)
+        };
         LinePlot {
             title: title.to_string(),
-            x_label: "time (us)".into(),
+            x_label: format!("time ({unit})"),
             y_label: "fraction of link capacity busy".into(),
             log_x: false,
-            x_format: |v| format!("{v:.0}"),
+            x_format: |v| format!("{v}"),
             y_max: Some(1.05),
             series: self
                 .series
@@ -139,7 +145,7 @@ impl Utilization {
                     points: values
                         .iter()
                         .enumerate()
-                        .map(|(b, &v)| ((b as f64 + 0.5) * self.bin_ns / 1e3, v))
+                        .map(|(b, &v)| ((b as f64 + 0.5) * self.bin_ns / ns_per_unit, v))
                         .collect(),
                     dashed: false,
                 })
