@@ -5,17 +5,18 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, IntraDimension};
 use crate::bound;
 use crate::collective::CollectiveKind;
 use crate::experiment::{
-    self, merge, run_batch, write_batch, CollectiveRequest, Experiment, RunSpec, ScheduleSource,
-    Shard, TopologyEntry,
+    self, merge, run_batch, write_batch, AlgorithmEntry, CollectiveRequest, Experiment, RunSpec,
+    ScheduleSource, Shard, Source, TopologyEntry,
 };
 use crate::report::SUMMARY_HEADER;
 use crate::schedule::{write_msccl, write_schedule_json};
 use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
+use crate::system::{load_system, SystemConfig};
 use crate::topology::{Topology, TopologyOptions};
 use crate::units::{parse_bandwidth, parse_bytes, parse_size_list, parse_time};
 use crate::Error;
@@ -95,9 +96,10 @@ pub struct CollectiveArgs {
     /// Per-NPU buffer (all-gather: output; reduce-scatter: input), e.g. 1GiB, 64MB
     #[arg(long, short = 's')]
     pub size: Option<String>,
-    /// Pieces each NPU's data is split into for pipelining
-    #[arg(long, default_value_t = 1)]
-    pub chunks: u32,
+    /// Pieces each NPU's data is split into for pipelining [default: 1, or the system file's
+    /// preferred-dataset-splits]
+    #[arg(long)]
+    pub chunks: Option<u32>,
     /// Participating NPUs (a communicator), e.g. 0,2,4,6 [default: all]
     #[arg(long)]
     pub npus: Option<String>,
@@ -119,7 +121,8 @@ fn parse_ids(flag: &str, list: &str) -> Result<Vec<u32>, Error> {
 
 impl CollectiveArgs {
     /// The collectives to run together (`--collective a,b,c`); none when no `--collective`.
-    pub fn requests(&self) -> Result<Vec<CollectiveRequest>, Error> {
+    /// `default_chunks` applies when `--chunks` is not given.
+    pub fn requests_with(&self, default_chunks: u32) -> Result<Vec<CollectiveRequest>, Error> {
         let Some(names) = &self.collective else {
             if self.size.is_some() {
                 return Err(Error::input("--size needs --collective"));
@@ -160,7 +163,7 @@ impl CollectiveArgs {
             .map(|kind| CollectiveRequest {
                 kind,
                 size,
-                chunks: self.chunks,
+                chunks: self.chunks.unwrap_or(default_chunks),
                 npus: npus.clone(),
                 root: if kind.is_rooted() || rooted == 0 {
                     next_root.next()
@@ -169,6 +172,11 @@ impl CollectiveArgs {
                 },
             })
             .collect())
+    }
+
+    /// The collectives, with one chunk each unless `--chunks` says otherwise.
+    pub fn requests(&self) -> Result<Vec<CollectiveRequest>, Error> {
+        self.requests_with(1)
     }
 
     /// Exactly one collective (for commands that take one).
@@ -204,6 +212,51 @@ impl SynthArgs {
             unwind_degree: self.unwind_degree,
             ..SynthOptions::default()
         }
+    }
+}
+
+/// How hierarchical and Themis run the dimensions: an ASTRA-sim system file and/or flags (the
+/// flags win).
+#[derive(Args, Debug, Clone, Default)]
+pub struct MultiDimArgs {
+    /// ASTRA-sim system configuration (JSON, or the 1.x text form): per-dimension
+    /// implementations, inter/intra-dimension scheduling, active chunks, dataset splits, delays
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// Chunks a dimension works on at once (hierarchical and Themis)
+    #[arg(long)]
+    pub active_chunks: Option<u32>,
+    /// Which waiting chunk a dimension serves next: FIFO, SCF (smallest chunk first),
+    /// lessRemainingPhaseFirst
+    #[arg(long)]
+    pub intra_dimension: Option<String>,
+}
+
+impl MultiDimArgs {
+    /// The system file's settings with the flags applied; warnings go to stderr.
+    pub fn resolve(&self) -> Result<SystemConfig, Error> {
+        let mut config = match &self.system {
+            Some(path) => load_system(path)?,
+            None => SystemConfig::default(),
+        };
+        for warning in &config.warnings {
+            eprintln!("warning: {warning}");
+        }
+        if let Some(a) = self.active_chunks {
+            if a == 0 {
+                return Err(Error::input("--active-chunks must be at least 1"));
+            }
+            config.multi_dim.active_chunks = Some(a);
+        }
+        if let Some(name) = &self.intra_dimension {
+            config.multi_dim.intra_dimension =
+                Some(IntraDimension::parse(name).ok_or_else(|| {
+                    Error::input(format!(
+                        "--intra-dimension: '{name}' is not FIFO, SCF or lessRemainingPhaseFirst"
+                    ))
+                })?);
+        }
+        Ok(config)
     }
 }
 
@@ -258,9 +311,12 @@ pub struct SimulateArgs {
     pub schedule: Option<PathBuf>,
     #[command(flatten)]
     pub collective: CollectiveArgs,
-    /// ring, direct, rhd, dbt, hierarchical, themis, tacos
+    /// ring, direct, rhd, dbt, hierarchical, themis, tacos [default with --system: themis or
+    /// hierarchical, as its inter-dimension-scheduling says]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
+    #[command(flatten)]
+    pub multi_dim: MultiDimArgs,
     #[command(flatten)]
     pub synth: SynthArgs,
     #[command(flatten)]
@@ -302,15 +358,18 @@ pub struct SweepArgs {
     /// Algorithms, comma-separated: ring, direct, rhd, dbt, hierarchical, themis, tacos
     #[arg(long)]
     pub algorithms: String,
-    /// Chunk counts per NPU, comma-separated
-    #[arg(long, default_value = "1")]
-    pub chunks: String,
+    /// Chunk counts per NPU, comma-separated [default: 1, or the system file's
+    /// preferred-dataset-splits]
+    #[arg(long)]
+    pub chunks: Option<String>,
     /// Seeds, comma-separated (each run once per seed) [default: each algorithm's own]
     #[arg(long)]
     pub seeds: Option<String>,
     /// Root NPU of rooted collectives [default: NPU 0]
     #[arg(long)]
     pub root: Option<u32>,
+    #[command(flatten)]
+    pub multi_dim: MultiDimArgs,
     #[command(flatten)]
     pub batch: BatchArgs,
 }
@@ -385,8 +444,9 @@ impl Drop for Progress {
     }
 }
 
-fn sim_options(args: &RunArgs) -> Result<SimOptions, Error> {
+fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Error> {
     Ok(SimOptions {
+        reduction_delay: system.reduction_delay,
         time_model: match args.time_model {
             TimeModelArg::Exact => TimeModel::Exact,
             TimeModelArg::Astra => TimeModel::Astra,
@@ -396,7 +456,7 @@ fn sim_options(args: &RunArgs) -> Result<SimOptions, Error> {
             .as_deref()
             .map(|s| parse_time(s).map_err(|e| Error::input(format!("--endpoint-delay: {e}"))))
             .transpose()?
-            .unwrap_or_default(),
+            .unwrap_or(system.endpoint_delay),
         reduce_bandwidth: args
             .reduce_bandwidth
             .as_deref()
@@ -416,15 +476,17 @@ fn run_and_report(
     collectives: Vec<CollectiveRequest>,
     synth: &SynthArgs,
     args: &RunArgs,
+    system: &SystemConfig,
 ) -> Result<(), Error> {
     let synthesized = matches!(source, ScheduleSource::Algorithm(Algorithm::Tacos));
     let spec = RunSpec {
         source,
         collectives,
-        options: sim_options(args)?,
+        options: sim_options(args, system)?,
         seed: args.seed,
         validate: !args.no_validate,
         synth: synth.options(),
+        multi_dim: system.multi_dim.clone(),
     };
     let topology = topology.build()?;
     let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
@@ -457,14 +519,39 @@ fn run_and_report(
 }
 
 fn simulate(args: SimulateArgs) -> Result<(), Error> {
+    let system = args.multi_dim.resolve()?;
+    let collectives = args.collective.requests_with(system.chunks.unwrap_or(1))?;
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
         (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
+        (None, None) if args.multi_dim.system.is_some() => {
+            // As ASTRA-sim runs a system file: its scheduling for the multi-dimensional
+            // collectives, direct all-to-all otherwise.
+            let multi_dimensional = collectives.iter().all(|c| {
+                matches!(
+                    c.kind,
+                    CollectiveKind::AllReduce
+                        | CollectiveKind::AllGather
+                        | CollectiveKind::ReduceScatter
+                )
+            });
+            ScheduleSource::Algorithm(match system.algorithm {
+                _ if !multi_dimensional => Algorithm::Direct,
+                Some(a) => a,
+                None => Algorithm::Hierarchical,
+            })
+        }
         (None, None) => return Err(Error::input("give --schedule FILE or --algorithm NAME")),
         (Some(_), Some(_)) => unreachable!("clap rejects --schedule with --algorithm"),
     };
-    let collectives = args.collective.requests()?;
-    run_and_report(&args.topology, source, collectives, &args.synth, &args.run)
+    run_and_report(
+        &args.topology,
+        source,
+        collectives,
+        &args.synth,
+        &args.run,
+        &system,
+    )
 }
 
 fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
@@ -478,6 +565,7 @@ fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
         collectives,
         &args.synth,
         &args.run,
+        &SystemConfig::default(),
     )
 }
 
@@ -523,13 +611,19 @@ fn parse_list<T>(
 }
 
 fn sweep(args: SweepArgs) -> Result<(), Error> {
+    let system = args.multi_dim.resolve()?;
     let sizes = parse_size_list(&args.sizes).map_err(|e| Error::input(format!("--sizes: {e}")))?;
-    let chunks = parse_list("--chunks", &args.chunks, |c| {
-        c.parse::<u32>()
-            .ok()
-            .filter(|&c| c >= 1)
-            .ok_or_else(|| Error::input(format!("'{c}' is not a chunk count of 1 or more")))
-    })?;
+    let default_chunks = system.chunks.unwrap_or(1).to_string();
+    let chunks = parse_list(
+        "--chunks",
+        args.chunks.as_deref().unwrap_or(&default_chunks),
+        |c| {
+            c.parse::<u32>()
+                .ok()
+                .filter(|&c| c >= 1)
+                .ok_or_else(|| Error::input(format!("'{c}' is not a chunk count of 1 or more")))
+        },
+    )?;
     let seeds = match &args.seeds {
         Some(list) => parse_list("--seeds", list, |s| {
             s.parse::<u64>()
@@ -547,13 +641,20 @@ fn sweep(args: SweepArgs) -> Result<(), Error> {
         }],
         collectives: vec![CollectiveKind::parse(&args.collective)?],
         sizes,
-        algorithms: parse_list("--algorithms", &args.algorithms, Algorithm::parse)?,
+        algorithms: parse_list("--algorithms", &args.algorithms, |a| {
+            Algorithm::parse(a).map(AlgorithmEntry::plain)
+        })?,
         chunks,
         seeds,
         root: args.root,
-        options: SimOptions::default(),
+        options: SimOptions {
+            endpoint_delay: system.endpoint_delay,
+            reduction_delay: system.reduction_delay,
+            ..SimOptions::default()
+        },
         validate: true,
         synth: SynthOptions::default(),
+        multi_dim: system.multi_dim,
         heatmaps: false,
     };
     run_experiment(experiment, None, &args.batch)
@@ -579,12 +680,16 @@ fn run_file(args: RunFileArgs) -> Result<(), Error> {
     } else {
         &args.batch
     };
-    run_experiment(experiment, Some(&text), batch)
+    let base = args
+        .experiment
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    run_experiment(experiment, Some(Source { text: &text, base }), batch)
 }
 
 fn run_experiment(
     mut experiment: Experiment,
-    source: Option<&str>,
+    source: Option<Source>,
     args: &BatchArgs,
 ) -> Result<(), Error> {
     if let Some(model) = args.time_model {
@@ -616,7 +721,7 @@ fn run_experiment(
             s.plan.index,
             s.plan.collective,
             crate::units::format_bytes(s.plan.size),
-            s.plan.algorithm.name(),
+            s.plan.algorithm.label(),
             s.reason
         );
     }

@@ -12,6 +12,7 @@ pub mod report;
 pub mod schedule;
 pub mod sim;
 pub mod synth;
+pub mod system;
 pub mod topology;
 pub mod units;
 

@@ -33,12 +33,8 @@ fn request(kind: CollectiveKind, size: u64, chunks: u32, root: Option<u32>) -> C
 /// Synthesizes, validates and simulates through the same path as `collsim synthesize`.
 fn run(topology: &Topology, collectives: Vec<CollectiveRequest>, seed: u64) -> RunOutcome {
     let spec = RunSpec {
-        source: ScheduleSource::Algorithm(Algorithm::Tacos),
-        collectives,
-        options: SimOptions::default(),
         seed: Some(seed),
-        validate: true,
-        synth: SynthOptions::default(),
+        ..RunSpec::new(ScheduleSource::Algorithm(Algorithm::Tacos), collectives)
     };
     execute(topology, &spec, &mut ()).unwrap()
 }
@@ -225,14 +221,10 @@ fn switches_are_unwound_and_the_result_beats_ring_on_a_switch() {
         vec![request(CollectiveKind::AllGather, 1 << 30, 4, None)],
         1,
     );
-    let ring_spec = RunSpec {
-        source: ScheduleSource::Algorithm(Algorithm::Ring),
-        collectives: vec![request(CollectiveKind::AllGather, 1 << 30, 1, None)],
-        options: SimOptions::default(),
-        seed: None,
-        validate: true,
-        synth: SynthOptions::default(),
-    };
+    let ring_spec = RunSpec::new(
+        ScheduleSource::Algorithm(Algorithm::Ring),
+        vec![request(CollectiveKind::AllGather, 1 << 30, 1, None)],
+    );
     let ring = execute(&t, &ring_spec, &mut ()).unwrap();
     assert!(tacos.result.finish <= ring.result.finish);
     let boxes = TopologyOptions::new(concat!(

@@ -9,16 +9,22 @@ use crate::collective::Collective;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
 
 const NONE: u32 = u32::MAX;
+/// Marks a writer entry that names a group of concurrent reductions instead of one transfer.
+const GROUP: u32 = 1 << 31;
 
 pub(crate) struct Builder<'c> {
     pub c: &'c Collective,
     schedule: Schedule,
     pieces: u64,
-    /// Last copy or first reduction that wrote (rank, piece).
+    /// Per (rank, piece): NONE, the last transfer that wrote it, or `GROUP | g` when several
+    /// reductions into it run concurrently (listed in `groups[g]`).
     writer: Vec<u32>,
-    /// Further concurrent reductions into (rank, piece).
-    more: HashMap<u64, Vec<u32>>,
+    groups: Vec<Vec<u32>>,
+    /// Groups no writer entry names any more, for reuse.
+    free_groups: Vec<u32>,
     deps: Vec<TransferIndex>,
+    /// While set: per rank, transfers every send from that rank also waits for.
+    gates: Vec<Vec<TransferIndex>>,
 }
 
 impl<'c> Builder<'c> {
@@ -29,9 +35,53 @@ impl<'c> Builder<'c> {
             schedule: Schedule::new(),
             pieces,
             writer: vec![NONE; (c.ranks() as u64 * pieces) as usize],
-            more: HashMap::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
             deps: Vec::new(),
+            gates: Vec::new(),
         }
+    }
+
+    /// Transfers emitted so far.
+    pub fn len(&self) -> usize {
+        self.schedule.len()
+    }
+
+    /// From now until [`Builder::clear_gates`], every send from rank `r` also waits for
+    /// `gates[r]` (a scheduler holding a rank back until earlier work has finished).
+    pub fn set_gates(&mut self, gates: Vec<Vec<TransferIndex>>) {
+        self.gates = gates;
+    }
+
+    pub fn clear_gates(&mut self) {
+        self.gates.clear();
+    }
+
+    /// Per rank, the last transfer into it from each source among the transfers emitted since
+    /// `start`: when they have arrived, that work has reached the rank.
+    pub fn last_arrivals(&self, start: usize, ranks: u32) -> Vec<Vec<TransferIndex>> {
+        let rank_of = |npu: u32| {
+            self.c
+                .npus
+                .binary_search(&npu)
+                .expect("transfers run between participants")
+        };
+        let mut last: HashMap<(usize, usize), TransferIndex> = HashMap::new();
+        for t in start..self.schedule.len() {
+            let transfer = self.schedule.transfer(t as TransferIndex);
+            last.insert(
+                (rank_of(transfer.dst), rank_of(transfer.src)),
+                t as TransferIndex,
+            );
+        }
+        let mut out = vec![Vec::new(); ranks as usize];
+        for ((dst, _), t) in last {
+            out[dst].push(t);
+        }
+        for list in &mut out {
+            list.sort_unstable();
+        }
+        out
     }
 
     fn key(&self, rank: u32, piece: u32) -> u64 {
@@ -39,13 +89,47 @@ impl<'c> Builder<'c> {
     }
 
     fn collect_writers(&mut self, key: u64) {
-        let w = self.writer[key as usize];
-        if w != NONE {
-            self.deps.push(w);
+        match self.writer[key as usize] {
+            NONE => {}
+            w if w & GROUP != 0 => {
+                let group = &self.groups[(w & !GROUP) as usize];
+                self.deps.extend_from_slice(group);
+            }
+            // Neighbouring pieces mostly share their writer: skip the repeat.
+            w if self.deps.last() != Some(&w) => self.deps.push(w),
+            _ => {}
         }
-        if let Some(more) = self.more.get(&key) {
-            self.deps.extend_from_slice(more);
+    }
+
+    /// Records that transfer `t` (with `op`) wrote (rank, piece) `key`.
+    fn record_write(&mut self, key: u64, t: TransferIndex, op: Op) {
+        let previous = self.writer[key as usize];
+        let concurrent = op == Op::Reduce
+            && previous != NONE
+            && (previous & GROUP != 0 || self.schedule.op(previous) == Op::Reduce);
+        if concurrent {
+            if previous & GROUP != 0 {
+                self.groups[(previous & !GROUP) as usize].push(t);
+            } else {
+                let g = match self.free_groups.pop() {
+                    Some(g) => {
+                        self.groups[g as usize].extend_from_slice(&[previous, t]);
+                        g
+                    }
+                    None => {
+                        self.groups.push(vec![previous, t]);
+                        (self.groups.len() - 1) as u32
+                    }
+                };
+                self.writer[key as usize] = GROUP | g;
+            }
+            return;
         }
+        if previous != NONE && previous & GROUP != 0 {
+            self.groups[(previous & !GROUP) as usize].clear();
+            self.free_groups.push(previous & !GROUP);
+        }
+        self.writer[key as usize] = t;
     }
 
     /// Sends pieces `lo..hi` from rank `src` to rank `dst` and returns the transfer.
@@ -64,6 +148,9 @@ impl<'c> Builder<'c> {
     ) -> TransferIndex {
         self.deps.clear();
         self.deps.extend_from_slice(after);
+        if let Some(gate) = self.gates.get(src as usize) {
+            self.deps.extend_from_slice(gate);
+        }
         for p in lo..hi {
             let from = self.key(src, p);
             self.collect_writers(from);
@@ -74,7 +161,11 @@ impl<'c> Builder<'c> {
                 // reductions: those commute.
                 Op::Reduce => {
                     let w = self.writer[to as usize];
-                    if w != NONE && self.schedule.op(w) == Op::Copy {
+                    if w != NONE
+                        && w & GROUP == 0
+                        && self.schedule.op(w) == Op::Copy
+                        && self.deps.last() != Some(&w)
+                    {
                         self.deps.push(w);
                     }
                 }
@@ -89,18 +180,11 @@ impl<'c> Builder<'c> {
         };
         let deps = std::mem::take(&mut self.deps);
         let t = self.schedule.push_data(transfer, &deps, (lo, hi), op);
+        assert!(t < GROUP, "schedule too large for the builder");
         self.deps = deps;
         for p in lo..hi {
             let to = self.key(dst, p);
-            let previous = self.writer[to as usize];
-            let concurrent =
-                op == Op::Reduce && previous != NONE && self.schedule.op(previous) == Op::Reduce;
-            if concurrent {
-                self.more.entry(to).or_default().push(t);
-            } else {
-                self.writer[to as usize] = t;
-                self.more.remove(&to);
-            }
+            self.record_write(to, t, op);
         }
         t
     }

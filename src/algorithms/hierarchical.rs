@@ -1,243 +1,383 @@
-//! Hierarchical multi-dimensional collectives (BlueConnect, ASTRA-sim's baseline): all-reduce is a
-//! reduce-scatter across dimensions 1..D, then an all-gather across D..1, each dimension running its
-//! own basic algorithm on the groups of NPUs that differ only in that dimension's coordinate
-//! (Ring and Switch dimensions: ring; FullyConnected: direct; unidirectional rings one way round).
-//! Standalone all-gather runs dimensions 1..D and reduce-scatter D..1, so that rank r's block stays
-//! the contiguous pieces the collective assigns it.
+//! Hierarchical multi-dimensional collectives (BlueConnect, ASTRA-sim's baseline) and the phase
+//! machinery Themis shares: all-reduce is a reduce-scatter across dimensions 1..D, then an
+//! all-gather across D..1, each dimension running its own basic algorithm on the groups of NPUs
+//! that differ only in that dimension's coordinate (by default ring on Ring, Switch and mesh
+//! dimensions, direct on FullyConnected ones, one-way on unidirectional rings; an ASTRA-sim system
+//! file may choose per dimension). Standalone all-gather runs dimensions 1..D and reduce-scatter
+//! D..1, so that rank r's block stays the contiguous pieces the collective assigns it.
+//!
+//! All-reduce cuts the buffer into independent chunks (slices). Their phases are emitted slice by
+//! slice, or, when chunks are scheduled (Themis, or a limit of active chunks per dimension), in
+//! the order an offline model of the dimensions starts them ([`super::themis`]); a phase that
+//! must wait for a dimension's earlier phase to finish gets that as a dependency.
 
 use super::builder::{part, Builder};
-use super::collectives::{direct_exchange, ring_exchange};
+use super::collectives::{direct_exchange, rhd_all_gather, rhd_reduce_scatter, ring_exchange};
+use super::themis::{self, IntraDimension, PhaseJob};
+use super::{dbt, MultiDimOptions};
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::{Op, Schedule};
+use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::{DimKind, Topology};
 use crate::Error;
 
-struct Dimension {
-    kind: DimKind,
-    size: u32,
-    stride: u32,
-    /// Bytes per second one NPU can push into this dimension (all its links in it).
-    bandwidth: f64,
-    /// Per-chunk fixed cost of this dimension's basic algorithm, in seconds.
-    fixed_cost: f64,
+/// A dimension's basic algorithm, by ASTRA-sim's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DimAlgorithm {
+    /// `ring`: both ways round where the links allow, half of the data each way.
+    Ring,
+    /// `oneRing`: one way round.
+    OneRing,
+    /// `direct`, `oneDirect`, `directN`: every member to every other at once.
+    Direct,
+    /// `halvingDoubling`, `oneHalvingDoubling`: recursive halving-doubling (power-of-two groups).
+    HalvingDoubling,
+    /// `doubleBinaryTree`: the whole all-reduce as NCCL's double binary tree (one dimension).
+    DoubleBinaryTree,
 }
 
-impl Dimension {
-    /// Segments per part: bidirectional rings split each part in two, one per direction.
-    fn directions(&self) -> u32 {
-        match self.kind {
-            DimKind::FullyConnected | DimKind::UniRing => 1,
-            _ => 2,
+impl DimAlgorithm {
+    /// Parses ASTRA-sim's implementation names.
+    pub fn parse(name: &str) -> Option<DimAlgorithm> {
+        match name {
+            "ring" => Some(DimAlgorithm::Ring),
+            "oneRing" => Some(DimAlgorithm::OneRing),
+            "direct" | "oneDirect" | "directN" => Some(DimAlgorithm::Direct),
+            "halvingDoubling" | "oneHalvingDoubling" => Some(DimAlgorithm::HalvingDoubling),
+            "doubleBinaryTree" => Some(DimAlgorithm::DoubleBinaryTree),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            DimAlgorithm::Ring => "ring",
+            DimAlgorithm::OneRing => "oneRing",
+            DimAlgorithm::Direct => "direct",
+            DimAlgorithm::HalvingDoubling => "halvingDoubling",
+            DimAlgorithm::DoubleBinaryTree => "doubleBinaryTree",
         }
     }
 }
 
-/// How all-reduce orders the dimensions of each chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum DimensionOrder {
-    /// Every chunk: dimension 1..D (the hierarchical baseline).
-    Ascending,
-    /// Themis: per chunk, least loaded dimension first (see [`themis_orders`]).
-    Themis,
+/// One dimension as the phases see it.
+pub(crate) struct Dimension {
+    pub size: u32,
+    stride: u32,
+    algorithm: DimAlgorithm,
+    /// The topology's links in this dimension go both ways.
+    bidirectional: bool,
+    /// Bytes per second one NPU can push into this dimension (all its links in it).
+    pub bandwidth: f64,
+    /// Latency a phase on this dimension pays at least (its steps' link latencies), in seconds.
+    pub fixed_cost: f64,
 }
 
-pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> {
-    generate_ordered(topology, c, DimensionOrder::Ascending)
+impl Dimension {
+    /// Segments per part: two-way rings split each part in two, one per direction.
+    fn directions(&self) -> u32 {
+        match self.algorithm {
+            DimAlgorithm::Ring if self.bidirectional => 2,
+            _ => 1,
+        }
+    }
 }
 
-/// Relative gap between the most and least loaded dimension below which Themis keeps the
-/// baseline order (ASTRA-sim's OfflineGreedy falls back the same way).
-const THEMIS_BALANCED: f64 = 0.01;
+const MULTI_DIM: &str = "needs a multi-dimensional topology (mesh, torus, hypercube, dims:..., \
+                         ASTRA-sim file) without faults, over all of its NPUs";
 
-/// Themis (ISCA'22; ASTRA-sim's OfflineGreedy): for each chunk in turn, the dimensions sorted by a
-/// load tracker, least loaded first, which then takes the chunk's reduce-scatter phase with the
-/// most data; the tracker adds each phase's time under a bandwidth model (reduce-scatter:
-/// size (n-1)/n / BW and size /= n; all-gather, in reverse order: size (n-1) / BW and size *= n),
-/// starting from each dimension's fixed cost.
-fn themis_orders(dims: &[Dimension], slices: u32, slice_bytes: f64) -> Vec<Vec<usize>> {
-    let mut load: Vec<f64> = dims.iter().map(|d| d.fixed_cost).collect();
-    (0..slices)
-        .map(|_| {
-            let mut order: Vec<usize> = (0..dims.len()).collect();
-            let most = load.iter().copied().fold(0.0, f64::max);
-            let least = load.iter().copied().fold(f64::INFINITY, f64::min);
-            if most - least > THEMIS_BALANCED * most {
-                order.sort_by(|&a, &b| load[a].total_cmp(&load[b]));
-            }
-            let mut size = slice_bytes;
-            for &d in &order {
-                let n = dims[d].size as f64;
-                load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
-                size /= n;
-            }
-            for &d in order.iter().rev() {
-                let n = dims[d].size as f64;
-                load[d] += size * (n - 1.0) / dims[d].bandwidth;
-                size *= n;
-            }
-            order
-        })
-        .collect()
-}
-
-pub(crate) fn generate_ordered(
+/// The dimensions of `topology` with more than one NPU, with their basic algorithms for `c`.
+fn dimensions(
     topology: &Topology,
     c: &Collective,
-    policy: DimensionOrder,
-) -> Result<Schedule, Error> {
+    options: &MultiDimOptions,
+    name: &str,
+) -> Result<Vec<Dimension>, Error> {
     let dims = topology.dims();
     let all_npus: Vec<u32> = (0..topology.npus()).collect();
     if dims.is_empty() || c.npus != all_npus || !topology.uses_dimension_routing() {
-        return Err(Error::input(
-            "hierarchical needs a multi-dimensional topology (mesh, torus, hypercube, dims:..., ASTRA-sim \
-             file) without faults, over all of its NPUs",
-        ));
+        return Err(Error::input(format!("{name} {MULTI_DIM}")));
+    }
+    let chosen = options.implementation(c.kind);
+    if let Some(list) = chosen {
+        if list.len() != dims.len() {
+            return Err(Error::input(format!(
+                "{name}: {} per-dimension {} implementation(s) for a {}-dimensional topology",
+                list.len(),
+                c.kind,
+                dims.len()
+            )));
+        }
     }
     let mut stride = 1;
-    let dims: Vec<Dimension> = dims
-        .iter()
-        .map(|d| {
-            let links = match d.kind {
-                DimKind::Ring | DimKind::Line if d.size > 2 => 2.0,
-                DimKind::FullyConnected => (d.size - 1) as f64,
-                _ => 1.0,
-            };
-            let dim = Dimension {
-                kind: d.kind,
-                size: d.size,
-                stride,
-                bandwidth: d.bandwidth.as_bytes_per_sec() * links,
-                fixed_cost: d.latency.as_secs_f64() * (d.size - 1) as f64,
-            };
-            stride *= d.size;
-            dim
-        })
-        .filter(|d| d.size > 1)
-        .collect();
-    // Pieces per chunk slice must split by every dimension size and each ring's two directions.
-    let refined = Collective {
-        chunks: c.chunks * 2,
-        ..c.clone()
-    };
-    let n = c.ranks();
-    let mut b = Builder::new(&refined);
+    let mut out = Vec::new();
+    for (d, dim) in dims.iter().enumerate() {
+        let algorithm = match chosen {
+            Some(list) => list[d],
+            None => match dim.kind {
+                DimKind::FullyConnected => DimAlgorithm::Direct,
+                DimKind::UniRing => DimAlgorithm::OneRing,
+                _ => DimAlgorithm::Ring,
+            },
+        };
+        let n = dim.size;
+        if algorithm == DimAlgorithm::HalvingDoubling && !n.is_power_of_two() {
+            return Err(Error::input(format!(
+                "{name}: dimension {} has {n} NPUs; halvingDoubling needs a power of two",
+                d + 1
+            )));
+        }
+        let links = match dim.kind {
+            DimKind::Ring | DimKind::Line if n > 2 => 2.0,
+            DimKind::FullyConnected => (n.max(2) - 1) as f64,
+            _ => 1.0,
+        };
+        let steps = match algorithm {
+            DimAlgorithm::Direct => 1.0,
+            DimAlgorithm::HalvingDoubling => n.max(2).ilog2() as f64,
+            _ => (n.max(2) - 1) as f64,
+        };
+        let hops = if dim.kind == DimKind::Switch {
+            2.0
+        } else {
+            1.0
+        };
+        let dimension = Dimension {
+            size: n,
+            stride,
+            algorithm,
+            bidirectional: dim.kind != DimKind::UniRing,
+            bandwidth: dim.bandwidth.as_bytes_per_sec() * links,
+            fixed_cost: dim.latency.as_secs_f64() * steps * hops,
+        };
+        stride *= n;
+        if n > 1 {
+            out.push(dimension);
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::input(format!(
+            "{name}: every dimension of {} has a single NPU",
+            topology.name()
+        )));
+    }
+    if out.len() > 1 {
+        if let Some(d) = out
+            .iter()
+            .position(|d| d.algorithm == DimAlgorithm::DoubleBinaryTree)
+        {
+            return Err(Error::input(format!(
+                "{name}: doubleBinaryTree runs a whole all-reduce and cannot be one phase of \
+                 several dimensions (dimension {})",
+                d + 1
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Generates hierarchical (`themis: false`) or Themis (`themis: true`) schedules.
+pub(crate) fn generate(
+    topology: &Topology,
+    c: &Collective,
+    options: &MultiDimOptions,
+    themis: bool,
+) -> Result<Schedule, Error> {
+    let name = if themis { "themis" } else { "hierarchical" };
+    if !matches!(
+        c.kind,
+        CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+    ) {
+        return Err(Error::input(format!(
+            "{name} has no {} form; it implements all-reduce, reduce-scatter and all-gather",
+            c.kind
+        )));
+    }
+    let dims = dimensions(topology, c, options, name)?;
+    if dims[0].algorithm == DimAlgorithm::DoubleBinaryTree {
+        return match c.kind {
+            CollectiveKind::AllReduce => dbt::generate(c),
+            other => Err(Error::input(format!(
+                "{name}: doubleBinaryTree has no {other} form"
+            ))),
+        };
+    }
     // All-reduce pipelines chunks as independent slices of the buffer. All-gather and
     // reduce-scatter must keep rank r's pieces together, so they pipeline by segments instead.
     let (slices, pipeline) = match c.kind {
         CollectiveKind::AllReduce => (c.chunks, 1),
         _ => (1, c.chunks),
     };
-    let slice_len = refined.piece_count() / slices;
-    let baseline: Vec<usize> = match c.kind {
-        CollectiveKind::AllReduce | CollectiveKind::AllGather => (0..dims.len()).collect(),
-        CollectiveKind::ReduceScatter => (0..dims.len()).rev().collect(),
-        other => {
-            return Err(Error::input(format!(
-                "hierarchical has no {other} form; it implements all-reduce, reduce-scatter and all-gather"
-            )))
+    if pipeline > 1
+        && dims
+            .iter()
+            .any(|d| d.algorithm == DimAlgorithm::HalvingDoubling)
+    {
+        return Err(Error::input(format!(
+            "{name}: halvingDoubling dimensions pipeline all-reduce chunks only; give {} with --chunks 1",
+            c.kind
+        )));
+    }
+    // Pieces per chunk slice must split by every dimension size and each ring's two directions.
+    let refined = Collective {
+        chunks: c.chunks * 2,
+        ..c.clone()
+    };
+    let mut phases = Phases {
+        dims: &dims,
+        n: c.ranks(),
+        slice_len: refined.piece_count() / slices,
+        pipeline,
+        b: Builder::new(&refined),
+    };
+    let ascending: Vec<usize> = (0..dims.len()).collect();
+    match c.kind {
+        CollectiveKind::AllGather => {
+            // Gathering dimension 1 first: before the phase on dim d a rank holds the block of its
+            // coordinates in dims >= d, i.e. the range narrowed by those dims, highest first.
+            for i in 0..dims.len() {
+                let narrowing: Vec<usize> = ascending[i..].iter().rev().copied().collect();
+                phases.emit(0, i, &narrowing[..narrowing.len() - 1], Op::Copy);
+            }
+        }
+        CollectiveKind::ReduceScatter => {
+            let order: Vec<usize> = ascending.iter().rev().copied().collect();
+            for i in 0..order.len() {
+                phases.emit(0, order[i], &order[..i], Op::Reduce);
+            }
+        }
+        _ => all_reduce(&mut phases, c, options, themis),
+    }
+    Ok(phases.b.finish())
+}
+
+/// All-reduce: per chunk, reduce-scatter along its dimension order, then all-gather back.
+fn all_reduce(phases: &mut Phases, c: &Collective, options: &MultiDimOptions, themis: bool) {
+    let dims = phases.dims;
+    let d = dims.len();
+    let slices = c.chunks;
+    let slice_bytes = c.size as f64 / slices as f64;
+    let orders: Vec<Vec<usize>> = if options.themis_order.unwrap_or(themis) {
+        themis::dimension_orders(dims, slices, slice_bytes)
+    } else {
+        vec![(0..d).collect(); slices as usize]
+    };
+    // Stage s < D reduce-scatters on order[s]; stage D + j all-gathers on order[D - 1 - j].
+    let stage = |slice: usize, s: usize| -> (usize, usize, Op) {
+        let order = &orders[slice];
+        if s < d {
+            (order[s], s, Op::Reduce)
+        } else {
+            let i = 2 * d - 1 - s;
+            (order[i], i, Op::Copy)
         }
     };
-    // Only all-reduce cuts the buffer into independent slices whose orders can differ.
-    let orders = match (policy, c.kind) {
-        (DimensionOrder::Themis, CollectiveKind::AllReduce) => {
-            themis_orders(&dims, slices, c.size as f64 / slices as f64)
+    let active = options
+        .active_chunks
+        .or(themis.then_some(themis::DEFAULT_ACTIVE_CHUNKS));
+    let intra = options.intra_dimension.unwrap_or(if themis {
+        IntraDimension::SmallestFirst
+    } else {
+        IntraDimension::Fifo
+    });
+    if !themis && active.is_none() {
+        for (slice, order) in orders.iter().enumerate() {
+            for s in 0..2 * d {
+                let (dim, depth, op) = stage(slice, s);
+                phases.emit(slice as u32, dim, &order[..depth], op);
+            }
         }
-        _ => vec![baseline; slices as usize],
-    };
-    for slice in 0..slices {
-        let order = &orders[slice as usize];
-        let base = (slice * slice_len, (slice + 1) * slice_len);
-        // The range a rank holds before the phase on `dim`, in the order the phases split it.
-        let range_before = |rank: u32, upto: &[usize]| {
-            upto.iter().fold(base, |r, &d| {
+        return;
+    }
+    // Model the dimensions offline, then emit phases in the order they start there.
+    let jobs: Vec<Vec<PhaseJob>> = (0..slices as usize)
+        .map(|slice| {
+            (0..2 * d)
+                .map(|s| {
+                    let (dim, depth, _) = stage(slice, s);
+                    let held = orders[slice][..depth]
+                        .iter()
+                        .fold(slice_bytes, |bytes, &k| bytes / dims[k].size as f64);
+                    let n = dims[dim].size as f64;
+                    PhaseJob {
+                        dim,
+                        work: held * (n - 1.0) / n / dims[dim].bandwidth,
+                        latency: dims[dim].fixed_cost,
+                        size: held,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let plan = themis::schedule_phases(&jobs, d, intra, active);
+    let mut ends: Vec<Vec<Vec<TransferIndex>>> = Vec::with_capacity(plan.order.len());
+    for (k, &(slice, s)) in plan.order.iter().enumerate() {
+        if let Some(waits_for) = plan.waits_for[k] {
+            phases.b.set_gates(std::mem::take(&mut ends[waits_for]));
+        }
+        let (dim, depth, op) = stage(slice, s);
+        let start = phases.b.len();
+        phases.emit(slice as u32, dim, &orders[slice][..depth], op);
+        phases.b.clear_gates();
+        ends.push(phases.b.last_arrivals(start, c.ranks()));
+    }
+}
+
+/// Emits the phases of one collective.
+struct Phases<'a, 'c> {
+    dims: &'a [Dimension],
+    n: u32,
+    /// Pieces of one chunk slice of the buffer.
+    slice_len: u32,
+    pipeline: u32,
+    b: Builder<'c>,
+}
+
+impl Phases<'_, '_> {
+    /// One dimension's phase of one slice in every group of that dimension: reduce-scatter
+    /// (`Op::Reduce`) or all-gather (`Op::Copy`), on the range a rank holds after the phases on
+    /// `before` narrowed it.
+    fn emit(&mut self, slice: u32, dim: usize, before: &[usize], op: Op) {
+        let base = (slice * self.slice_len, (slice + 1) * self.slice_len);
+        let dims = self.dims;
+        let range_before = |rank: u32| {
+            before.iter().fold(base, |r, &d| {
                 let dim = &dims[d];
                 let coord = (rank / dim.stride) % dim.size;
                 part(r.0, r.1, dim.size, coord, 1, 0)
             })
         };
-        let groups = |d: usize| {
-            let dim = &dims[d];
-            (0..n)
-                .filter(move |r| (r / dim.stride).is_multiple_of(dim.size))
-                .map(move |first| {
-                    (0..dim.size)
-                        .map(|k| first + k * dim.stride)
-                        .collect::<Vec<u32>>()
-                })
-        };
-        // One dimension's phase: reduce-scatter (Op::Reduce) or all-gather (Op::Copy) in a group.
-        let phase = |b: &mut Builder, d: usize, range: (u32, u32), members: &[u32], op: Op| {
-            let dim = &dims[d];
-            let segments = dim.directions() * pipeline;
-            let bidirectional = dim.kind != DimKind::UniRing;
-            match dim.kind {
-                DimKind::FullyConnected => direct_exchange(b, members, range, pipeline, op),
-                _ => ring_exchange(b, members, range, segments, bidirectional, op),
-            }
-        };
-        let gather =
-            |b: &mut Builder, d, range, members: &[u32]| phase(b, d, range, members, Op::Copy);
-        let scatter =
-            |b: &mut Builder, d, range, members: &[u32]| phase(b, d, range, members, Op::Reduce);
-        match c.kind {
-            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => {
-                for (i, &d) in order.iter().enumerate() {
-                    for members in groups(d) {
-                        scatter(&mut b, d, range_before(members[0], &order[..i]), &members);
-                    }
+        let dimension = &dims[dim];
+        for first in (0..self.n).filter(|r| (r / dimension.stride).is_multiple_of(dimension.size)) {
+            let members: Vec<u32> = (0..dimension.size)
+                .map(|k| first + k * dimension.stride)
+                .collect();
+            let range = range_before(first);
+            let b = &mut self.b;
+            match (dimension.algorithm, op) {
+                (DimAlgorithm::Direct, _) => direct_exchange(b, &members, range, self.pipeline, op),
+                (DimAlgorithm::HalvingDoubling, Op::Reduce) => {
+                    rhd_reduce_scatter(b, &members, range)
                 }
-                if c.kind == CollectiveKind::AllReduce {
-                    for (i, &d) in order.iter().enumerate().rev() {
-                        for members in groups(d) {
-                            gather(&mut b, d, range_before(members[0], &order[..i]), &members);
-                        }
-                    }
+                (DimAlgorithm::HalvingDoubling, Op::Copy) => rhd_all_gather(b, &members, range),
+                _ => {
+                    let directions = dimension.directions();
+                    ring_exchange(
+                        b,
+                        &members,
+                        range,
+                        directions * self.pipeline,
+                        directions == 2,
+                        op,
+                    )
                 }
             }
-            CollectiveKind::AllGather => {
-                // Gathering dimension 1 first: before the phase on dim d a rank holds the block of
-                // its coordinates in dims >= d, i.e. the range narrowed by those dims, highest first.
-                for (i, &d) in order.iter().enumerate() {
-                    let narrowing: Vec<usize> = order[i..].iter().rev().copied().collect();
-                    for members in groups(d) {
-                        let held = range_before(members[0], &narrowing[..narrowing.len() - 1]);
-                        gather(&mut b, d, held, &members);
-                    }
-                }
-            }
-            _ => unreachable!("checked above"),
         }
     }
-    Ok(b.finish())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dim(size: u32, gbps: f64) -> Dimension {
-        Dimension {
-            kind: DimKind::Switch,
-            size,
-            stride: 1,
-            bandwidth: gbps * 1e9,
-            fixed_cost: 0.0,
-        }
-    }
-
-    #[test]
-    fn themis_spreads_the_large_phases_over_the_dimensions() {
-        // Equal bandwidth: the biggest dimension would carry almost everything in ascending
-        // order; Themis starts chunks on every dimension.
-        let dims = [dim(8, 100.0), dim(4, 100.0), dim(4, 100.0)];
-        let orders = themis_orders(&dims, 64, 1e6);
-        for d in 0..3 {
-            assert!(
-                orders.iter().any(|o| o[0] == d),
-                "dimension {d} never first"
-            );
-        }
-        // Balanced loads (no traffic yet, equal fixed costs) keep the baseline order.
-        assert_eq!(orders[0], vec![0, 1, 2]);
+/// Names the per-dimension algorithm in messages.
+impl std::fmt::Display for DimAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }

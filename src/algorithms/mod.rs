@@ -8,8 +8,12 @@ mod direct;
 mod hierarchical;
 mod rhd;
 mod ring;
+mod themis;
 
-use crate::collective::Collective;
+pub use hierarchical::DimAlgorithm;
+pub use themis::IntraDimension;
+
+use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::Schedule;
 use crate::topology::Topology;
 use crate::Error;
@@ -62,24 +66,60 @@ impl Algorithm {
     }
 }
 
-/// Generates the schedule of `algorithm` for `collective` on `topology`. The schedule claims the
-/// collective (possibly cut into finer pieces than the user's chunks, which validation accounts for).
+/// How the multi-dimensional algorithms (hierarchical, Themis) run each dimension and share the
+/// dimensions among chunks: collsim's defaults, or an ASTRA-sim system file's settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MultiDimOptions {
+    /// Basic algorithm of each dimension per collective (ASTRA-sim's `*-implementation` lists);
+    /// a collective without a list uses ring on rings, switches and mesh lines and direct on fully
+    /// connected dimensions.
+    pub implementations: Vec<(CollectiveKind, Vec<DimAlgorithm>)>,
+    /// Order of dimensions per chunk: None keeps each algorithm's own (hierarchical ascending,
+    /// Themis by load); `Some(true)` forces Themis's, `Some(false)` ascending.
+    pub themis_order: Option<bool>,
+    /// Which waiting chunk a dimension serves next. None: FIFO for hierarchical, smallest chunk
+    /// first for Themis.
+    pub intra_dimension: Option<IntraDimension>,
+    /// Chunks a dimension works on at once. None: unlimited for hierarchical,
+    /// [`themis::DEFAULT_ACTIVE_CHUNKS`] for Themis.
+    pub active_chunks: Option<u32>,
+}
+
+impl MultiDimOptions {
+    /// The per-dimension algorithms given for `kind`, if any.
+    pub fn implementation(&self, kind: CollectiveKind) -> Option<&[DimAlgorithm]> {
+        self.implementations
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, list)| list.as_slice())
+    }
+}
+
+/// Generates the schedule of `algorithm` for `collective` on `topology` with collsim's default
+/// settings. The schedule claims the collective (possibly cut into finer pieces than the user's
+/// chunks, which validation accounts for).
 pub fn generate(
     algorithm: Algorithm,
     topology: &Topology,
     collective: &Collective,
+) -> Result<Schedule, Error> {
+    generate_with(algorithm, topology, collective, &MultiDimOptions::default())
+}
+
+/// Like [`generate`], with the multi-dimensional algorithms configured by `options`.
+pub fn generate_with(
+    algorithm: Algorithm,
+    topology: &Topology,
+    collective: &Collective,
+    options: &MultiDimOptions,
 ) -> Result<Schedule, Error> {
     match algorithm {
         Algorithm::Ring => ring::generate(collective, topology.is_bidirectional()),
         Algorithm::Direct => direct::generate(collective),
         Algorithm::Rhd => rhd::generate(collective),
         Algorithm::Dbt => dbt::generate(collective),
-        Algorithm::Hierarchical => hierarchical::generate(topology, collective),
-        Algorithm::Themis => hierarchical::generate_ordered(
-            topology,
-            collective,
-            hierarchical::DimensionOrder::Themis,
-        ),
+        Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
+        Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         // The synthesizer is a producer of its own (crate::synth), run by the experiment layer.
         Algorithm::Tacos => Err(Error::input(
             "tacos is synthesized, not generated: use `collsim synthesize` or `--algorithm tacos`",

@@ -133,7 +133,7 @@ type RunDone = (Summary, Option<Vec<u64>>);
 
 fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunDone, Error> {
     let spec = RunSpec {
-        source: ScheduleSource::Algorithm(plan.algorithm),
+        source: ScheduleSource::Algorithm(plan.algorithm.algorithm),
         collectives: vec![CollectiveRequest {
             kind: plan.collective,
             size: plan.size,
@@ -145,8 +145,10 @@ fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunD
         seed: plan.seed,
         validate: exp.validate,
         synth: exp.synth.clone(),
+        multi_dim: plan.algorithm.multi_dim(&exp.multi_dim),
     };
-    let outcome = execute(topology, &spec, &mut ())?;
+    let mut outcome = execute(topology, &spec, &mut ())?;
+    outcome.summary.algorithm = plan.algorithm.label();
     let bytes = exp.heatmaps.then(|| outcome.result.link_bytes.clone());
     Ok((outcome.summary, bytes))
 }
@@ -157,6 +159,14 @@ struct BatchInfo {
     experiment: String,
     runs: usize,
     shard: Option<Shard>,
+    /// Folder the experiment file's relative paths start from.
+    base: Option<PathBuf>,
+}
+
+/// An experiment file's text and the folder its relative paths start from.
+pub struct Source<'a> {
+    pub text: &'a str,
+    pub base: &'a Path,
 }
 
 /// Writes a batch's results into `dir`: `summary.csv`, `skipped.csv`, `batch.json`, the
@@ -165,7 +175,7 @@ struct BatchInfo {
 pub fn write_batch(
     dir: &Path,
     exp: &Experiment,
-    source: Option<&str>,
+    source: Option<Source>,
     result: &BatchResult,
     shard: Option<Shard>,
 ) -> Result<(), Error> {
@@ -179,8 +189,8 @@ pub fn write_batch(
     if !result.skipped.is_empty() {
         write_skipped(&out.file("skipped.csv"), exp, &result.skipped)?;
     }
-    if let Some(text) = source {
-        write_text(&out.file("experiment.yaml"), text)?;
+    if let Some(source) = &source {
+        write_text(&out.file("experiment.yaml"), source.text)?;
     }
     if exp.heatmaps {
         for (run, bytes) in &result.link_bytes {
@@ -192,6 +202,7 @@ pub fn write_batch(
         experiment: exp.name.clone(),
         runs: result.total_runs,
         shard,
+        base: source.map(|s| std::path::absolute(s.base).unwrap_or(s.base.to_path_buf())),
     };
     write_text(
         &out.file("batch.json"),
@@ -321,7 +332,8 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
     let exp = match &source {
         Some(text) => {
             write_text(&out.file("experiment.yaml"), text)?;
-            Some(Experiment::parse(text, "experiment.yaml")?)
+            let base = info.base.clone().unwrap_or_else(|| PathBuf::from("."));
+            Some(Experiment::parse_in(text, "experiment.yaml", &base)?)
         }
         None => None,
     };
@@ -414,7 +426,7 @@ fn write_skipped(path: &Path, exp: &Experiment, skipped: &[Skipped]) -> Result<(
                     .unwrap_or(topology.options.spec.clone()),
                 p.collective.name().to_string(),
                 p.size.to_string(),
-                p.algorithm.name().to_string(),
+                p.algorithm.label(),
                 p.chunks.to_string(),
                 p.seed.map(|s| s.to_string()).unwrap_or_default(),
                 s.reason.clone(),

@@ -15,16 +15,20 @@
 //! chunks: [1]
 //! seeds: [1]
 //! heatmaps: true             # per-run heat maps, one colour scale per (topology, collective, size)
+//! system: astra_system.json  # optional: ASTRA-sim system file for hierarchical and Themis runs
+//! active_chunks: 1           # optional: chunks a dimension works on at once
+//! intra_dimension: SCF       # optional: FIFO, SCF, lessRemainingPhaseFirst
 //! ```
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, IntraDimension, MultiDimOptions};
 use crate::collective::CollectiveKind;
 use crate::sim::{SimOptions, TimeModel};
 use crate::synth::SynthOptions;
+use crate::system::{load_system, SystemConfig};
 use crate::topology::{Topology, TopologyOptions};
 use crate::units::{parse_bytes, parse_size_list};
 use crate::Error;
@@ -47,6 +51,44 @@ impl TopologyEntry {
     }
 }
 
+/// One algorithm of an experiment, with its own multi-dimensional settings and display name
+/// where the file gives them (`{algorithm: themis, intra_dimension: FIFO, name: themis-FIFO}`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlgorithmEntry {
+    pub algorithm: Algorithm,
+    /// Shown in results instead of the algorithm's name.
+    pub name: Option<String>,
+    pub active_chunks: Option<u32>,
+    pub intra_dimension: Option<IntraDimension>,
+}
+
+impl AlgorithmEntry {
+    pub fn plain(algorithm: Algorithm) -> AlgorithmEntry {
+        AlgorithmEntry {
+            algorithm,
+            name: None,
+            active_chunks: None,
+            intra_dimension: None,
+        }
+    }
+
+    /// The name results show.
+    pub fn label(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.algorithm.name().to_string())
+    }
+
+    /// The experiment's multi-dimensional settings with this entry's own applied.
+    pub fn multi_dim(&self, base: &MultiDimOptions) -> MultiDimOptions {
+        MultiDimOptions {
+            active_chunks: self.active_chunks.or(base.active_chunks),
+            intra_dimension: self.intra_dimension.or(base.intra_dimension),
+            ..base.clone()
+        }
+    }
+}
+
 /// A set of runs: every combination of the lists, in the order topology, collective, size,
 /// algorithm, chunks, seed (the last varies fastest).
 #[derive(Clone, Debug)]
@@ -56,7 +98,7 @@ pub struct Experiment {
     pub topologies: Vec<TopologyEntry>,
     pub collectives: Vec<CollectiveKind>,
     pub sizes: Vec<u64>,
-    pub algorithms: Vec<Algorithm>,
+    pub algorithms: Vec<AlgorithmEntry>,
     pub chunks: Vec<u32>,
     /// None runs with each algorithm's default seed.
     pub seeds: Vec<Option<u64>>,
@@ -65,12 +107,14 @@ pub struct Experiment {
     pub options: SimOptions,
     pub validate: bool,
     pub synth: SynthOptions,
+    /// Per-dimension algorithms and chunk scheduling of hierarchical and Themis.
+    pub multi_dim: MultiDimOptions,
     /// Keep per-link loads and draw a heat map per run.
     pub heatmaps: bool,
 }
 
 /// One run of an experiment.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunPlan {
     /// Position in the experiment's run list (stable across shards).
     pub index: usize,
@@ -78,7 +122,7 @@ pub struct RunPlan {
     pub topology: usize,
     pub collective: CollectiveKind,
     pub size: u64,
-    pub algorithm: Algorithm,
+    pub algorithm: AlgorithmEntry,
     pub chunks: u32,
     pub seed: Option<u64>,
 }
@@ -90,7 +134,7 @@ impl Experiment {
         for topology in 0..self.topologies.len() {
             for &collective in &self.collectives {
                 for &size in &self.sizes {
-                    for &algorithm in &self.algorithms {
+                    for algorithm in &self.algorithms {
                         for &chunks in &self.chunks {
                             for &seed in &self.seeds {
                                 plans.push(RunPlan {
@@ -98,7 +142,7 @@ impl Experiment {
                                     topology,
                                     collective,
                                     size,
-                                    algorithm,
+                                    algorithm: algorithm.clone(),
                                     chunks,
                                     seed,
                                 });
@@ -111,17 +155,23 @@ impl Experiment {
         plans
     }
 
-    /// Reads an experiment file.
+    /// Reads an experiment file. Paths in it (topology and system files) are relative to it.
     pub fn load(path: &Path) -> Result<(Experiment, String), Error> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::input(format!("{shown}: cannot read experiment file: {e}")))?;
-        let exp = Experiment::parse(&text, &shown)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let exp = Experiment::parse_in(&text, &shown, base)?;
         Ok((exp, text))
     }
 
-    /// Parses experiment YAML; `file` names the source in errors.
+    /// Parses experiment YAML whose relative paths are relative to the working directory.
     pub fn parse(text: &str, file: &str) -> Result<Experiment, Error> {
+        Experiment::parse_in(text, file, Path::new("."))
+    }
+
+    /// Parses experiment YAML; `file` names the source in errors, relative paths start at `base`.
+    pub fn parse_in(text: &str, file: &str, base: &Path) -> Result<Experiment, Error> {
         let raw: RawExperiment =
             serde_yaml::from_str(text).map_err(|e| Error::input(format!("{file}: {e}")))?;
         let field = |name: &str, e: String| Error::input(format!("{file}: field '{name}': {e}"));
@@ -182,8 +232,41 @@ impl Experiment {
         let algorithms = raw
             .algorithms
             .iter()
-            .map(|a| Algorithm::parse(a).map_err(|e| field("algorithms", e.to_string())))
-            .collect::<Result<_, _>>()?;
+            .map(|a| {
+                let parse = |name: &str| {
+                    Algorithm::parse(name).map_err(|e| field("algorithms", e.to_string()))
+                };
+                Ok(match a {
+                    RawAlgorithm::Name(name) => AlgorithmEntry::plain(parse(name)?),
+                    RawAlgorithm::Full(RawAlgorithmEntry {
+                        algorithm,
+                        name,
+                        active_chunks,
+                        intra_dimension,
+                    }) => AlgorithmEntry {
+                        algorithm: parse(algorithm)?,
+                        name: name.clone(),
+                        active_chunks: match active_chunks {
+                            Some(0) => {
+                                return Err(field(
+                                    "algorithms",
+                                    "active_chunks must be at least 1".into(),
+                                ))
+                            }
+                            other => *other,
+                        },
+                        intra_dimension: intra_dimension
+                            .as_deref()
+                            .map(|p| {
+                                IntraDimension::parse(p).ok_or_else(|| {
+                                    field("algorithms", format!("'{p}' is not FIFO or SCF"))
+                                })
+                            })
+                            .transpose()?,
+                    },
+                })
+            })
+            .collect::<Result<_, Error>>()?;
         let sizes = match raw.sizes {
             RawSizes::One(v) => v.sizes(),
             RawSizes::Many(list) => list
@@ -194,7 +277,28 @@ impl Experiment {
         }
         .map_err(|e| field("sizes", e))?;
         nonempty("sizes", sizes.len())?;
-        let chunks = raw.chunks.unwrap_or_else(|| vec![1]);
+        let mut system = match &raw.system {
+            Some(path) => load_system(&base.join(path))?,
+            None => SystemConfig::default(),
+        };
+        for warning in &system.warnings {
+            eprintln!("warning: {warning}");
+        }
+        if let Some(a) = raw.active_chunks {
+            if a == 0 {
+                return Err(field("active_chunks", "must be at least 1".into()));
+            }
+            system.multi_dim.active_chunks = Some(a);
+        }
+        if let Some(name) = &raw.intra_dimension {
+            system.multi_dim.intra_dimension =
+                Some(IntraDimension::parse(name).ok_or_else(|| {
+                    field("intra_dimension", format!("'{name}' is not FIFO or SCF"))
+                })?);
+        }
+        let chunks = raw
+            .chunks
+            .unwrap_or_else(|| vec![system.chunks.unwrap_or(1)]);
         nonempty("chunks", chunks.len())?;
         if chunks.contains(&0) {
             return Err(field("chunks", "chunk counts must be at least 1".into()));
@@ -221,6 +325,8 @@ impl Experiment {
             root: raw.root,
             options: SimOptions {
                 time_model,
+                endpoint_delay: system.endpoint_delay,
+                reduction_delay: system.reduction_delay,
                 ..SimOptions::default()
             },
             validate: raw.validate.unwrap_or(true),
@@ -228,6 +334,7 @@ impl Experiment {
                 trials: raw.trials,
                 ..SynthOptions::default()
             },
+            multi_dim: system.multi_dim,
             heatmaps: raw.heatmaps.unwrap_or(false),
         })
     }
@@ -243,7 +350,7 @@ struct RawExperiment {
     topologies: Vec<RawTopology>,
     collectives: Vec<String>,
     sizes: RawSizes,
-    algorithms: Vec<String>,
+    algorithms: Vec<RawAlgorithm>,
     chunks: Option<Vec<u32>>,
     seeds: Option<Vec<u64>>,
     root: Option<u32>,
@@ -251,6 +358,10 @@ struct RawExperiment {
     validate: Option<bool>,
     trials: Option<u32>,
     heatmaps: Option<bool>,
+    /// An ASTRA-sim system file for hierarchical and Themis runs.
+    system: Option<String>,
+    active_chunks: Option<u32>,
+    intra_dimension: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -265,6 +376,22 @@ enum RawTopology {
         remove_npus: Option<IdList>,
         remove_links: Option<String>,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawAlgorithm {
+    Name(String),
+    Full(RawAlgorithmEntry),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlgorithmEntry {
+    algorithm: String,
+    name: Option<String>,
+    active_chunks: Option<u32>,
+    intra_dimension: Option<String>,
 }
 
 /// `7` or `"7,9"`.
@@ -328,7 +455,7 @@ mod tests {
         assert_eq!(plans.len(), 2 * 3 * 2 * 2);
         assert_eq!(plans[0].seed, Some(1));
         assert_eq!(plans[1].seed, Some(2));
-        assert_eq!(plans[2].algorithm, Algorithm::Direct);
+        assert_eq!(plans[2].algorithm.algorithm, Algorithm::Direct);
         assert_eq!(plans[4].size, 2048);
         assert_eq!(plans[12].topology, 1);
         assert!(plans.iter().enumerate().all(|(i, p)| p.index == i));

@@ -5,13 +5,13 @@
 mod batch;
 mod file;
 
-pub use batch::{merge, run_batch, write_batch, BatchResult, RunRow, Shard, Skipped};
-pub use file::{Experiment, RunPlan, TopologyEntry};
+pub use batch::{merge, run_batch, write_batch, BatchResult, RunRow, Shard, Skipped, Source};
+pub use file::{AlgorithmEntry, Experiment, RunPlan, TopologyEntry};
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::algorithms::{self, Algorithm};
+use crate::algorithms::{self, Algorithm, MultiDimOptions};
 use crate::bound;
 use crate::collective::{Collective, CollectiveKind};
 use crate::report::{self, HeatMetric, Heatmap, OutputDir, Summary, Utilization};
@@ -75,6 +75,23 @@ pub struct RunSpec {
     pub validate: bool,
     /// Trials and switch unwinding for the synthesizer (its seed is `seed`, or 1).
     pub synth: SynthOptions,
+    /// Per-dimension algorithms and chunk scheduling of hierarchical and Themis.
+    pub multi_dim: MultiDimOptions,
+}
+
+impl RunSpec {
+    /// A run with the default simulation settings, validation on and no seed.
+    pub fn new(source: ScheduleSource, collectives: Vec<CollectiveRequest>) -> RunSpec {
+        RunSpec {
+            source,
+            collectives,
+            options: SimOptions::default(),
+            seed: None,
+            validate: true,
+            synth: SynthOptions::default(),
+            multi_dim: MultiDimOptions::default(),
+        }
+    }
 }
 
 /// What one run produced.
@@ -164,7 +181,7 @@ fn produce(
             Produced {
                 parts: collectives
                     .iter()
-                    .map(|c| algorithms::generate(*algorithm, topology, c))
+                    .map(|c| algorithms::generate_with(*algorithm, topology, c, &spec.multi_dim))
                     .collect::<Result<_, _>>()?,
                 algorithm: algorithm.name().to_string(),
                 estimate: None,
@@ -270,6 +287,10 @@ pub fn execute(
             _ => spec.seed,
         },
         time_model: spec.options.time_model.name().to_string(),
+        link_utilization: busy_fraction(topology, &result, None),
+        dim_utilization: (0..topology.dims().len())
+            .map(|d| busy_fraction(topology, &result, Some(d as u8)))
+            .collect(),
     };
     Ok(RunOutcome {
         summary,
@@ -277,6 +298,22 @@ pub fn execute(
         result,
         estimate: produced.estimate,
     })
+}
+
+/// Mean over links (of dimension `dim`, or all) of busy time / collective time.
+fn busy_fraction(topology: &Topology, result: &SimResult, dim: Option<u8>) -> f64 {
+    let finish = result.finish.ps() as f64;
+    let busy: Vec<f64> = topology
+        .links()
+        .iter()
+        .zip(&result.link_busy)
+        .filter(|(l, _)| dim.is_none() || l.dim == dim)
+        .map(|(_, b)| b.ps() as f64)
+        .collect();
+    if busy.is_empty() || finish == 0.0 {
+        return 0.0;
+    }
+    busy.iter().sum::<f64>() / busy.len() as f64 / finish
 }
 
 fn file_label(path: &Path) -> String {

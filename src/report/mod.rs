@@ -22,7 +22,8 @@ use crate::Error;
 
 /// Columns of `summary.csv`, in DESIGN.md order, then collsim's extras.
 pub const SUMMARY_HEADER: &str = "topology,npus,collective,algorithm,size_bytes,chunks_per_npu,\
-collective_time_ns,algbw_GBps,busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed,time_model";
+collective_time_ns,algbw_GBps,busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed,time_model,\
+link_utilization,dim_utilization";
 
 /// One simulated run.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +43,10 @@ pub struct Summary {
     pub synthesis_ms: Option<f64>,
     pub seed: Option<u64>,
     pub time_model: String,
+    /// Mean over links of busy time / collective time.
+    pub link_utilization: f64,
+    /// The same per dimension of a multi-dimensional network (empty otherwise).
+    pub dim_utilization: Vec<f64>,
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -96,6 +101,12 @@ impl Summary {
             f(self.synthesis_ms, 3),
             opt(self.seed),
             self.time_model.clone(),
+            format!("{:.6}", self.link_utilization),
+            self.dim_utilization
+                .iter()
+                .map(|u| format!("{u:.6}"))
+                .collect::<Vec<_>>()
+                .join(";"),
         ]
         .join(",")
     }
@@ -132,6 +143,20 @@ impl Summary {
         if let (Some(bound), Some(e)) = (self.bound, self.efficiency()) {
             out += &format!("  lower bound     {bound} (efficiency {e:.3})\n");
         }
+        out += &format!(
+            "  link busy       {:.1}% of the time on average",
+            self.link_utilization * 100.0
+        );
+        if !self.dim_utilization.is_empty() {
+            let dims: Vec<String> = self
+                .dim_utilization
+                .iter()
+                .enumerate()
+                .map(|(d, u)| format!("dim {} {:.1}%", d + 1, u * 100.0))
+                .collect();
+            out += &format!(" ({})", dims.join(", "));
+        }
+        out += "\n";
         if let Some(ms) = self.synthesis_ms {
             out += &format!("  synthesis       {ms:.1} ms\n");
         }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Once;
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -25,12 +26,12 @@ fn ensure_font() {
 /// Okabe-Ito colours (distinguishable with colour-vision deficiencies), black first.
 pub(crate) const PALETTE: [RGBColor; 7] = [
     RGBColor(0, 0, 0),
-    RGBColor(230, 159, 0),
     RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
     RGBColor(213, 94, 0),
     RGBColor(86, 180, 233),
-    RGBColor(204, 121, 167),
 ];
 
 pub(crate) fn palette(i: usize) -> RGBColor {
@@ -154,21 +155,56 @@ impl LinePlot {
         })
     }
 
-    fn draw_lines<'a, DB: DrawingBackend + 'a, X: Ranged<ValueType = f64>>(
+    /// Smallest and largest positive y: lines spanning orders of magnitude get a log axis.
+    fn y_positive_range(&self) -> Option<(f64, f64)> {
+        let ys = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .filter(|&y| y > 0.0);
+        let (lo, hi) = ys.fold((f64::INFINITY, 0.0f64), |(lo, hi), y| {
+            (lo.min(y), hi.max(y))
+        });
+        (lo.is_finite() && hi / lo > 100.0).then_some((lo, hi))
+    }
+
+    fn draw_on<'a, DB, X, Y>(
         &self,
-        chart: &mut ChartContext<'a, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
-    ) -> DrawResult<DB> {
+        mut chart: ChartContext<'a, DB, Cartesian2d<X, Y>>,
+        log_y: bool,
+    ) -> DrawResult<DB>
+    where
+        DB: DrawingBackend + 'a,
+        X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+        Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    {
+        let x_format = self.x_format;
+        let y_label = if log_y {
+            format!("{} (log scale)", self.y_label)
+        } else {
+            self.y_label.clone()
+        };
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(y_label)
+            .label_style(font(14))
+            .axis_desc_style(font(16))
+            .x_label_formatter(&|v| x_format(*v))
+            .light_line_style(BLACK.mix(0.05))
+            .draw()?;
         for (i, s) in self.series.iter().enumerate() {
             let color = palette(i);
             let style = color.stroke_width(2);
+            let points = s.points.iter().copied();
             if s.dashed {
                 chart
-                    .draw_series(DashedLineSeries::new(s.points.clone(), 8, 5, style))?
+                    .draw_series(DashedLineSeries::new(points, 8, 5, style))?
                     .label(&s.name)
                     .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
             } else {
                 chart
-                    .draw_series(LineSeries::new(s.points.clone(), style))?
+                    .draw_series(LineSeries::new(points, style))?
                     .label(&s.name)
                     .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
                 if s.points.len() <= 40 {
@@ -194,7 +230,6 @@ impl Figure for LinePlot {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let (lo, hi) = self.x_range();
-        let top = self.y_top();
         let mut builder = ChartBuilder::on(root);
         builder
             .caption(&self.title, font(20))
@@ -202,31 +237,25 @@ impl Figure for LinePlot {
             .margin_right(40)
             .x_label_area_size(50)
             .y_label_area_size(80);
-        let x_format = self.x_format;
-        if self.log_x {
-            let mut chart = builder.build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
-            chart
-                .configure_mesh()
-                .x_desc(&self.x_label)
-                .y_desc(&self.y_label)
-                .label_style(font(14))
-                .axis_desc_style(font(16))
-                .x_label_formatter(&|v| x_format(*v))
-                .light_line_style(BLACK.mix(0.05))
-                .draw()?;
-            self.draw_lines(&mut chart)
-        } else {
-            let mut chart = builder.build_cartesian_2d(lo..hi, 0.0..top)?;
-            chart
-                .configure_mesh()
-                .x_desc(&self.x_label)
-                .y_desc(&self.y_label)
-                .label_style(font(14))
-                .axis_desc_style(font(16))
-                .x_label_formatter(&|v| x_format(*v))
-                .light_line_style(BLACK.mix(0.05))
-                .draw()?;
-            self.draw_lines(&mut chart)
+        let log_y = self.y_positive_range().filter(|_| self.y_max.is_none());
+        match (self.log_x, log_y) {
+            (true, Some((ylo, yhi))) => self.draw_on(
+                builder
+                    .build_cartesian_2d((lo..hi).log_scale(), (ylo / 2.0..yhi * 2.0).log_scale())?,
+                true,
+            ),
+            (false, Some((ylo, yhi))) => self.draw_on(
+                builder.build_cartesian_2d(lo..hi, (ylo / 2.0..yhi * 2.0).log_scale())?,
+                true,
+            ),
+            (true, None) => self.draw_on(
+                builder.build_cartesian_2d((lo..hi).log_scale(), 0.0..self.y_top())?,
+                false,
+            ),
+            (false, None) => self.draw_on(
+                builder.build_cartesian_2d(lo..hi, 0.0..self.y_top())?,
+                false,
+            ),
         }
     }
 }

@@ -17,6 +17,10 @@ use crate::Error;
 
 const NONE: u32 = u32::MAX;
 
+/// Transfers an ancestor search between two reductions into one piece may visit before it treats
+/// them as concurrent (which is always correct for commuting reductions, only less compact).
+const REDUCTION_ORDER_BUDGET: usize = 256;
+
 /// splitmix64: a portable, seedable mix for the symbolic contributions.
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -310,9 +314,19 @@ impl Validator<'_> {
     /// Is `w` an ancestor of `t` in the dependency graph? Searches back from `t`, pruned to
     /// transfers executed after `w`.
     fn is_ancestor(&mut self, w: TransferIndex, t: TransferIndex) -> bool {
+        self.is_ancestor_within(w, t, usize::MAX).unwrap_or(false)
+    }
+
+    /// Like [`Validator::is_ancestor`], giving up (None) after visiting `budget` transfers.
+    fn is_ancestor_within(
+        &mut self,
+        w: TransferIndex,
+        t: TransferIndex,
+        mut budget: usize,
+    ) -> Option<bool> {
         let deps = self.schedule.deps(t);
         if deps.contains(&w) {
-            return true;
+            return Some(true);
         }
         let floor = self.position[w as usize];
         self.visit_epoch += 1;
@@ -320,16 +334,20 @@ impl Validator<'_> {
         self.stack.extend_from_slice(deps);
         while let Some(x) = self.stack.pop() {
             if x == w {
-                return true;
+                return Some(true);
             }
             if self.visit_mark[x as usize] == self.visit_epoch || self.position[x as usize] <= floor
             {
                 continue;
             }
+            if budget == 0 {
+                return None;
+            }
+            budget -= 1;
             self.visit_mark[x as usize] = self.visit_epoch;
             self.stack.extend_from_slice(self.schedule.deps(x));
         }
-        false
+        Some(false)
     }
 
     fn apply(&mut self, t: TransferIndex, rank_of: &HashMap<u32, u32>) -> Result<(), Error> {
@@ -387,7 +405,17 @@ impl Validator<'_> {
             let mut to = self.store.get(key);
             self.writers_into(&to, &mut writers);
             let previous = writers;
-            let ordered = previous.iter().all(|&w| self.is_ancestor(w, t));
+            // A copy must follow every earlier write, and so must a reduction every earlier copy.
+            // Between reductions order does not matter (they commute): a short search decides
+            // only whether the cell's writer list can shrink to `t`, else `t` joins the list.
+            let ordered = previous.iter().all(|&w| {
+                if op == Op::Reduce && s.op(w) == Op::Reduce {
+                    self.is_ancestor_within(w, t, REDUCTION_ORDER_BUDGET)
+                        .unwrap_or(false)
+                } else {
+                    self.is_ancestor(w, t)
+                }
+            });
             match op {
                 Op::Copy => {
                     if !ordered {

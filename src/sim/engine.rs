@@ -310,8 +310,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             return;
         }
         let mut extra = self.options.endpoint_delay;
-        if let Some(bw) = self.options.reduce_bandwidth {
-            if self.schedule.op(t) == Op::Reduce {
+        if self.schedule.op(t) == Op::Reduce {
+            extra = extra + self.options.reduction_delay;
+            if let Some(bw) = self.options.reduce_bandwidth {
                 extra = extra + bw.transmit_time(bytes);
             }
         }

@@ -67,6 +67,9 @@ pub struct SimOptions {
     pub endpoint_delay: Time,
     /// Reductions take `bytes / reduce_bandwidth` at the destination before they count as complete.
     pub reduce_bandwidth: Option<Bandwidth>,
+    /// A fixed cost added to every reduction at its destination (ASTRA-sim's
+    /// `local-reduction-delay`).
+    pub reduction_delay: Time,
     /// Keep per-transfer issue and completion times.
     pub record_transfers: bool,
     /// Keep per-link busy intervals (back-to-back intervals merged) for utilisation over time.

@@ -1,0 +1,283 @@
+//! Themis (Rashidi et al., ISCA'22; ASTRA-sim's OfflineGreedy): load-balanced chunk scheduling
+//! across the dimensions of a multi-dimensional network.
+//!
+//! Two decisions, both made offline so that the simulator stays ignorant of algorithms:
+//! * the dimension order of each chunk, from a load tracker ([`dimension_orders`]);
+//! * when each chunk's phase runs on its dimension, from a fluid model of the dimensions with a
+//!   limit of active chunks each and an intra-dimension policy ([`schedule_phases`]). The
+//!   hierarchical generator emits the phases in that order and makes a phase wait for the phase
+//!   that held its dimension's slot, so the limit becomes schedule dependencies.
+
+use super::hierarchical::Dimension;
+
+/// Relative gap between the most and least loaded dimension below which Themis keeps the
+/// baseline ascending order (as ASTRA-sim's OfflineGreedy falls back).
+const BALANCED: f64 = 0.01;
+
+/// Chunks a dimension works on at once under Themis unless told otherwise. Measured with smallest
+/// chunk first on the 3-D switch network [8, 4, 4] (100 GiB/s), the balanced [8, 8] one and the
+/// Themis paper's six Table 2 networks (1 GB all-reduce in 64 chunks), of 2, 4 and 8: 8 is the
+/// fastest or within 6% of it everywhere. One chunk at a time exposes every phase's latency
+/// (slower than the baseline on [8, 8]); no limit starts every chunk on its first dimension at once
+/// and leaves the others idle.
+pub(crate) const DEFAULT_ACTIVE_CHUNKS: u32 = 8;
+
+/// Which waiting chunk a dimension serves next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntraDimension {
+    /// In the order the chunks became ready.
+    Fifo,
+    /// Smallest chunk first (SCF, the Themis paper's policy): chunks that have been
+    /// reduce-scattered on other dimensions are small and finish soon.
+    SmallestFirst,
+    /// The chunk with the fewest phases left first.
+    LessRemainingPhaseFirst,
+}
+
+impl IntraDimension {
+    /// Parses ASTRA-sim's names: `FIFO`, `SCF`/`smallestFirst`, `lessRemainingPhaseFirst`.
+    pub fn parse(name: &str) -> Option<IntraDimension> {
+        match name {
+            "FIFO" | "fifo" => Some(IntraDimension::Fifo),
+            "SCF" | "scf" | "smallestFirst" => Some(IntraDimension::SmallestFirst),
+            "lessRemainingPhaseFirst" | "LRPF" => Some(IntraDimension::LessRemainingPhaseFirst),
+            _ => None,
+        }
+    }
+}
+
+/// Per chunk, the dimensions in the order its reduce-scatter visits them (all-gather reverses
+/// it): sorted by a load tracker, least loaded first, so the emptiest dimension takes the phase
+/// with the most data. The tracker adds each phase's time under a bandwidth model
+/// (reduce-scatter: `size (n-1)/n / BW` and `size /= n`; all-gather: `size (n-1) / BW` and
+/// `size *= n`), starting from each dimension's fixed cost.
+pub(crate) fn dimension_orders(
+    dims: &[Dimension],
+    slices: u32,
+    slice_bytes: f64,
+) -> Vec<Vec<usize>> {
+    let mut load: Vec<f64> = dims.iter().map(|d| d.fixed_cost).collect();
+    (0..slices)
+        .map(|_| {
+            let mut order: Vec<usize> = (0..dims.len()).collect();
+            let most = load.iter().copied().fold(0.0, f64::max);
+            let least = load.iter().copied().fold(f64::INFINITY, f64::min);
+            if most - least > BALANCED * most {
+                order.sort_by(|&a, &b| load[a].total_cmp(&load[b]));
+            }
+            let mut size = slice_bytes;
+            for &d in &order {
+                let n = dims[d].size as f64;
+                load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
+                size /= n;
+            }
+            for &d in order.iter().rev() {
+                let n = dims[d].size as f64;
+                load[d] += size * (n - 1.0) / dims[d].bandwidth;
+                size *= n;
+            }
+            order
+        })
+        .collect()
+}
+
+/// One phase of one chunk, as the offline model sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct PhaseJob {
+    pub dim: usize,
+    /// Seconds of the dimension's full bandwidth the phase needs.
+    pub work: f64,
+    /// Seconds of latency after the data is through (it holds the slot, not the bandwidth).
+    pub latency: f64,
+    /// Bytes of the chunk on entry (for smallest-chunk-first).
+    pub size: f64,
+}
+
+/// The order phases start in, and which earlier phase (index into `order`) each waits for.
+pub(crate) struct PhasePlan {
+    /// (chunk, stage) in start order.
+    pub order: Vec<(usize, usize)>,
+    pub waits_for: Vec<Option<usize>>,
+}
+
+struct Running {
+    job: (usize, usize),
+    /// Seconds of full-bandwidth work left.
+    work: f64,
+    /// When its latency ends, once the work is done.
+    done_at: Option<f64>,
+}
+
+/// Runs the chunks' phases (each chunk's stages in order) on a fluid model of the dimensions:
+/// a dimension shares its bandwidth equally among the phases moving data on it, serves at most
+/// `active` phases at once (None: no limit), and picks the next waiting phase by `policy`.
+pub(crate) fn schedule_phases(
+    jobs: &[Vec<PhaseJob>],
+    dims: usize,
+    policy: IntraDimension,
+    active: Option<u32>,
+) -> PhasePlan {
+    const EPS: f64 = 1e-15;
+    let limit = active.map_or(usize::MAX, |a| a.max(1) as usize);
+    // Waiting phases per dimension: (ready time, chunk, stage).
+    let mut waiting: Vec<Vec<(f64, usize, usize)>> = vec![Vec::new(); dims];
+    let mut running: Vec<Vec<Running>> = (0..dims).map(|_| Vec::new()).collect();
+    let mut started_on: Vec<Vec<usize>> = vec![Vec::new(); dims];
+    let mut plan = PhasePlan {
+        order: Vec::new(),
+        waits_for: Vec::new(),
+    };
+    for (chunk, stages) in jobs.iter().enumerate() {
+        if let Some(first) = stages.first() {
+            waiting[first.dim].push((0.0, chunk, 0));
+        }
+    }
+    let mut now = 0.0f64;
+    loop {
+        for d in 0..dims {
+            while running[d].len() < limit && !waiting[d].is_empty() {
+                let pick = pick_next(&waiting[d], jobs, policy);
+                let (_, chunk, stage) = waiting[d].remove(pick);
+                let job = jobs[chunk][stage];
+                let index = plan.order.len();
+                let slot_of = started_on[d]
+                    .len()
+                    .checked_sub(limit)
+                    .map(|k| started_on[d][k]);
+                plan.order.push((chunk, stage));
+                plan.waits_for.push(slot_of);
+                started_on[d].push(index);
+                running[d].push(Running {
+                    job: (chunk, stage),
+                    work: job.work,
+                    done_at: (job.work <= EPS).then_some(now + job.latency),
+                });
+            }
+        }
+        // The next moment a phase's data is through or its latency ends.
+        let mut next = f64::INFINITY;
+        for phases in &running {
+            let moving = phases.iter().filter(|r| r.done_at.is_none()).count() as f64;
+            for r in phases {
+                next = next.min(match r.done_at {
+                    Some(t) => t,
+                    None => now + r.work * moving,
+                });
+            }
+        }
+        if !next.is_finite() {
+            break;
+        }
+        let elapsed = (next - now).max(0.0);
+        now = next;
+        for phases in running.iter_mut() {
+            let moving = phases.iter().filter(|r| r.done_at.is_none()).count() as f64;
+            for r in phases.iter_mut().filter(|r| r.done_at.is_none()) {
+                r.work -= elapsed / moving;
+                if r.work <= EPS * (1.0 + now) {
+                    r.done_at = Some(now + jobs[r.job.0][r.job.1].latency);
+                }
+            }
+            let mut k = 0;
+            while k < phases.len() {
+                if phases[k].done_at.is_some_and(|t| t <= now + EPS) {
+                    let (chunk, stage) = phases.remove(k).job;
+                    if let Some(next_job) = jobs[chunk].get(stage + 1) {
+                        waiting[next_job.dim].push((now, chunk, stage + 1));
+                    }
+                } else {
+                    k += 1;
+                }
+            }
+        }
+    }
+    plan
+}
+
+/// The waiting phase a dimension serves next; ties go to the earlier-ready, then lower chunk.
+fn pick_next(
+    waiting: &[(f64, usize, usize)],
+    jobs: &[Vec<PhaseJob>],
+    policy: IntraDimension,
+) -> usize {
+    let key = |&(ready, chunk, stage): &(f64, usize, usize)| {
+        let primary = match policy {
+            IntraDimension::Fifo => 0.0,
+            IntraDimension::SmallestFirst => jobs[chunk][stage].size,
+            IntraDimension::LessRemainingPhaseFirst => (jobs[chunk].len() - stage) as f64,
+        };
+        (primary, ready, chunk)
+    };
+    (0..waiting.len())
+        .min_by(|&a, &b| {
+            let (ka, kb) = (key(&waiting[a]), key(&waiting[b]));
+            ka.0.total_cmp(&kb.0)
+                .then(ka.1.total_cmp(&kb.1))
+                .then(ka.2.cmp(&kb.2))
+        })
+        .expect("a waiting phase")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(dim: usize, work: f64, size: f64) -> PhaseJob {
+        PhaseJob {
+            dim,
+            work,
+            latency: 0.0,
+            size,
+        }
+    }
+
+    #[test]
+    fn one_active_chunk_runs_phases_one_after_another_on_each_dimension() {
+        // Two chunks, each a phase on dim 0 then on dim 1.
+        let jobs = vec![
+            vec![job(0, 1.0, 8.0), job(1, 1.0, 4.0)],
+            vec![job(0, 1.0, 8.0), job(1, 1.0, 4.0)],
+        ];
+        let plan = schedule_phases(&jobs, 2, IntraDimension::Fifo, Some(1));
+        assert_eq!(plan.order, vec![(0, 0), (1, 0), (0, 1), (1, 1)]);
+        // Chunk 1 waits for chunk 0 on dim 0; chunk 1's dim-1 phase for chunk 0's.
+        assert_eq!(plan.waits_for, vec![None, Some(0), None, Some(2)]);
+        let free = schedule_phases(&jobs, 2, IntraDimension::Fifo, None);
+        assert!(free.waits_for.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn smallest_chunk_first_serves_the_reduced_chunk_before_a_fresh_one() {
+        // Chunk 0 is reduced on dim 1 first, then needs dim 0 with a small size; chunks 1 and 2
+        // start on dim 0 with full size. With one slot, SCF lets chunk 0 jump the queue.
+        let jobs = vec![
+            vec![job(1, 0.5, 8.0), job(0, 0.5, 1.0)],
+            vec![job(0, 1.0, 8.0)],
+            vec![job(0, 1.0, 8.0)],
+        ];
+        let order = |policy| schedule_phases(&jobs, 2, policy, Some(1)).order;
+        // At t = 0 dimension 0 starts chunk 1 and dimension 1 chunk 0; at t = 1 dimension 0 is free.
+        assert_eq!(
+            order(IntraDimension::SmallestFirst),
+            vec![(1, 0), (0, 0), (0, 1), (2, 0)]
+        );
+        assert_eq!(
+            order(IntraDimension::Fifo),
+            vec![(1, 0), (0, 0), (2, 0), (0, 1)]
+        );
+    }
+
+    #[test]
+    fn policies_parse_astra_sim_names() {
+        assert_eq!(
+            IntraDimension::parse("SCF"),
+            Some(IntraDimension::SmallestFirst)
+        );
+        assert_eq!(
+            IntraDimension::parse("smallestFirst"),
+            Some(IntraDimension::SmallestFirst)
+        );
+        assert_eq!(IntraDimension::parse("FIFO"), Some(IntraDimension::Fifo));
+        assert_eq!(IntraDimension::parse("LIFO"), None);
+    }
+}
