@@ -15,6 +15,7 @@ pub mod synth;
 pub mod system;
 pub mod topology;
 pub mod units;
+pub mod workload;
 
 /// Errors collsim reports to its user. `Input` covers everything wrong with what the user gave
 /// (files, flags, schedules); the command line maps it to exit status 2.

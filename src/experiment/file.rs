@@ -220,6 +220,8 @@ impl Experiment {
                 if inline {
                     entry.options.bandwidth = entry.options.bandwidth.or(raw.bandwidth.clone());
                     entry.options.latency = entry.options.latency.or(raw.latency.clone());
+                } else {
+                    entry.options.spec = base.join(&entry.options.spec).display().to_string();
                 }
                 entry
             })

@@ -27,7 +27,7 @@ impl Schedule {
                     )));
                 }
             }
-            if t.src == t.dst {
+            if t.src == t.dst && self.wait(i).is_none() {
                 return Err(Error::input(format!(
                     "transfer {id}: sends from NPU {} to itself",
                     t.src

@@ -16,6 +16,7 @@ pub use validate::validate;
 
 use crate::collective::Collective;
 use crate::topology::NodeId;
+use crate::units::Time;
 
 /// Position of a transfer in its schedule's list.
 pub type TransferIndex = u32;
@@ -59,6 +60,10 @@ pub struct Schedule {
     ops: Option<Vec<Op>>,
     /// File ids when they differ from list positions.
     ids: Option<Vec<u64>>,
+    /// Local waits (compute between collectives in a training iteration): a transfer from an NPU
+    /// to itself that carries nothing and completes this long after it is issued. Present once
+    /// any transfer is a wait.
+    waits: Option<Vec<Option<Time>>>,
     /// The collective this schedule claims to implement, if any.
     pub collective: Option<Collective>,
 }
@@ -111,7 +116,35 @@ impl Schedule {
         if let Some(ids) = &mut self.ids {
             ids.push(index as u64);
         }
+        if let Some(w) = &mut self.waits {
+            w.push(None);
+        }
         index as TransferIndex
+    }
+
+    /// Appends a wait of `duration` on `npu` (no network traffic) and returns its index.
+    pub fn push_wait(
+        &mut self,
+        npu: NodeId,
+        duration: Time,
+        deps: &[TransferIndex],
+    ) -> TransferIndex {
+        let index = self.push(
+            Transfer {
+                src: npu,
+                dst: npu,
+                bytes: 0,
+            },
+            deps,
+        );
+        let n = self.transfers.len();
+        self.waits.get_or_insert_with(|| vec![None; n])[index as usize] = Some(duration);
+        index
+    }
+
+    /// The duration of a wait, None for a real transfer.
+    pub fn wait(&self, index: TransferIndex) -> Option<Time> {
+        self.waits.as_ref().and_then(|w| w[index as usize])
     }
 
     /// Appends a transfer that carries pieces `lo..hi` with `op`.
@@ -234,7 +267,10 @@ impl Schedule {
             for t in 0..part.len() as TransferIndex {
                 deps.clear();
                 deps.extend(part.deps(t).iter().map(|&d| d + base));
-                let index = all.push(part.transfer(t), &deps);
+                let index = match part.wait(t) {
+                    Some(duration) => all.push_wait(part.transfer(t).src, duration, &deps),
+                    None => all.push(part.transfer(t), &deps),
+                };
                 if let Some(pieces) = part.pieces(t) {
                     all.set_pieces(index, pieces);
                 }
@@ -242,6 +278,20 @@ impl Schedule {
             }
         }
         all
+    }
+
+    /// Renames every NPU `v` to `map[v]`, in the transfers and in the claimed collective: a
+    /// schedule made on a sub-network, moved onto the NPUs it stands for.
+    pub fn relabel(&mut self, map: &[NodeId]) {
+        for t in &mut self.transfers {
+            t.src = map[t.src as usize];
+            t.dst = map[t.dst as usize];
+        }
+        if let Some(c) = &mut self.collective {
+            for v in &mut c.npus {
+                *v = map[*v as usize];
+            }
+        }
     }
 
     /// For each transfer, the transfers that depend on it (CSR: offsets, list).
@@ -298,6 +348,20 @@ mod tests {
         assert_eq!(both.op(3), Op::Reduce);
         assert_eq!(both.pieces(3), Some((0, 1)));
         assert!(both.collective.is_none());
+    }
+
+    #[test]
+    fn waits_are_kept_apart_from_transfers() {
+        let mut s = Schedule::new();
+        s.push(t(0, 1), &[]);
+        let w = s.push_wait(1, Time::from_ns(5), &[0]);
+        s.push(t(1, 2), &[w]);
+        assert_eq!(s.wait(0), None);
+        assert_eq!(s.wait(1), Some(Time::from_ns(5)));
+        assert_eq!(s.wait(2), None);
+        let both = Schedule::concat(&[s.clone(), s]);
+        assert_eq!(both.wait(4), Some(Time::from_ns(5)));
+        assert_eq!(both.deps(4), &[3]);
     }
 
     #[test]

@@ -17,10 +17,6 @@ use crate::Error;
 
 const NONE: u32 = u32::MAX;
 
-/// Transfers an ancestor search between two reductions into one piece may visit before it treats
-/// them as concurrent (which is always correct for commuting reductions, only less compact).
-const REDUCTION_ORDER_BUDGET: usize = 256;
-
 /// splitmix64: a portable, seedable mix for the symbolic contributions.
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -86,12 +82,18 @@ struct Validator<'a> {
     schedule: &'a Schedule,
     c: &'a Collective,
     seed: u64,
+    /// All pieces of the collective.
     pieces: u64,
+    /// The pieces this pass covers (`window.0..window.1`), and the transfers that carry them.
+    window: (u32, u32),
+    members: Option<Vec<TransferIndex>>,
     store: Store,
     /// Concurrent reductions beyond the first, per cell (rare: direct algorithms).
     extra: Vec<Vec<u32>>,
     /// Position of each transfer in the execution order, for pruned ancestor searches.
     position: Vec<u32>,
+    /// The execution order when it is not list order (dependencies pointing forwards).
+    order: Option<Vec<TransferIndex>>,
     visit_mark: Vec<u32>,
     visit_epoch: u32,
     stack: Vec<TransferIndex>,
@@ -112,27 +114,120 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
     }
     let ranks = collective.ranks() as u64;
     let pieces = collective.piece_count() as u64;
-    let store = if ranks * pieces <= 1 << 26 {
-        Store::Dense(vec![EMPTY; (ranks * pieces) as usize])
-    } else {
-        Store::Sparse(HashMap::new())
-    };
     let mut v = Validator {
         schedule,
         c: collective,
         seed,
         pieces,
-        store,
+        window: (0, pieces as u32),
+        members: None,
+        store: Store::Dense(Vec::new()),
         extra: Vec::new(),
         position: vec![NONE; schedule.len()],
+        order: None,
         visit_mark: vec![0; schedule.len()],
         visit_epoch: 0,
         stack: Vec::new(),
         scratch: Vec::new(),
     };
-    v.initialise();
-    v.execute()?;
-    v.check_final()
+    v.order_transfers()?;
+    if ranks * pieces <= DENSE_CELLS {
+        return v.run();
+    }
+    by_windows(v)
+}
+
+/// Too many (rank, piece) cells to hold at once: pieces that no transfer carries together are
+/// independent (a chunk of an all-reduce and the next), so check one group at a time.
+fn by_windows(mut v: Validator) -> Result<(), Error> {
+    let (schedule, pieces) = (v.schedule, v.pieces);
+    let ranks = v.c.ranks() as u64;
+    let (windows, (start, list)) = piece_components(schedule, pieces as u32)?;
+    // Neighbouring groups share a pass while their cells fit the dense store.
+    let mut i = 0;
+    while i < windows.len() {
+        let mut j = i + 1;
+        while j < windows.len() && (windows[j].1 - windows[i].0) as u64 * ranks <= WINDOW_CELLS {
+            j += 1;
+        }
+        v.window = (windows[i].0, windows[j - 1].1);
+        let mut members = list[start[i] as usize..start[j] as usize].to_vec();
+        members.sort_unstable();
+        v.members = Some(members);
+        v.extra.clear();
+        v.run()?;
+        i = j;
+    }
+    Ok(())
+}
+
+/// Cells a validation pass keeps in a dense array; more go to a map, or are split by piece groups.
+const DENSE_CELLS: u64 = 1 << 26;
+/// Cells of a pass over piece groups (about 160 MB).
+const WINDOW_CELLS: u64 = 1 << 22;
+
+/// Groups of pieces that transfers carry together (connected through overlapping piece ranges),
+/// as windows `lo..hi`, with the transfers of each group (CSR: offsets, transfer list).
+#[allow(clippy::type_complexity)]
+fn piece_components(
+    schedule: &Schedule,
+    pieces: u32,
+) -> Result<(Vec<(u32, u32)>, (Vec<u32>, Vec<TransferIndex>)), Error> {
+    let mut ranges: Vec<(u32, u32)> = (0..schedule.len() as TransferIndex)
+        .map(|t| schedule.pieces(t).unwrap_or((0, 0)))
+        .filter(|&(lo, hi)| lo < hi && hi <= pieces)
+        .collect();
+    ranges.sort_unstable();
+    let mut windows: Vec<(u32, u32)> = Vec::new();
+    for (lo, hi) in ranges {
+        match windows.last_mut() {
+            Some(w) if lo < w.1 => w.1 = w.1.max(hi),
+            _ => windows.push((lo, hi)),
+        }
+    }
+    // Pieces no transfer carries form windows too, so that the final check covers them.
+    let mut all = Vec::with_capacity(windows.len() * 2);
+    let mut next = 0;
+    for w in windows {
+        if w.0 > next {
+            all.push((next, w.0));
+        }
+        all.push(w);
+        next = w.1;
+    }
+    if next < pieces {
+        all.push((next, pieces));
+    }
+    let window_of = |t: TransferIndex| {
+        let (lo, _) = schedule.pieces(t).unwrap_or((0, 0));
+        all.partition_point(|w| w.1 <= lo)
+    };
+    let mut start = vec![0u32; all.len() + 1];
+    for t in 0..schedule.len() as TransferIndex {
+        let (lo, hi) = schedule.pieces(t).unwrap_or((0, 0));
+        if lo >= hi || hi > pieces {
+            // Bad ranges are reported by the pass over everything; keep them in the first group.
+            start[1] += 1;
+            continue;
+        }
+        start[window_of(t) + 1] += 1;
+    }
+    for i in 0..all.len() {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut list = vec![0; schedule.len()];
+    for t in 0..schedule.len() as TransferIndex {
+        let (lo, hi) = schedule.pieces(t).unwrap_or((0, 0));
+        let w = if lo >= hi || hi > pieces {
+            0
+        } else {
+            window_of(t)
+        };
+        list[fill[w] as usize] = t;
+        fill[w] += 1;
+    }
+    Ok((all, (start, list)))
 }
 
 /// An all-to-all without dependencies issues everything at once, so nothing can be relayed: it is
@@ -207,8 +302,38 @@ fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<
 }
 
 impl Validator<'_> {
+    /// One pass over the current window: initial data, every member transfer, the final state.
+    fn run(&mut self) -> Result<(), Error> {
+        let cells = self.c.ranks() as u64 * self.span() as u64;
+        match &mut self.store {
+            // Passes over piece windows reuse one allocation.
+            Store::Dense(v) if cells <= DENSE_CELLS => {
+                v.clear();
+                v.resize(cells as usize, EMPTY);
+            }
+            _ if cells <= DENSE_CELLS => self.store = Store::Dense(vec![EMPTY; cells as usize]),
+            _ => self.store = Store::Sparse(HashMap::new()),
+        }
+        self.initialise();
+        self.execute()?;
+        self.check_final()
+    }
+
+    fn span(&self) -> u32 {
+        self.window.1 - self.window.0
+    }
+
+    /// The pieces of `lo..hi` inside the window.
+    fn within(&self, lo: u32, hi: u32) -> std::ops::Range<u32> {
+        lo.max(self.window.0)..hi.min(self.window.1)
+    }
+
+    fn all_pieces(&self) -> std::ops::Range<u32> {
+        self.window.0..self.window.1
+    }
+
     fn key(&self, rank: u32, piece: u32) -> u64 {
-        rank as u64 * self.pieces + piece as u64
+        rank as u64 * self.span() as u64 + (piece - self.window.0) as u64
     }
 
     fn give(&mut self, rank: u32, piece: u32, owner: u32) {
@@ -229,40 +354,73 @@ impl Validator<'_> {
             CollectiveKind::AllGather | CollectiveKind::Gather => {
                 for r in 0..n {
                     let (lo, hi) = c.rank_block(r);
-                    (lo..hi).for_each(|p| self.give(r, p, r));
+                    self.within(lo, hi).for_each(|p| self.give(r, p, r));
                 }
             }
             CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
                 for r in 0..n {
-                    (0..self.pieces as u32).for_each(|p| self.give(r, p, r));
+                    self.all_pieces().for_each(|p| self.give(r, p, r));
                 }
             }
             CollectiveKind::AllToAll => {
                 for r in 0..n {
                     for q in 0..n {
                         let (lo, hi) = c.a2a_block(r, q);
-                        (lo..hi).for_each(|p| self.give(r, p, r));
+                        self.within(lo, hi).for_each(|p| self.give(r, p, r));
                     }
                 }
             }
             CollectiveKind::Broadcast | CollectiveKind::Scatter => {
-                (0..self.pieces as u32).for_each(|p| self.give(root, p, root));
+                self.all_pieces().for_each(|p| self.give(root, p, root));
             }
         }
     }
 
     fn execute(&mut self) -> Result<(), Error> {
-        let s = self.schedule;
-        let n = s.len();
         let mut rank_of: HashMap<u32, u32> = HashMap::with_capacity(self.c.npus.len());
         for (r, &npu) in self.c.npus.iter().enumerate() {
             rank_of.insert(npu, r as u32);
         }
+        // Ancestor searches run over the whole schedule (every path is a real ordering); only
+        // the transfers of the current piece window change the state.
+        let members = self.members.take();
+        let result = self.execute_members(members.as_deref(), &rank_of);
+        self.members = members;
+        result
+    }
+
+    fn execute_members(
+        &mut self,
+        members: Option<&[TransferIndex]>,
+        rank_of: &HashMap<u32, u32>,
+    ) -> Result<(), Error> {
+        let n = self.schedule.len() as TransferIndex;
+        match (members, self.order.take()) {
+            (None, None) => (0..n).try_for_each(|t| self.apply(t, rank_of))?,
+            (Some(list), None) => list.iter().try_for_each(|&t| self.apply(t, rank_of))?,
+            (None, Some(order)) => {
+                let result = order.iter().try_for_each(|&t| self.apply(t, rank_of));
+                self.order = Some(order);
+                result?
+            }
+            (Some(list), Some(order)) => {
+                let mut list = list.to_vec();
+                list.sort_unstable_by_key(|&t| self.position[t as usize]);
+                self.order = Some(order);
+                list.iter().try_for_each(|&t| self.apply(t, rank_of))?
+            }
+        }
+        Ok(())
+    }
+
+    /// Fixes the execution order once (list order when dependencies point backwards, else the
+    /// smallest ready transfer first) and each transfer's position in it.
+    fn order_transfers(&mut self) -> Result<(), Error> {
+        let s = self.schedule;
+        let n = s.len();
         if s.deps_point_backwards() {
-            // List order is then exactly "the smallest ready transfer first".
             for t in 0..n as TransferIndex {
                 self.position[t as usize] = t;
-                self.apply(t, &rank_of)?;
             }
             return Ok(());
         }
@@ -274,11 +432,10 @@ impl Validator<'_> {
             .filter(|&t| waiting[t as usize] == 0)
             .map(Reverse)
             .collect();
-        let mut order = 0u32;
+        let mut order = Vec::with_capacity(n);
         while let Some(Reverse(t)) = ready.pop() {
-            self.position[t as usize] = order;
-            order += 1;
-            self.apply(t, &rank_of)?;
+            self.position[t as usize] = order.len() as u32;
+            order.push(t);
             if !start.is_empty() {
                 for &d in &dependents[start[t as usize] as usize..start[t as usize + 1] as usize] {
                     waiting[d as usize] -= 1;
@@ -288,9 +445,10 @@ impl Validator<'_> {
                 }
             }
         }
-        if order as usize != n {
+        if order.len() != n {
             return Err(Error::input("the schedule's dependencies form a cycle"));
         }
+        self.order = Some(order);
         Ok(())
     }
 
@@ -314,19 +472,9 @@ impl Validator<'_> {
     /// Is `w` an ancestor of `t` in the dependency graph? Searches back from `t`, pruned to
     /// transfers executed after `w`.
     fn is_ancestor(&mut self, w: TransferIndex, t: TransferIndex) -> bool {
-        self.is_ancestor_within(w, t, usize::MAX).unwrap_or(false)
-    }
-
-    /// Like [`Validator::is_ancestor`], giving up (None) after visiting `budget` transfers.
-    fn is_ancestor_within(
-        &mut self,
-        w: TransferIndex,
-        t: TransferIndex,
-        mut budget: usize,
-    ) -> Option<bool> {
         let deps = self.schedule.deps(t);
         if deps.contains(&w) {
-            return Some(true);
+            return true;
         }
         let floor = self.position[w as usize];
         self.visit_epoch += 1;
@@ -334,20 +482,16 @@ impl Validator<'_> {
         self.stack.extend_from_slice(deps);
         while let Some(x) = self.stack.pop() {
             if x == w {
-                return Some(true);
+                return true;
             }
             if self.visit_mark[x as usize] == self.visit_epoch || self.position[x as usize] <= floor
             {
                 continue;
             }
-            if budget == 0 {
-                return None;
-            }
-            budget -= 1;
             self.visit_mark[x as usize] = self.visit_epoch;
             self.stack.extend_from_slice(self.schedule.deps(x));
         }
-        Some(false)
+        false
     }
 
     fn apply(&mut self, t: TransferIndex, rank_of: &HashMap<u32, u32>) -> Result<(), Error> {
@@ -406,12 +550,11 @@ impl Validator<'_> {
             self.writers_into(&to, &mut writers);
             let previous = writers;
             // A copy must follow every earlier write, and so must a reduction every earlier copy.
-            // Between reductions order does not matter (they commute): a short search decides
-            // only whether the cell's writer list can shrink to `t`, else `t` joins the list.
+            // Between reductions order does not matter (they commute): a direct dependency only
+            // lets the cell's writer list shrink to `t`, else `t` joins the list.
             let ordered = previous.iter().all(|&w| {
                 if op == Op::Reduce && s.op(w) == Op::Reduce {
-                    self.is_ancestor_within(w, t, REDUCTION_ORDER_BUDGET)
-                        .unwrap_or(false)
+                    s.deps(t).contains(&w)
                 } else {
                     self.is_ancestor(w, t)
                 }
@@ -509,18 +652,18 @@ impl Validator<'_> {
         match c.kind {
             CollectiveKind::AllGather => {
                 for r in 0..n {
-                    for p in 0..self.pieces as u32 {
+                    for p in self.all_pieces() {
                         self.require(r, p, contribution(self.seed, p / k, p), 1)?;
                     }
                 }
             }
             CollectiveKind::Gather => {
-                for p in 0..self.pieces as u32 {
+                for p in self.all_pieces() {
                     self.require(root, p, contribution(self.seed, p / k, p), 1)?;
                 }
             }
             CollectiveKind::AllReduce => {
-                for p in 0..self.pieces as u32 {
+                for p in self.all_pieces() {
                     let total = sum(p);
                     for r in 0..n {
                         self.require(r, p, total, n)?;
@@ -528,12 +671,12 @@ impl Validator<'_> {
                 }
             }
             CollectiveKind::ReduceScatter => {
-                for p in 0..self.pieces as u32 {
+                for p in self.all_pieces() {
                     self.require(p / k, p, sum(p), n)?;
                 }
             }
             CollectiveKind::Reduce => {
-                for p in 0..self.pieces as u32 {
+                for p in self.all_pieces() {
                     self.require(root, p, sum(p), n)?;
                 }
             }
@@ -541,7 +684,7 @@ impl Validator<'_> {
                 for r in 0..n {
                     for q in 0..n {
                         let (lo, hi) = c.a2a_block(r, q);
-                        for p in lo..hi {
+                        for p in self.within(lo, hi) {
                             self.require(q, p, contribution(self.seed, r, p), 1)?;
                         }
                     }
@@ -549,13 +692,13 @@ impl Validator<'_> {
             }
             CollectiveKind::Broadcast => {
                 for r in 0..n {
-                    for p in 0..self.pieces as u32 {
+                    for p in self.all_pieces() {
                         self.require(r, p, contribution(self.seed, root, p), 1)?;
                     }
                 }
             }
             CollectiveKind::Scatter => {
-                for p in 0..self.pieces as u32 {
+                for p in self.all_pieces() {
                     self.require(p / k, p, contribution(self.seed, root, p), 1)?;
                 }
             }
@@ -595,6 +738,56 @@ mod tests {
             }
         }
         (s, c)
+    }
+
+    /// The pass per group of pieces reaches the same verdicts as the pass over everything.
+    #[test]
+    fn checking_piece_groups_apart_gives_the_same_verdicts() {
+        use crate::algorithms::{generate, Algorithm};
+        use crate::topology::TopologyOptions;
+        let t = TopologyOptions::new("dims:ring3,switch4").build().unwrap();
+        let c =
+            Collective::new(CollectiveKind::AllReduce, t.active_npus(), 1 << 20, 3, None).unwrap();
+        let s = generate(Algorithm::Hierarchical, &t, &c).unwrap();
+        let claim = s.collective.clone().unwrap();
+        let windowed = |s: &Schedule| {
+            let v = Validator {
+                schedule: s,
+                c: &claim,
+                seed: 9,
+                pieces: claim.piece_count() as u64,
+                window: (0, claim.piece_count()),
+                members: None,
+                store: Store::Dense(Vec::new()),
+                extra: Vec::new(),
+                position: vec![NONE; s.len()],
+                order: None,
+                visit_mark: vec![0; s.len()],
+                visit_epoch: 0,
+                stack: Vec::new(),
+                scratch: Vec::new(),
+            };
+            let mut v = v;
+            v.order_transfers()?;
+            by_windows(v)
+        };
+        assert!(windowed(&s).is_ok());
+        assert!(validate(&s, &claim, 9).is_ok());
+        assert!(piece_components(&s, claim.piece_count()).unwrap().0.len() >= 3);
+        // Drop one transfer: both passes fail.
+        let mut broken = Schedule::new();
+        let shift = |d: TransferIndex| d - (d > 5) as TransferIndex;
+        for i in (0..s.len() as TransferIndex).filter(|&i| i != 5) {
+            let deps: Vec<_> = s
+                .deps(i)
+                .iter()
+                .filter(|&&d| d != 5)
+                .map(|&d| shift(d))
+                .collect();
+            broken.push_data(s.transfer(i), &deps, s.pieces(i).unwrap(), s.op(i));
+        }
+        assert!(windowed(&broken).is_err());
+        assert!(validate(&broken, &claim, 9).is_err());
     }
 
     #[test]

@@ -259,6 +259,11 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if self.options.record_transfers {
             self.result.issued[t as usize] = now;
         }
+        if let Some(duration) = self.schedule.wait(t) {
+            self.queue
+                .push(now + duration, Event::Complete { transfer: t });
+            return;
+        }
         let transfer = self.schedule.transfer(t);
         self.forward(t, transfer.src, transfer.dst, transfer.bytes, now);
     }

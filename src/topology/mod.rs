@@ -297,6 +297,22 @@ impl Topology {
         &self.dims
     }
 
+    /// The network of dimensions `range` alone (fault-free dimensional shapes): what a group of
+    /// NPUs that differ only in those coordinates sees, e.g. a model-parallel group over the first
+    /// dimensions. Its NPU `r` is the group member `r` in row-major order.
+    pub fn sub_dimensions(&self, range: std::ops::Range<usize>) -> Result<Topology, Error> {
+        if !self.dimension_routing || range.is_empty() || range.end > self.dims.len() {
+            return Err(Error::input(format!(
+                "topology {}: has no dimensions {}..{} without faults",
+                self.name, range.start, range.end
+            )));
+        }
+        build::multi_dim(
+            format!("{}[dims {}..{}]", self.name, range.start + 1, range.end),
+            self.dims[range].to_vec(),
+        )
+    }
+
     /// True when every link is matched by a link in the opposite direction.
     pub fn is_bidirectional(&self) -> bool {
         self.links
