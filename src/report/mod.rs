@@ -4,10 +4,12 @@
 
 mod heatmap;
 mod plot;
+mod training;
 mod utilization;
 
 pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
 pub use plot::{BarChart, LinePlot, Series};
+pub use training::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER};
 pub use utilization::{Utilization, BINS as UTILIZATION_BINS};
 
 use std::fs::File;

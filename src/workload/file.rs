@@ -13,6 +13,7 @@
 //!     input_grad: {compute: 240us}
 //!     weight_grad: {compute: 240us, comm: {collective: all-reduce, size: 18.8KB}}
 //!     update: 2us             # optional, after the layer's weight-gradient communication
+//!   - {name: block, repeat: 24, forward: {compute: 1ms}}   # 24 identical layers
 //! ```
 //! A phase's `comm` may name its `group` (`data` or `model`); by default it is the one the
 //! parallelism gives that phase, as ASTRA-sim assigns them.
@@ -192,6 +193,8 @@ struct RawWorkload {
 #[serde(deny_unknown_fields)]
 struct RawLayer {
     name: String,
+    /// The same layer this many times (named `name.0`, `name.1`, ...).
+    repeat: Option<u32>,
     #[serde(default)]
     forward: RawPhase,
     #[serde(default)]
@@ -284,13 +287,21 @@ pub fn parse_yaml(text: &str, file: &str, default_name: &str) -> Result<Workload
                 comm,
             })
         };
-        layers.push(Layer {
+        let layer = Layer {
             name: l.name.clone(),
             forward: phase(&l.forward, "forward")?,
             input_grad: phase(&l.input_grad, "input_grad")?,
             weight_grad: phase(&l.weight_grad, "weight_grad")?,
             update: time(&l.update, at("update"))?,
-        });
+        };
+        match l.repeat {
+            None => layers.push(layer),
+            Some(0) => return Err(field(at("repeat"), "must be at least 1".into())),
+            Some(n) => layers.extend((0..n).map(|k| Layer {
+                name: format!("{}.{k}", l.name),
+                ..layer.clone()
+            })),
+        }
     }
     Workload::new(
         raw.name.unwrap_or_else(|| default_name.to_string()),

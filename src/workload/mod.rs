@@ -187,6 +187,8 @@ pub struct TrainOptions {
     /// Validate every distinct collective schedule before it is used.
     pub validate: bool,
     pub seed: u64,
+    /// Chunks each collective is cut into (fewer for collectives too small to cut so finely).
+    pub chunks: u32,
 }
 
 /// Where one iteration's time went.
@@ -269,6 +271,38 @@ pub fn simulate_iteration(
     b.total = free;
     debug_assert_eq!(b.total, result.finish);
     Ok(b)
+}
+
+/// One iteration per algorithm, run in parallel, in the order given.
+pub fn compare(
+    topology: &Topology,
+    workload: &Workload,
+    algorithms: &[Algorithm],
+    options: &TrainOptions,
+) -> Result<Vec<Breakdown>, Error> {
+    use rayon::prelude::*;
+    let bar = indicatif::ProgressBar::new(algorithms.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{wide_bar}] {pos}/{len} algorithms {elapsed}",
+        )
+        .expect("a valid progress template"),
+    );
+    bar.set_message(workload.name.clone());
+    let rows = algorithms
+        .par_iter()
+        .map(|&algorithm| {
+            let options = TrainOptions {
+                algorithm,
+                ..options.clone()
+            };
+            let row = simulate_iteration(topology, workload, &options, &mut ());
+            bar.inc(1);
+            row
+        })
+        .collect::<Result<Vec<_>, _>>();
+    bar.finish_and_clear();
+    rows
 }
 
 /// The NPU lists of each kind of group.
@@ -521,8 +555,16 @@ impl Iteration<'_> {
         npus: &[NodeId],
         dims: Option<std::ops::Range<usize>>,
     ) -> Result<Schedule, Error> {
-        let c = Collective::new(comm.collective, npus.to_vec(), comm.bytes, 1, None)?;
         let o = self.options;
+        // As many chunks as asked for, halved while the collective cannot be cut that finely.
+        let mut chunks = o.chunks.max(1);
+        let c = loop {
+            match Collective::new(comm.collective, npus.to_vec(), comm.bytes, chunks, None) {
+                Ok(c) => break c,
+                Err(_) if chunks > 1 => chunks /= 2,
+                Err(e) => return Err(e),
+            }
+        };
         let whole = npus.len() == self.topology.active_npus().len();
         let generated = match o.algorithm {
             Algorithm::Tacos => {
@@ -541,7 +583,7 @@ impl Iteration<'_> {
                         comm.collective,
                         (0..npus.len() as NodeId).collect(),
                         comm.bytes,
-                        1,
+                        chunks,
                         None,
                     )?;
                     algorithms::generate_with(o.algorithm, &sub, &local, &o.multi_dim).map(
@@ -611,6 +653,7 @@ mod tests {
             sim: SimOptions::default(),
             validate: true,
             seed: 1,
+            chunks: 1,
         }
     }
 

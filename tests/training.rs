@@ -1,0 +1,218 @@
+//! Training iterations: the acceptance closed form, the breakdown's invariants on every shipped
+//! workload, both workload formats agreeing, and the command's outputs and errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use collsim::algorithms::{generate, Algorithm, MultiDimOptions};
+use collsim::collective::{Collective, CollectiveKind};
+use collsim::sim::{simulate, SimOptions};
+use collsim::synth::SynthOptions;
+use collsim::topology::{Topology, TopologyOptions};
+use collsim::units::Time;
+use collsim::workload::{load_workload, simulate_iteration, Breakdown, TrainOptions, Workload};
+
+fn collsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args(args)
+        .output()
+        .expect("collsim runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("collsim-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn workload(name: &str) -> Workload {
+    load_workload(Path::new(&format!(
+        "{}/workloads/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+    .unwrap()
+}
+
+fn options(algorithm: Algorithm, chunks: u32) -> TrainOptions {
+    TrainOptions {
+        algorithm,
+        multi_dim: MultiDimOptions::default(),
+        synth: SynthOptions::default(),
+        sim: SimOptions::default(),
+        validate: true,
+        seed: 1,
+        chunks,
+    }
+}
+
+fn check_invariants(b: &Breakdown) {
+    assert_eq!(
+        b.forward_compute + b.backward_compute + b.exposed_comm,
+        b.total,
+        "{b:?}"
+    );
+    assert_eq!(
+        b.exposed_data_parallel + b.exposed_model_parallel,
+        b.exposed_comm,
+        "{b:?}"
+    );
+}
+
+/// The issue's case: one DATA layer (forward 1000, input-gradient 2000, weight-gradient 3000
+/// cycles, a 1 GiB ALLREDUCE) on ring:4 at 50 GiB/s and 0.5 us with Ring: the iteration is
+/// 6000 ns plus the bidirectional ring all-reduce, exactly.
+#[test]
+fn one_data_layer_is_its_compute_plus_one_all_reduce() {
+    let dir = scratch("one");
+    let file = dir.join("one.txt");
+    std::fs::write(
+        &file,
+        "DATA\n1\nl0 -1 1000 NONE 0 2000 NONE 0 3000 ALLREDUCE 1073741824 0\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = collsim(&[
+        "train",
+        "--workload",
+        file.to_str().unwrap(),
+        "--topology",
+        "ring:4",
+        "--bandwidth",
+        "50GiB/s",
+        "--latency",
+        "0.5us",
+        "--algorithm",
+        "ring",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let csv = std::fs::read_to_string(out.join("breakdown.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "workload,algorithm,forward_compute_ns,backward_compute_ns,exposed_comm_ns,total_ns,\
+         exposed_data_parallel_ns,exposed_model_parallel_ns"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let t = TopologyOptions::new("ring:4")
+        .with_links("50GiB/s", "0.5us")
+        .build()
+        .unwrap();
+    let c = Collective::new(
+        CollectiveKind::AllReduce,
+        vec![0, 1, 2, 3],
+        1 << 30,
+        1,
+        None,
+    )
+    .unwrap();
+    let s = generate(Algorithm::Ring, &t, &c).unwrap();
+    let ring = simulate(&t, &s, &SimOptions::default(), &mut ())
+        .unwrap()
+        .finish;
+    assert_eq!(row[5], (Time::from_ns(6000) + ring).ns_string());
+    assert_eq!(row[2], "1000");
+    assert_eq!(row[3], "5000");
+    assert!(std::fs::read(out.join("breakdown.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    assert!(out.join("breakdown.svg").exists());
+}
+
+/// forward + backward + exposed = total and the kinds add up, for every shipped workload on a
+/// hierarchical network, with several algorithms; overlapped weight-gradient communication is
+/// counted once (the exposed time never exceeds the communication's own time).
+#[test]
+fn every_breakdown_adds_up() {
+    let hier = TopologyOptions::new("dims:switch4,switch2,switch2")
+        .with_links("200GB/s,100GB/s,50GB/s", "700ns,700ns,1700ns")
+        .build()
+        .unwrap();
+    let mut cases: Vec<(Workload, Topology)> = vec![
+        (workload("resnet50.yaml"), hier.clone()),
+        (workload("gnmt.yaml"), hier.clone()),
+        (workload("dlrm.yaml"), hier.clone()),
+    ];
+    // Turing-NLG's model-parallel groups of 16 need a network whose first dimensions hold 16.
+    let mut turing = workload("turing_nlg.yaml");
+    turing.layers.truncate(6);
+    let wide = TopologyOptions::new("dims:switch16,switch2")
+        .with_links("200GB/s,50GB/s", "700ns,1700ns")
+        .build()
+        .unwrap();
+    cases.push((turing, wide));
+    for (w, t) in &cases {
+        for algorithm in [Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Themis] {
+            let b = simulate_iteration(t, w, &options(algorithm, 4), &mut ()).unwrap();
+            check_invariants(&b);
+            let compute: Time = w.layers.iter().fold(Time::ZERO, |acc, l| {
+                acc + l.forward.compute + l.input_grad.compute + l.weight_grad.compute + l.update
+            });
+            assert_eq!(
+                b.forward_compute + b.backward_compute,
+                compute,
+                "{}",
+                w.name
+            );
+        }
+    }
+}
+
+/// The transformer's blocking activation all-reduces run in the model-parallel groups and its
+/// gradients in the data-parallel ones: both kinds show up, each charged where it belongs.
+#[test]
+fn hybrid_parallelism_charges_each_group_kind() {
+    let mut w = workload("turing_nlg.yaml");
+    w.layers.truncate(4);
+    w.model_parallel_npus = Some(4);
+    let t = TopologyOptions::new("dims:ring4,switch4")
+        .with_links("100GB/s,12.5GB/s", "500ns,1us")
+        .build()
+        .unwrap();
+    let b = simulate_iteration(&t, &w, &options(Algorithm::Ring, 1), &mut ()).unwrap();
+    check_invariants(&b);
+    assert!(b.exposed_model_parallel > Time::ZERO, "{b:?}");
+    assert!(b.exposed_data_parallel > Time::ZERO, "{b:?}");
+}
+
+/// The ASTRA-sim text file and the YAML file of ResNet-50 hold the same numbers and give the same
+/// iteration.
+#[test]
+fn both_workload_formats_give_the_same_iteration() {
+    let (yaml, text) = (workload("resnet50.yaml"), workload("resnet50_astra.txt"));
+    assert_eq!(yaml.layers.len(), text.layers.len());
+    let t = TopologyOptions::new("ring:8").build().unwrap();
+    let a = simulate_iteration(&t, &yaml, &options(Algorithm::Ring, 1), &mut ()).unwrap();
+    let b = simulate_iteration(&t, &text, &options(Algorithm::Ring, 1), &mut ()).unwrap();
+    assert_eq!((a.total, a.exposed_comm), (b.total, b.exposed_comm));
+}
+
+#[test]
+fn bad_workloads_are_errors_naming_the_file() {
+    let dir = scratch("bad");
+    for (name, text, needle) in [
+        ("short.txt", "DATA\n1\nl0 -1 10\n", "line 3"),
+        ("kind.txt", "PIPE\n0\n", "PIPE"),
+        (
+            "unit.yaml",
+            "parallelism: data\nlayers:\n - {name: a, forward: {compute: 3}}\n",
+            "unit",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let o = collsim(&[
+            "train",
+            "--workload",
+            path.to_str().unwrap(),
+            "--topology",
+            "ring:4",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(name) && err.contains(needle), "{err}");
+        assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1);
+    }
+}
