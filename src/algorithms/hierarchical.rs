@@ -271,9 +271,7 @@ fn all_reduce(phases: &mut Phases, c: &Collective, options: &MultiDimOptions, th
             (order[i], i, Op::Copy)
         }
     };
-    let active = options
-        .active_chunks
-        .or(themis.then_some(themis::DEFAULT_ACTIVE_CHUNKS));
+    let active = options.active_chunks;
     let intra = options.intra_dimension.unwrap_or(if themis {
         IntraDimension::SmallestFirst
     } else {
@@ -308,7 +306,10 @@ fn all_reduce(phases: &mut Phases, c: &Collective, options: &MultiDimOptions, th
                 .collect()
         })
         .collect();
-    let plan = themis::schedule_phases(&jobs, d, intra, active);
+    let plan = match active {
+        Some(limit) => themis::schedule_phases(&jobs, d, intra, Some(limit)),
+        None => themis::best_plan(&jobs, d, intra),
+    };
     let mut ends: Vec<Vec<Vec<TransferIndex>>> = Vec::with_capacity(plan.order.len());
     for (k, &(slice, s)) in plan.order.iter().enumerate() {
         if let Some(waits_for) = plan.waits_for[k] {

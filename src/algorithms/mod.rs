@@ -80,8 +80,8 @@ pub struct MultiDimOptions {
     /// Which waiting chunk a dimension serves next. None: FIFO for hierarchical, smallest chunk
     /// first for Themis.
     pub intra_dimension: Option<IntraDimension>,
-    /// Chunks a dimension works on at once. None: unlimited for hierarchical,
-    /// [`themis::DEFAULT_ACTIVE_CHUNKS`] for Themis.
+    /// Chunks a dimension works on at once. None: unlimited for hierarchical; for Themis the
+    /// limit under which its offline model of the dimensions finishes first.
     pub active_chunks: Option<u32>,
 }
 

@@ -14,13 +14,6 @@ use super::hierarchical::Dimension;
 /// baseline ascending order (as ASTRA-sim's OfflineGreedy falls back).
 const BALANCED: f64 = 0.01;
 
-/// Chunks a dimension works on at once under Themis unless told otherwise. Measured with smallest
-/// chunk first on the 3-D switch network [8, 4, 4] (100 GiB/s), the balanced [8, 8] one and the
-/// Themis paper's six Table 2 networks (1 GB all-reduce in 64 chunks), of 2, 4 and 8: 8 is the
-/// fastest or within 6% of it everywhere. One chunk at a time exposes every phase's latency
-/// (slower than the baseline on [8, 8]); no limit starts every chunk on its first dimension at once
-/// and leaves the others idle.
-pub(crate) const DEFAULT_ACTIVE_CHUNKS: u32 = 8;
 
 /// Which waiting chunk a dimension serves next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +91,35 @@ pub(crate) struct PhasePlan {
     /// (chunk, stage) in start order.
     pub order: Vec<(usize, usize)>,
     pub waits_for: Vec<Option<usize>>,
+    /// When the model finishes the last phase, in seconds.
+    pub makespan: f64,
+}
+
+/// Active-chunk limits Themis weighs when none is given (None: no limit).
+const CANDIDATE_LIMITS: [Option<u32>; 7] = [
+    Some(1),
+    Some(2),
+    Some(4),
+    Some(8),
+    Some(16),
+    Some(32),
+    None,
+];
+
+/// The plan of the active-chunk limit under which the model finishes first (the smaller limit
+/// on a tie): latency-bound collectives want many chunks in flight, bandwidth-bound ones few.
+pub(crate) fn best_plan(jobs: &[Vec<PhaseJob>], dims: usize, policy: IntraDimension) -> PhasePlan {
+    CANDIDATE_LIMITS
+        .iter()
+        .map(|&limit| schedule_phases(jobs, dims, policy, limit))
+        .reduce(|best, plan| {
+            if plan.makespan < best.makespan * (1.0 - 1e-9) {
+                plan
+            } else {
+                best
+            }
+        })
+        .expect("candidates")
 }
 
 struct Running {
@@ -126,6 +148,7 @@ pub(crate) fn schedule_phases(
     let mut plan = PhasePlan {
         order: Vec::new(),
         waits_for: Vec::new(),
+        makespan: 0.0,
     };
     for (chunk, stages) in jobs.iter().enumerate() {
         if let Some(first) = stages.first() {
@@ -166,6 +189,7 @@ pub(crate) fn schedule_phases(
             }
         }
         if !next.is_finite() {
+            plan.makespan = now;
             break;
         }
         let elapsed = (next - now).max(0.0);
