@@ -216,7 +216,7 @@ fn shards_merge_into_the_whole_experiment() {
     let shards: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("s{i}"))).collect();
     for (i, s) in shards.iter().enumerate() {
         run(&["--shard", &format!("{i}/3")], s);
-        assert!(!s.join("bars.png").exists() && !s.join("sweep_ring_6_all_gather.png").exists());
+        assert!(!s.join("bars_all_gather_6mib.png").exists());
     }
     let merged = dir.join("merged");
     let mut args = vec!["merge", "--out", merged.to_str().unwrap()];
@@ -230,8 +230,8 @@ fn shards_merge_into_the_whole_experiment() {
         );
     }
     for figure in [
-        "sweep_ring_6_all_gather.png",
-        "sweep_mesh_2x3_all_reduce.svg",
+        "bars_all_gather_6mib.png",
+        "bars_all_reduce_60mib.svg",
         "heatmaps.png",
         "heatmaps/ring_6_all_reduce_60mib_ring.png",
     ] {

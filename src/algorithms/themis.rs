@@ -14,7 +14,6 @@ use super::hierarchical::Dimension;
 /// baseline ascending order (as ASTRA-sim's OfflineGreedy falls back).
 const BALANCED: f64 = 0.01;
 
-
 /// Which waiting chunk a dimension serves next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntraDimension {
@@ -96,15 +95,8 @@ pub(crate) struct PhasePlan {
 }
 
 /// Active-chunk limits Themis weighs when none is given (None: no limit).
-const CANDIDATE_LIMITS: [Option<u32>; 7] = [
-    Some(1),
-    Some(2),
-    Some(4),
-    Some(8),
-    Some(16),
-    Some(32),
-    None,
-];
+const CANDIDATE_LIMITS: [Option<u32>; 7] =
+    [Some(1), Some(2), Some(4), Some(8), Some(16), Some(32), None];
 
 /// The plan of the active-chunk limit under which the model finishes first (the smaller limit
 /// on a tie): latency-bound collectives want many chunks in flight, bandwidth-bound ones few.

@@ -492,7 +492,8 @@ fn draw_figures(
     rows: &[RunRow],
     loads: &dyn Fn(usize) -> Option<Vec<u64>>,
 ) -> Result<(), Error> {
-    if exp.sizes.len() > 1 {
+    // Curves against size for sweeps; bars comparing networks for a few sizes.
+    if exp.sizes.len() >= 4 || (exp.sizes.len() > 1 && exp.topologies.len() == 1) {
         draw_size_curves(out, exp, rows)?;
     } else {
         draw_bars(out, exp, rows)?;
@@ -565,18 +566,18 @@ fn draw_size_curves(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> R
     Ok(())
 }
 
-/// Grouped bars of algorithm bandwidth: one figure per collective, a group per topology, a bar
-/// per series and one for the lower bound (the "ideal" of the papers' tables).
+/// Grouped bars of algorithm bandwidth: one figure per collective and size, a group per
+/// topology, a bar per series and one for the lower bound (the "ideal" of the papers' tables).
 fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(), Error> {
-    let mut by_collective: BTreeMap<String, Vec<&RunRow>> = BTreeMap::new();
+    let mut by_collective: BTreeMap<(String, u64), Vec<&RunRow>> = BTreeMap::new();
     for row in rows {
         by_collective
-            .entry(row.collective.clone())
+            .entry((row.collective.clone(), row.size_bytes.unwrap_or(0)))
             .or_default()
             .push(row);
     }
     let single = by_collective.len() == 1;
-    for (collective, members) in by_collective {
+    for ((collective, size), members) in by_collective {
         let mut groups: Vec<String> = Vec::new();
         let mut names: Vec<String> = Vec::new();
         for row in &members {
@@ -610,7 +611,6 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
         if bound.iter().any(|&b| b > 0.0) {
             series.push(("lower bound".into(), bound));
         }
-        let size = exp.sizes[0];
         let chart = BarChart {
             title: format!("{collective} of {}", format_bytes(size)),
             y_label: "algorithm bandwidth (GB/s)".into(),
@@ -621,7 +621,7 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
         let stem = if single {
             "bars".to_string()
         } else {
-            format!("bars_{}", slug(&collective))
+            format!("bars_{}_{}", slug(&collective), slug(&format_bytes(size)))
         };
         report::save_figure(&chart, out, &stem, true)?;
     }

@@ -469,6 +469,35 @@ mod tests {
     }
 
     #[test]
+    fn file_paths_are_relative_to_the_experiment_and_algorithms_carry_settings() {
+        let exp = Experiment::parse_in(
+            "topologies: [net.yml, 'ring:4']\ncollectives: [all-reduce]\nsizes: [1MB]\n\
+             algorithms: [ring, {algorithm: themis, intra_dimension: FIFO, name: t-fifo, active_chunks: 2}]\n",
+            "e.yaml",
+            Path::new("/data/exp"),
+        )
+        .unwrap();
+        assert_eq!(exp.topologies[0].options.spec, "/data/exp/net.yml");
+        assert_eq!(exp.topologies[1].options.spec, "ring:4");
+        let entry = &exp.algorithms[1];
+        assert_eq!(entry.label(), "t-fifo");
+        let md = entry.multi_dim(&MultiDimOptions::default());
+        assert_eq!(md.active_chunks, Some(2));
+        assert_eq!(md.intra_dimension, Some(IntraDimension::Fifo));
+        let err = Experiment::parse(
+            "topologies: ['ring:4']\ncollectives: [all-reduce]\nsizes: [1MB]\n\
+             algorithms: [{algorithm: themis, intra: FIFO}]\n",
+            "e.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("e.yaml") && err.contains("algorithms"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn mistakes_name_the_file_and_field() {
         for (text, needle) in [
             ("topologies: [ring:4]\ncollectives: [all-mix]\nsizes: 1KB\nalgorithms: [ring]", "collectives"),

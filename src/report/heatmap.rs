@@ -151,6 +151,29 @@ impl Heatmap {
         var.sqrt() / mean
     }
 
+    /// The value drawn darkest (1 when every cell is zero).
+    fn scale(&self) -> f64 {
+        if self.scale_max > 0.0 {
+            self.scale_max
+        } else {
+            1.0
+        }
+    }
+
+    /// One filled square per cell, row 0 at the top.
+    fn rectangles(&self) -> impl Iterator<Item = Rectangle<(i32, i32)>> + '_ {
+        let side = self.side();
+        let scale = self.scale();
+        self.cells.iter().enumerate().map(move |(i, cell)| {
+            let (row, col) = ((i / side) as i32, (i % side) as i32);
+            let color = match cell {
+                None => NO_LINK,
+                Some(v) => heat(v / scale),
+            };
+            Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
+        })
+    }
+
     fn label(&self, block: usize) -> String {
         let start = self.starts[block];
         let end = self.starts.get(block + 1).copied().unwrap_or(self.nodes);
@@ -245,19 +268,8 @@ impl Figure for Heatmap {
             .label_style(font(12))
             .axis_desc_style(font(15))
             .draw()?;
-        let scale = if self.scale_max > 0.0 {
-            self.scale_max
-        } else {
-            1.0
-        };
-        chart.draw_series(self.cells.iter().enumerate().map(|(i, cell)| {
-            let (row, col) = ((i / side as usize) as i32, (i % side as usize) as i32);
-            let color = match cell {
-                None => NO_LINK,
-                Some(v) => heat(v / scale),
-            };
-            Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
-        }))?;
+        let scale = self.scale();
+        chart.draw_series(self.rectangles())?;
         // Colour bar with the no-link swatch beneath it.
         let (bar_area, swatch) = bar.split_vertically(700);
         let mut scale_chart = ChartBuilder::on(&bar_area)
@@ -334,19 +346,7 @@ impl Figure for HeatmapGrid {
                 .margin(6)
                 .margin_top(26)
                 .build_cartesian_2d(0..side, side..0)?;
-            let scale = if map.scale_max > 0.0 {
-                map.scale_max
-            } else {
-                1.0
-            };
-            chart.draw_series(map.cells.iter().enumerate().map(|(k, cell)| {
-                let (row, col) = ((k / side as usize) as i32, (k % side as usize) as i32);
-                let color = match cell {
-                    None => NO_LINK,
-                    Some(v) => heat(v / scale),
-                };
-                Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
-            }))?;
+            chart.draw_series(map.rectangles())?;
         }
         Ok(())
     }

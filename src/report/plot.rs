@@ -333,7 +333,7 @@ impl Figure for BarChart {
                 .draw()?;
             self.draw_bars(&mut chart, floor)
         } else {
-            let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+            let top = if top > 0.0 { top * 1.3 } else { 1.0 };
             let mut chart = builder.build_cartesian_2d(0.0..groups as f64, 0.0..top)?;
             chart
                 .configure_mesh()
