@@ -12,7 +12,9 @@ use crate::experiment::{
     self, merge, run_batch, write_batch, AlgorithmEntry, CollectiveRequest, Experiment, RunSpec,
     ScheduleSource, Shard, Source, TopologyEntry,
 };
-use crate::report::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER, SUMMARY_HEADER};
+use crate::report::{
+    breakdown_chart, write_breakdown_csv, HeatMetric, BREAKDOWN_HEADER, SUMMARY_HEADER,
+};
 use crate::schedule::{write_msccl, write_schedule_json};
 use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
@@ -302,6 +304,15 @@ pub struct RunArgs {
     /// Also write the schedule as an MSCCL XML algorithm (runs on GPUs via the MSCCL executor)
     #[arg(long)]
     pub msccl: Option<PathBuf>,
+    /// What the heat map of --out shows per link: bytes carried, or busy fraction
+    #[arg(long, value_enum, default_value = "bytes")]
+    pub heatmap: HeatmapArg,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeatmapArg {
+    Bytes,
+    Busy,
 }
 
 #[derive(Args, Debug)]
@@ -540,7 +551,11 @@ fn run_and_report(
             }
             Ok(())
         };
-        experiment::write_outputs(&topology, &outcome, dir, &extra)?;
+        let metric = match args.heatmap {
+            HeatmapArg::Bytes => HeatMetric::Bytes,
+            HeatmapArg::Busy => HeatMetric::Busy,
+        };
+        experiment::write_outputs(&topology, &outcome, dir, metric, &extra)?;
     }
     match args.format {
         Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),

@@ -171,7 +171,7 @@ pub struct Source<'a> {
 
 /// Writes a batch's results into `dir`: `summary.csv`, `skipped.csv`, `batch.json`, the
 /// experiment file when there is one, per-run link loads for heat maps, and (for a whole batch,
-/// not a shard) the figures. `figure_name` names the single line plot of a sweep.
+/// not a shard) the figures.
 pub fn write_batch(
     dir: &Path,
     exp: &Experiment,

@@ -322,12 +322,13 @@ fn file_label(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// Writes `summary.csv`, `transfers.csv` and `links.csv` of one run into `dir`, and whatever
-/// `extra` adds, all committed together.
+/// Writes `summary.csv`, `transfers.csv`, `links.csv`, `utilization.csv` and the figures of one
+/// run into `dir` (the heat map of `metric`), and whatever `extra` adds, all committed together.
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
     dir: &Path,
+    metric: HeatMetric,
     extra: &dyn Fn(&mut OutputDir) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut out = OutputDir::create(dir)?;
@@ -339,7 +340,7 @@ pub fn write_outputs(
     )?;
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
     let title = outcome.summary.title();
-    let heatmap = Heatmap::new(topology, &outcome.result, HeatMetric::Bytes, &title);
+    let heatmap = Heatmap::new(topology, &outcome.result, metric, &title);
     report::save_figure(&heatmap, &mut out, "heatmap", true)?;
     let utilization = Utilization::new(topology, &outcome.result, report::UTILIZATION_BINS);
     utilization.write_csv(&out.file("utilization.csv"))?;

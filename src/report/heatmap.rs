@@ -21,14 +21,6 @@ pub enum HeatMetric {
 }
 
 impl HeatMetric {
-    pub fn parse(text: &str) -> Option<HeatMetric> {
-        match text {
-            "bytes" => Some(HeatMetric::Bytes),
-            "busy" => Some(HeatMetric::Busy),
-            _ => None,
-        }
-    }
-
     fn describe(self) -> &'static str {
         match self {
             HeatMetric::Bytes => "bytes carried",
