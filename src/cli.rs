@@ -20,7 +20,7 @@ use crate::sim::{Observer, SimOptions, TimeModel};
 use crate::synth::SynthOptions;
 use crate::system::{load_system, SystemConfig};
 use crate::topology::{Topology, TopologyOptions};
-use crate::units::{parse_bandwidth, parse_bytes, parse_size_list, parse_time};
+use crate::units::{parse_bandwidth, parse_bytes, parse_list, parse_size_list, parse_time};
 use crate::workload::{compare, load_workload, TrainOptions};
 use crate::Error;
 
@@ -649,16 +649,6 @@ fn bound(args: BoundArgs) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-fn parse_list<T>(
-    flag: &str,
-    text: &str,
-    parse: impl Fn(&str) -> Result<T, Error>,
-) -> Result<Vec<T>, Error> {
-    text.split(',')
-        .map(|item| parse(item.trim()).map_err(|e| Error::input(format!("{flag}: {e}"))))
-        .collect()
 }
 
 fn sweep(args: SweepArgs) -> Result<(), Error> {

@@ -334,6 +334,17 @@ pub fn format_bytes_approx(bytes: f64) -> String {
     "0B".to_string()
 }
 
+/// Parses a comma-separated list item by item; errors name `flag` (the flag or field).
+pub fn parse_list<T, E: fmt::Display>(
+    flag: &str,
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, E>,
+) -> Result<Vec<T>, crate::Error> {
+    text.split(',')
+        .map(|item| parse(item.trim()).map_err(|e| crate::Error::input(format!("{flag}: {e}"))))
+        .collect()
+}
+
 /// Parses a list of sizes: `1KB,64KB,1GB`, or a geometric range `1KiB..1GiB` (doubling) or
 /// `1KB..1GB:x10` (a factor per step).
 pub fn parse_size_list(text: &str) -> Result<Vec<u64>, UnitError> {

@@ -97,6 +97,20 @@ pub(crate) fn font(size: u32) -> TextStyle<'static> {
     TextStyle::from((FONT_FAMILY, size as f64).into_font())
 }
 
+/// The series' legend in a framed, half-transparent box.
+fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> DrawResult<DB> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(font(15))
+        .position(position)
+        .draw()
+}
+
 /// One named line of a [`LinePlot`].
 #[derive(Clone, Debug)]
 pub struct Series {
@@ -213,13 +227,7 @@ impl LinePlot {
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(font(15))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }
 }
 
@@ -377,13 +385,7 @@ impl BarChart {
                 Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
             });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(font(15))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
+        draw_legend(chart, SeriesLabelPosition::UpperRight)
     }
 }
 

@@ -114,22 +114,7 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
     }
     let ranks = collective.ranks() as u64;
     let pieces = collective.piece_count() as u64;
-    let mut v = Validator {
-        schedule,
-        c: collective,
-        seed,
-        pieces,
-        window: (0, pieces as u32),
-        members: None,
-        store: Store::Dense(Vec::new()),
-        extra: Vec::new(),
-        position: vec![NONE; schedule.len()],
-        order: None,
-        visit_mark: vec![0; schedule.len()],
-        visit_epoch: 0,
-        stack: Vec::new(),
-        scratch: Vec::new(),
-    };
+    let mut v = Validator::new(schedule, collective, seed);
     v.order_transfers()?;
     if ranks * pieces <= DENSE_CELLS {
         return v.run();
@@ -301,7 +286,27 @@ fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<
     Ok(())
 }
 
-impl Validator<'_> {
+impl<'a> Validator<'a> {
+    fn new(schedule: &'a Schedule, c: &'a Collective, seed: u64) -> Validator<'a> {
+        let pieces = c.piece_count() as u64;
+        Validator {
+            schedule,
+            c,
+            seed,
+            pieces,
+            window: (0, pieces as u32),
+            members: None,
+            store: Store::Dense(Vec::new()),
+            extra: Vec::new(),
+            position: vec![NONE; schedule.len()],
+            order: None,
+            visit_mark: vec![0; schedule.len()],
+            visit_epoch: 0,
+            stack: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
     /// One pass over the current window: initial data, every member transfer, the final state.
     fn run(&mut self) -> Result<(), Error> {
         let cells = self.c.ranks() as u64 * self.span() as u64;
@@ -751,23 +756,7 @@ mod tests {
         let s = generate(Algorithm::Hierarchical, &t, &c).unwrap();
         let claim = s.collective.clone().unwrap();
         let windowed = |s: &Schedule| {
-            let v = Validator {
-                schedule: s,
-                c: &claim,
-                seed: 9,
-                pieces: claim.piece_count() as u64,
-                window: (0, claim.piece_count()),
-                members: None,
-                store: Store::Dense(Vec::new()),
-                extra: Vec::new(),
-                position: vec![NONE; s.len()],
-                order: None,
-                visit_mark: vec![0; s.len()],
-                visit_epoch: 0,
-                stack: Vec::new(),
-                scratch: Vec::new(),
-            };
-            let mut v = v;
+            let mut v = Validator::new(s, &claim, 9);
             v.order_transfers()?;
             by_windows(v)
         };

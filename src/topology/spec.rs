@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind};
 use super::{load_topology_file, NodeId, Topology};
-use crate::units::{parse_bandwidth, parse_time, Bandwidth, Time};
+use crate::units::{parse_bandwidth, parse_list, parse_time, Bandwidth, Time};
 use crate::Error;
 
 /// Default link bandwidth when none is given.
@@ -57,13 +57,13 @@ impl TopologyOptions {
             load_topology_file(path)?
         } else {
             let bandwidths = parse_list(
-                self.bandwidth.as_deref().unwrap_or(DEFAULT_BANDWIDTH),
                 "--bandwidth",
+                self.bandwidth.as_deref().unwrap_or(DEFAULT_BANDWIDTH),
                 parse_bandwidth,
             )?;
             let latencies = parse_list(
-                self.latency.as_deref().unwrap_or(DEFAULT_LATENCY),
                 "--latency",
+                self.latency.as_deref().unwrap_or(DEFAULT_LATENCY),
                 parse_time,
             )?;
             parse_inline(&self.spec, &bandwidths, &latencies)?
@@ -79,16 +79,6 @@ impl TopologyOptions {
         topology.remove(&npus, &links)?;
         Ok(topology)
     }
-}
-
-fn parse_list<T, E: std::fmt::Display>(
-    text: &str,
-    flag: &str,
-    parse: impl Fn(&str) -> Result<T, E>,
-) -> Result<Vec<T>, Error> {
-    text.split(',')
-        .map(|item| parse(item.trim()).map_err(|e| Error::input(format!("{flag}: {e}"))))
-        .collect()
 }
 
 fn parse_ids(text: &str, flag: &str) -> Result<Vec<NodeId>, Error> {
