@@ -196,7 +196,7 @@ fn shards_merge_into_the_whole_experiment() {
     let exp = write(
         &dir,
         "exp.yaml",
-        "name: shard-test\ntopologies: [ring:6, 'mesh:2x3']\ncollectives: [all-gather, all-reduce]\n\
+        "name: shard-test\ntopologies: [ring:6, 'dims:ring3,switch2']\ncollectives: [all-gather, all-reduce]\n\
          sizes: [6MiB, 60MiB]\nalgorithms: [ring, direct, dbt]\nheatmaps: true\n",
     );
     let whole = dir.join("whole");

@@ -223,7 +223,7 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
     }
     let mut info: Option<BatchInfo> = None;
     let mut source: Option<String> = None;
-    let mut rows: BTreeMap<usize, (RunRow, String)> = BTreeMap::new();
+    let mut rows: BTreeMap<usize, (RunRow, csv::StringRecord)> = BTreeMap::new();
     let mut skipped: BTreeMap<usize, String> = BTreeMap::new();
     let mut bytes_of: HashMap<usize, PathBuf> = HashMap::new();
     for dir in dirs {
@@ -272,12 +272,11 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
             let row: RunRow = record
                 .deserialize(Some(&headers))
                 .map_err(|e| Error::input(format!("{}: {e}", summary.display())))?;
-            let line = record.iter().collect::<Vec<_>>().join(",");
-            if rows.insert(row.run, (row, line)).is_some() {
+            let run = row.run;
+            if rows.insert(run, (row, record)).is_some() {
                 return Err(Error::input(format!(
-                    "{}: run {} appears in more than one shard",
+                    "{}: run {run} appears in more than one shard",
                     summary.display(),
-                    record.get(record.len() - 1).unwrap_or("?")
                 )));
             }
         }
@@ -312,14 +311,16 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
         )));
     }
     let mut out = OutputDir::create(out_dir)?;
-    let io = |path: &Path, e| Error::io(path.display(), e);
+    // Rows are written back as CSV records, quoted as they were (topology names hold commas).
     let path = out.file("summary.csv");
-    let mut w = report::writer(&path)?;
-    writeln!(w, "{SUMMARY_HEADER},run").map_err(|e| io(&path, e))?;
-    for (_, line) in rows.values() {
-        writeln!(w, "{line}").map_err(|e| io(&path, e))?;
+    let csv_error = |e: csv::Error| Error::io(path.display(), std::io::Error::other(e.to_string()));
+    let mut w = csv::Writer::from_path(&path).map_err(csv_error)?;
+    w.write_record(SUMMARY_HEADER.split(',').chain(["run"]))
+        .map_err(csv_error)?;
+    for (_, record) in rows.values() {
+        w.write_record(record).map_err(csv_error)?;
     }
-    w.flush().map_err(|e| io(&path, e))?;
+    w.flush().map_err(|e| Error::io(path.display(), e))?;
     if !skipped.is_empty() {
         let path = out.file("skipped.csv");
         let mut text = format!("{SKIPPED_HEADER}\n");
@@ -347,13 +348,15 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
     )?;
     if let Some(exp) = exp {
         let row_list: Vec<RunRow> = rows.into_values().map(|(r, _)| r).collect();
-        let loads = |run: usize| bytes_of.get(&run).and_then(|p| read_link_bytes(p).ok());
+        let mut link_bytes: HashMap<usize, Vec<u64>> = HashMap::new();
         if exp.heatmaps {
-            for (run, path) in &bytes_of {
+            for (&run, path) in &bytes_of {
                 let bytes = read_link_bytes(path)?;
                 write_link_bytes(&out.file(&format!("runs/{run}/link_bytes.csv")), &bytes)?;
+                link_bytes.insert(run, bytes);
             }
         }
+        let loads = |run: usize| link_bytes.get(&run).cloned();
         draw_figures(&mut out, &exp, &row_list, &loads)?;
     }
     let runs = info.runs;
