@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::algorithms::{Algorithm, IntraDimension};
+use crate::algorithms::Algorithm;
 use crate::bound;
 use crate::collective::CollectiveKind;
 use crate::experiment::{
@@ -247,20 +247,12 @@ impl MultiDimArgs {
         for warning in &config.warnings {
             eprintln!("warning: {warning}");
         }
-        if let Some(a) = self.active_chunks {
-            if a == 0 {
-                return Err(Error::input("--active-chunks must be at least 1"));
-            }
-            config.multi_dim.active_chunks = Some(a);
-        }
-        if let Some(name) = &self.intra_dimension {
-            config.multi_dim.intra_dimension =
-                Some(IntraDimension::parse(name).ok_or_else(|| {
-                    Error::input(format!(
-                        "--intra-dimension: '{name}' is not FIFO, SCF or lessRemainingPhaseFirst"
-                    ))
-                })?);
-        }
+        config
+            .multi_dim
+            .apply(self.active_chunks, self.intra_dimension.as_deref())
+            .map_err(|(setting, e)| {
+                Error::input(format!("--{}: {e}", setting.replace('_', "-")))
+            })?;
         Ok(config)
     }
 }
@@ -275,6 +267,15 @@ pub enum Format {
 pub enum TimeModelArg {
     Exact,
     Astra,
+}
+
+impl From<TimeModelArg> for TimeModel {
+    fn from(arg: TimeModelArg) -> TimeModel {
+        match arg {
+            TimeModelArg::Exact => TimeModel::Exact,
+            TimeModelArg::Astra => TimeModel::Astra,
+        }
+    }
 }
 
 /// How a run is simulated, checked and reported: shared by simulate and synthesize.
@@ -493,11 +494,6 @@ impl Drop for Progress {
 
 fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Error> {
     Ok(SimOptions {
-        reduction_delay: system.reduction_delay,
-        time_model: match args.time_model {
-            TimeModelArg::Exact => TimeModel::Exact,
-            TimeModelArg::Astra => TimeModel::Astra,
-        },
         endpoint_delay: args
             .endpoint_delay
             .as_deref()
@@ -513,6 +509,7 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
             .transpose()?,
         record_transfers: args.out.is_some(),
         record_busy_intervals: args.out.is_some(),
+        ..system.sim_options(args.time_model.into())
     })
 }
 
@@ -688,11 +685,7 @@ fn sweep(args: SweepArgs) -> Result<(), Error> {
         chunks,
         seeds,
         root: args.root,
-        options: SimOptions {
-            endpoint_delay: system.endpoint_delay,
-            reduction_delay: system.reduction_delay,
-            ..SimOptions::default()
-        },
+        options: system.sim_options(TimeModel::Exact),
         validate: true,
         synth: SynthOptions::default(),
         multi_dim: system.multi_dim,
@@ -701,31 +694,18 @@ fn sweep(args: SweepArgs) -> Result<(), Error> {
     run_experiment(experiment, None, &args.batch)
 }
 
-fn run_file(args: RunFileArgs) -> Result<(), Error> {
+fn run_file(mut args: RunFileArgs) -> Result<(), Error> {
     let (mut experiment, text) = Experiment::load(&args.experiment)?;
     experiment.heatmaps |= args.heatmaps;
-    let default_out;
-    let batch = if args.batch.out.is_none() {
-        default_out = BatchArgs {
-            out: Some(
-                PathBuf::from("results").join(
-                    args.experiment
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| "experiment".into()),
-                ),
-            ),
-            ..args.batch
-        };
-        &default_out
-    } else {
-        &args.batch
-    };
+    if args.batch.out.is_none() {
+        let stem = args.experiment.file_stem().unwrap_or("experiment".as_ref());
+        args.batch.out = Some(PathBuf::from("results").join(stem));
+    }
     let base = args
         .experiment
         .parent()
         .unwrap_or(std::path::Path::new("."));
-    run_experiment(experiment, Some(Source { text: &text, base }), batch)
+    run_experiment(experiment, Some(Source { text: &text, base }), &args.batch)
 }
 
 fn run_experiment(
@@ -734,10 +714,7 @@ fn run_experiment(
     args: &BatchArgs,
 ) -> Result<(), Error> {
     if let Some(model) = args.time_model {
-        experiment.options.time_model = match model {
-            TimeModelArg::Exact => TimeModel::Exact,
-            TimeModelArg::Astra => TimeModel::Astra,
-        };
+        experiment.options.time_model = model.into();
     }
     experiment.validate &= !args.no_validate;
     if args.trials.is_some() {
@@ -844,17 +821,9 @@ fn train(args: TrainArgs) -> Result<(), Error> {
     let algorithms = parse_list("--algorithm", &args.algorithm, Algorithm::parse)?;
     let options = TrainOptions {
         algorithm: algorithms[0],
+        sim: system.sim_options(args.time_model.into()),
         multi_dim: system.multi_dim,
         synth: SynthOptions::default(),
-        sim: SimOptions {
-            time_model: match args.time_model {
-                TimeModelArg::Exact => TimeModel::Exact,
-                TimeModelArg::Astra => TimeModel::Astra,
-            },
-            endpoint_delay: system.endpoint_delay,
-            reduction_delay: system.reduction_delay,
-            ..SimOptions::default()
-        },
         validate: !args.no_validate,
         seed: args.seed,
         chunks: args.chunks.or(system.chunks).unwrap_or(1),
@@ -873,7 +842,7 @@ fn train(args: TrainArgs) -> Result<(), Error> {
             workload.name,
             topology.name()
         );
-        crate::report::save_figure(&breakdown_chart(&rows, &title), &mut out, "breakdown", true)?;
+        crate::report::save_figure(&breakdown_chart(&rows, &title), &mut out, "breakdown")?;
         out.commit()?;
     }
     match args.format {

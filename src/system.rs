@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::algorithms::{Algorithm, DimAlgorithm, IntraDimension, MultiDimOptions};
 use crate::collective::CollectiveKind;
+use crate::sim::{SimOptions, TimeModel};
 use crate::units::Time;
 use crate::Error;
 
@@ -28,6 +29,18 @@ pub struct SystemConfig {
     pub reduction_delay: Time,
     /// Lines for stderr: unknown keys, and keys collsim accepts but does not model.
     pub warnings: Vec<String>,
+}
+
+impl SystemConfig {
+    /// Simulation settings with the file's endpoint and reduction delays.
+    pub fn sim_options(&self, time_model: TimeModel) -> SimOptions {
+        SimOptions {
+            time_model,
+            endpoint_delay: self.endpoint_delay,
+            reduction_delay: self.reduction_delay,
+            ..SimOptions::default()
+        }
+    }
 }
 
 /// Keys of ASTRA-sim system files that describe things collsim does not model (memory, compute,
@@ -103,12 +116,7 @@ pub fn parse_system(value: &Value, file: &str) -> Result<SystemConfig, Error> {
             "intra-dimension-scheduling" => {
                 let name = text(v).map_err(|e| bad(key, e))?;
                 config.multi_dim.intra_dimension =
-                    Some(IntraDimension::parse(name).ok_or_else(|| {
-                        bad(
-                            key,
-                            format!("'{name}' is not FIFO, SCF, smallestFirst or lessRemainingPhaseFirst"),
-                        )
-                    })?);
+                    Some(IntraDimension::named(name).map_err(|e| bad(key, e))?);
             }
             "inter-dimension-scheduling" => {
                 let name = text(v).map_err(|e| bad(key, e))?;

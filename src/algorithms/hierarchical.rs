@@ -47,16 +47,6 @@ impl DimAlgorithm {
             _ => None,
         }
     }
-
-    fn name(self) -> &'static str {
-        match self {
-            DimAlgorithm::Ring => "ring",
-            DimAlgorithm::OneRing => "oneRing",
-            DimAlgorithm::Direct => "direct",
-            DimAlgorithm::HalvingDoubling => "halvingDoubling",
-            DimAlgorithm::DoubleBinaryTree => "doubleBinaryTree",
-        }
-    }
 }
 
 /// One dimension as the phases see it.
@@ -373,12 +363,5 @@ impl Phases<'_, '_> {
                 }
             }
         }
-    }
-}
-
-/// Names the per-dimension algorithm in messages.
-impl std::fmt::Display for DimAlgorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }

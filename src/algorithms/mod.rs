@@ -86,6 +86,26 @@ pub struct MultiDimOptions {
 }
 
 impl MultiDimOptions {
+    /// Sets an active-chunk limit and an intra-dimension policy given by name (from flags or
+    /// files); the error names the setting at fault (`active_chunks`, `intra_dimension`).
+    pub fn apply(
+        &mut self,
+        active_chunks: Option<u32>,
+        intra_dimension: Option<&str>,
+    ) -> Result<(), (&'static str, String)> {
+        if let Some(a) = active_chunks {
+            if a == 0 {
+                return Err(("active_chunks", "must be at least 1".into()));
+            }
+            self.active_chunks = Some(a);
+        }
+        if let Some(name) = intra_dimension {
+            self.intra_dimension =
+                Some(IntraDimension::named(name).map_err(|e| ("intra_dimension", e))?);
+        }
+        Ok(())
+    }
+
     /// The per-dimension algorithms given for `kind`, if any.
     pub fn implementation(&self, kind: CollectiveKind) -> Option<&[DimAlgorithm]> {
         self.implementations

@@ -36,6 +36,13 @@ impl IntraDimension {
             _ => None,
         }
     }
+
+    /// [`IntraDimension::parse`], with the error a flag or file field reports.
+    pub fn named(name: &str) -> Result<IntraDimension, String> {
+        IntraDimension::parse(name).ok_or_else(|| {
+            format!("'{name}' is not FIFO, SCF, smallestFirst or lessRemainingPhaseFirst")
+        })
+    }
 }
 
 /// Per chunk, the dimensions in the order its reduce-scatter visits them (all-gather reverses

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -87,15 +86,7 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         .into_iter()
         .filter(|p| shard.is_none_or(|s| s.takes(p.index)))
         .collect();
-    let bar = ProgressBar::new(mine.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:.bold} [{wide_bar}] {pos}/{len} runs {elapsed_precise} eta {eta}",
-        )
-        .expect("a valid progress template")
-        .progress_chars("=> "),
-    );
-    bar.set_message(exp.name.chars().take(28).collect::<String>());
+    let bar = report::progress_bar(mine.len() as u64, &exp.name, "runs");
     if mine.len() < 2 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -564,7 +555,7 @@ fn draw_size_curves(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> R
         } else {
             format!("sweep_{}_{}", slug(&topology), slug(&collective))
         };
-        report::save_figure(&plot, out, &stem, true)?;
+        report::save_figure(&plot, out, &stem)?;
     }
     Ok(())
 }
@@ -626,7 +617,7 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
         } else {
             format!("bars_{}_{}", slug(&collective), slug(&format_bytes(size)))
         };
-        report::save_figure(&chart, out, &stem, true)?;
+        report::save_figure(&chart, out, &stem)?;
     }
     Ok(())
 }
@@ -710,7 +701,7 @@ fn draw_heatmaps(
                 slug(&format_bytes(row.size_bytes.unwrap_or(0))),
                 slug(&series_name(exp, row))
             );
-            report::save_figure(&map.with_scale(max), out, &stem, true)?;
+            report::save_figure(&map.with_scale(max), out, &stem)?;
         }
     }
     let path = out.file("heatmaps.csv");
@@ -730,7 +721,7 @@ fn draw_heatmaps(
         grid.maps[r * cols + c] = Some(map);
     }
     if grid.maps.len() > 1 && grid.maps.len() <= 64 {
-        report::save_figure(&grid, out, "heatmaps", true)?;
+        report::save_figure(&grid, out, "heatmaps")?;
     }
     Ok(())
 }

@@ -245,27 +245,19 @@ impl Experiment {
                         name,
                         active_chunks,
                         intra_dimension,
-                    }) => AlgorithmEntry {
-                        algorithm: parse(algorithm)?,
-                        name: name.clone(),
-                        active_chunks: match active_chunks {
-                            Some(0) => {
-                                return Err(field(
-                                    "algorithms",
-                                    "active_chunks must be at least 1".into(),
-                                ))
-                            }
-                            other => *other,
-                        },
-                        intra_dimension: intra_dimension
-                            .as_deref()
-                            .map(|p| {
-                                IntraDimension::parse(p).ok_or_else(|| {
-                                    field("algorithms", format!("'{p}' is not FIFO or SCF"))
-                                })
-                            })
-                            .transpose()?,
-                    },
+                    }) => {
+                        let mut own = MultiDimOptions::default();
+                        own.apply(*active_chunks, intra_dimension.as_deref())
+                            .map_err(|(setting, e)| {
+                                field("algorithms", format!("{setting}: {e}"))
+                            })?;
+                        AlgorithmEntry {
+                            algorithm: parse(algorithm)?,
+                            name: name.clone(),
+                            active_chunks: own.active_chunks,
+                            intra_dimension: own.intra_dimension,
+                        }
+                    }
                 })
             })
             .collect::<Result<_, Error>>()?;
@@ -286,18 +278,10 @@ impl Experiment {
         for warning in &system.warnings {
             eprintln!("warning: {warning}");
         }
-        if let Some(a) = raw.active_chunks {
-            if a == 0 {
-                return Err(field("active_chunks", "must be at least 1".into()));
-            }
-            system.multi_dim.active_chunks = Some(a);
-        }
-        if let Some(name) = &raw.intra_dimension {
-            system.multi_dim.intra_dimension =
-                Some(IntraDimension::parse(name).ok_or_else(|| {
-                    field("intra_dimension", format!("'{name}' is not FIFO or SCF"))
-                })?);
-        }
+        system
+            .multi_dim
+            .apply(raw.active_chunks, raw.intra_dimension.as_deref())
+            .map_err(|(setting, e)| field(setting, e))?;
         let chunks = raw
             .chunks
             .unwrap_or_else(|| vec![system.chunks.unwrap_or(1)]);
@@ -325,12 +309,7 @@ impl Experiment {
             chunks,
             seeds,
             root: raw.root,
-            options: SimOptions {
-                time_model,
-                endpoint_delay: system.endpoint_delay,
-                reduction_delay: system.reduction_delay,
-                ..SimOptions::default()
-            },
+            options: system.sim_options(time_model),
             validate: raw.validate.unwrap_or(true),
             synth: SynthOptions {
                 trials: raw.trials,

@@ -341,10 +341,10 @@ pub fn write_outputs(
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
     let title = outcome.summary.title();
     let heatmap = Heatmap::new(topology, &outcome.result, metric, &title);
-    report::save_figure(&heatmap, &mut out, "heatmap", true)?;
+    report::save_figure(&heatmap, &mut out, "heatmap")?;
     let utilization = Utilization::new(topology, &outcome.result, report::UTILIZATION_BINS);
     utilization.write_csv(&out.file("utilization.csv"))?;
-    report::save_figure(&utilization.plot(&title), &mut out, "utilization", true)?;
+    report::save_figure(&utilization.plot(&title), &mut out, "utilization")?;
     report::write_summary_csv(
         std::slice::from_ref(&outcome.summary),
         &out.file("summary.csv"),

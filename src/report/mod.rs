@@ -295,18 +295,28 @@ pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> 
     w.flush().map_err(io)
 }
 
-/// Saves a figure as PNG (and SVG when `svg` is given) into the results folder.
+/// Saves a figure as `stem.png` and `stem.svg` into the results folder.
 pub(crate) fn save_figure(
     figure: &impl plot::Figure,
     out: &mut OutputDir,
     stem: &str,
-    svg: bool,
 ) -> Result<(), Error> {
     plot::save_png(figure, &out.file(&format!("{stem}.png")))?;
-    if svg {
-        plot::save_svg(figure, &out.file(&format!("{stem}.svg")))?;
-    }
-    Ok(())
+    plot::save_svg(figure, &out.file(&format!("{stem}.svg")))
+}
+
+/// A progress bar on stderr (drawn only when stderr is a terminal) counting `what`.
+pub(crate) fn progress_bar(len: u64, message: &str, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{msg:.bold}} [{{wide_bar}}] {{pos}}/{{len}} {what} {{elapsed_precise}} eta {{eta}}"
+        ))
+        .expect("a valid progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(message.chars().take(28).collect::<String>());
+    bar
 }
 
 #[cfg(test)]

@@ -152,12 +152,6 @@ impl Utilization {
                 .collect(),
         }
     }
-
-    /// Mean busy fraction over the whole run (all links).
-    pub fn mean(&self) -> f64 {
-        let all = &self.series[0].1;
-        all.iter().sum::<f64>() / all.len().max(1) as f64
-    }
 }
 
 #[cfg(test)]

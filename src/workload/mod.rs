@@ -281,14 +281,7 @@ pub fn compare(
     options: &TrainOptions,
 ) -> Result<Vec<Breakdown>, Error> {
     use rayon::prelude::*;
-    let bar = indicatif::ProgressBar::new(algorithms.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} [{wide_bar}] {pos}/{len} algorithms {elapsed}",
-        )
-        .expect("a valid progress template"),
-    );
-    bar.set_message(workload.name.clone());
+    let bar = crate::report::progress_bar(algorithms.len() as u64, &workload.name, "algorithms");
     let rows = algorithms
         .par_iter()
         .map(|&algorithm| {
