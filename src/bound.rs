@@ -108,7 +108,7 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
 /// them checks them against all: on a fault-free built-in shape, rotations of rings and
 /// permutations inside fully connected and switch groups map any NPU to coordinate 0 there, and a
 /// mesh axis is symmetric under reflection. Elsewhere every NPU.
-fn symmetry_representatives(topology: &Topology) -> Vec<NodeId> {
+pub(crate) fn symmetry_representatives(topology: &Topology) -> Vec<NodeId> {
     if !topology.uses_dimension_routing() {
         return topology.active_npus();
     }

@@ -8,6 +8,8 @@ pub mod bound;
 pub mod cli;
 pub mod collective;
 pub mod experiment;
+pub mod flow;
+pub mod forest;
 pub mod report;
 pub mod schedule;
 pub mod sim;

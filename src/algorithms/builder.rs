@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::collective::Collective;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
+use crate::units::Time;
 
 const NONE: u32 = u32::MAX;
 /// Marks a writer entry that names a group of concurrent reductions instead of one transfer.
@@ -187,6 +188,27 @@ impl<'c> Builder<'c> {
             self.record_write(to, t, op);
         }
         t
+    }
+
+    /// Like [`Builder::send_after`], travelling exactly `route` (nodes from src to dst).
+    pub fn send_routed(
+        &mut self,
+        src: u32,
+        dst: u32,
+        pieces: (u32, u32),
+        op: Op,
+        route: &[u32],
+        after: &[TransferIndex],
+    ) -> TransferIndex {
+        let t = self.send_after(src, dst, pieces, op, after);
+        self.schedule.set_route(t, route);
+        t
+    }
+
+    /// A local wait of `duration` on rank `rank` once `after` have completed (pacing).
+    pub fn wait(&mut self, rank: u32, duration: Time, after: &[TransferIndex]) -> TransferIndex {
+        self.schedule
+            .push_wait(self.c.npus[rank as usize], duration, after)
     }
 
     /// The finished schedule, claiming the builder's collective.

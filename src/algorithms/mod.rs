@@ -5,6 +5,7 @@ pub(crate) mod builder;
 mod collectives;
 mod dbt;
 mod direct;
+pub mod forestcoll;
 mod hierarchical;
 mod rhd;
 mod ring;
@@ -28,10 +29,11 @@ pub enum Algorithm {
     Hierarchical,
     Themis,
     Tacos,
+    ForestColl,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::Rhd,
@@ -39,6 +41,7 @@ impl Algorithm {
         Algorithm::Hierarchical,
         Algorithm::Themis,
         Algorithm::Tacos,
+        Algorithm::ForestColl,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -48,7 +51,7 @@ impl Algorithm {
             .ok_or_else(|| {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, rhd, dbt, hierarchical, \
-                     themis, tacos"
+                     themis, tacos, forestcoll"
                 ))
             })
     }
@@ -62,6 +65,7 @@ impl Algorithm {
             Algorithm::Hierarchical => "hierarchical",
             Algorithm::Themis => "themis",
             Algorithm::Tacos => "tacos",
+            Algorithm::ForestColl => "forestcoll",
         }
     }
 }
@@ -140,6 +144,9 @@ pub fn generate_with(
         Algorithm::Dbt => dbt::generate(collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
+        Algorithm::ForestColl => {
+            forestcoll::produce(topology, collective, None, Some(collective.chunks)).map(|p| p.0)
+        }
         // The synthesizer is a producer of its own (crate::synth), run by the experiment layer.
         Algorithm::Tacos => Err(Error::input(
             "tacos is synthesized, not generated: use `collsim synthesize` or `--algorithm tacos`",

@@ -137,6 +137,7 @@ fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunD
         validate: exp.validate,
         synth: exp.synth.clone(),
         multi_dim: plan.algorithm.multi_dim(&exp.multi_dim),
+        trees: plan.algorithm.trees,
     };
     let mut outcome = execute(topology, &spec, &mut ())?;
     outcome.summary.algorithm = plan.algorithm.label();
@@ -421,7 +422,7 @@ fn write_skipped(path: &Path, exp: &Experiment, skipped: &[Skipped]) -> Result<(
                 p.collective.name().to_string(),
                 p.size.to_string(),
                 p.algorithm.label(),
-                p.chunks.to_string(),
+                p.chunks.map(|c| c.to_string()).unwrap_or_default(),
                 p.seed.map(|s| s.to_string()).unwrap_or_default(),
                 s.reason.clone(),
             ])?;
@@ -634,7 +635,7 @@ fn draw_heatmaps(
     let mut stats: Vec<LinkStats> = Vec::new();
     let mut topologies: HashMap<usize, Topology> = HashMap::new();
     // Runs that share a colour scale: same topology, collective, size, chunks and seed.
-    type Comparable = (usize, String, u64, u32, Option<u64>);
+    type Comparable = (usize, String, u64, Option<u32>, Option<u64>);
     let mut groups: BTreeMap<Comparable, Vec<(&RunRow, Heatmap)>> = BTreeMap::new();
     for row in rows {
         let Some(bytes) = loads(row.run) else {

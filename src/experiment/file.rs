@@ -60,6 +60,8 @@ pub struct AlgorithmEntry {
     pub name: Option<String>,
     pub active_chunks: Option<u32>,
     pub intra_dimension: Option<IntraDimension>,
+    /// ForestColl's trees per NPU (None: the optimal number).
+    pub trees: Option<u64>,
 }
 
 impl AlgorithmEntry {
@@ -69,6 +71,7 @@ impl AlgorithmEntry {
             name: None,
             active_chunks: None,
             intra_dimension: None,
+            trees: None,
         }
     }
 
@@ -99,7 +102,8 @@ pub struct Experiment {
     pub collectives: Vec<CollectiveKind>,
     pub sizes: Vec<u64>,
     pub algorithms: Vec<AlgorithmEntry>,
-    pub chunks: Vec<u32>,
+    /// Pieces per NPU; None runs with each algorithm's default.
+    pub chunks: Vec<Option<u32>>,
     /// None runs with each algorithm's default seed.
     pub seeds: Vec<Option<u64>>,
     /// Root NPU of rooted collectives.
@@ -123,7 +127,7 @@ pub struct RunPlan {
     pub collective: CollectiveKind,
     pub size: u64,
     pub algorithm: AlgorithmEntry,
-    pub chunks: u32,
+    pub chunks: Option<u32>,
     pub seed: Option<u64>,
 }
 
@@ -245,6 +249,7 @@ impl Experiment {
                         name,
                         active_chunks,
                         intra_dimension,
+                        trees,
                     }) => {
                         let mut own = MultiDimOptions::default();
                         own.apply(*active_chunks, intra_dimension.as_deref())
@@ -256,6 +261,7 @@ impl Experiment {
                             name: name.clone(),
                             active_chunks: own.active_chunks,
                             intra_dimension: own.intra_dimension,
+                            trees: *trees,
                         }
                     }
                 })
@@ -282,13 +288,16 @@ impl Experiment {
             .multi_dim
             .apply(raw.active_chunks, raw.intra_dimension.as_deref())
             .map_err(|(setting, e)| field(setting, e))?;
-        let chunks = raw
-            .chunks
-            .unwrap_or_else(|| vec![system.chunks.unwrap_or(1)]);
-        nonempty("chunks", chunks.len())?;
-        if chunks.contains(&0) {
-            return Err(field("chunks", "chunk counts must be at least 1".into()));
-        }
+        let chunks: Vec<Option<u32>> = match raw.chunks {
+            Some(list) => {
+                nonempty("chunks", list.len())?;
+                if list.contains(&0) {
+                    return Err(field("chunks", "chunk counts must be at least 1".into()));
+                }
+                list.into_iter().map(Some).collect()
+            }
+            None => vec![system.chunks],
+        };
         let seeds = match raw.seeds {
             Some(list) if list.is_empty() => return Err(field("seeds", "is empty".into())),
             Some(list) => list.into_iter().map(Some).collect(),
@@ -373,6 +382,7 @@ struct RawAlgorithmEntry {
     name: Option<String>,
     active_chunks: Option<u32>,
     intra_dimension: Option<String>,
+    trees: Option<u64>,
 }
 
 /// `7` or `"7,9"`.

@@ -39,7 +39,8 @@ pub enum ScheduleSource {
 pub struct CollectiveRequest {
     pub kind: CollectiveKind,
     pub size: u64,
-    pub chunks: u32,
+    /// Pieces per NPU; `None` for the algorithm's default (1, or ForestColl's own choice).
+    pub chunks: Option<u32>,
     /// Participants; all active NPUs when `None`.
     pub npus: Option<Vec<NodeId>>,
     pub root: Option<NodeId>,
@@ -59,7 +60,7 @@ impl CollectiveRequest {
             }
             None => topology.active_npus(),
         };
-        Collective::new(self.kind, npus, self.size, self.chunks, self.root)
+        Collective::new(self.kind, npus, self.size, self.chunks.unwrap_or(1), self.root)
     }
 }
 
@@ -77,6 +78,8 @@ pub struct RunSpec {
     pub synth: SynthOptions,
     /// Per-dimension algorithms and chunk scheduling of hierarchical and Themis.
     pub multi_dim: MultiDimOptions,
+    /// ForestColl's trees per NPU (None: the optimal number).
+    pub trees: Option<u64>,
 }
 
 impl RunSpec {
@@ -90,6 +93,7 @@ impl RunSpec {
             validate: true,
             synth: SynthOptions::default(),
             multi_dim: MultiDimOptions::default(),
+            trees: None,
         }
     }
 }
@@ -109,6 +113,8 @@ struct Produced {
     algorithm: String,
     estimate: Option<Time>,
     synthesis_ms: Option<f64>,
+    /// Pieces per NPU the producer chose itself (ForestColl's pieces per tree).
+    chunks: Option<u32>,
 }
 
 fn produce(
@@ -140,6 +146,7 @@ fn produce(
                 algorithm: file_label(path),
                 estimate: None,
                 synthesis_ms: None,
+                chunks: None,
             }
         }
         ScheduleSource::File(path) => {
@@ -160,6 +167,7 @@ fn produce(
                 algorithm: file_label(path),
                 estimate: None,
                 synthesis_ms: None,
+                chunks: None,
             }
         }
         ScheduleSource::Algorithm(Algorithm::Tacos) => {
@@ -174,6 +182,25 @@ fn produce(
                 algorithm: Algorithm::Tacos.name().to_string(),
                 estimate: Some(synthesis.estimate),
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                chunks: None,
+            }
+        }
+        ScheduleSource::Algorithm(Algorithm::ForestColl) => {
+            need_collective()?;
+            let mut parts = Vec::new();
+            let mut chosen = None;
+            for (c, request) in collectives.iter().zip(&spec.collectives) {
+                let (schedule, slices) =
+                    algorithms::forestcoll::produce(topology, c, spec.trees, request.chunks)?;
+                parts.push(schedule);
+                chosen = Some(slices);
+            }
+            Produced {
+                parts,
+                algorithm: Algorithm::ForestColl.name().to_string(),
+                estimate: None,
+                synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                chunks: chosen,
             }
         }
         ScheduleSource::Algorithm(algorithm) => {
@@ -186,6 +213,7 @@ fn produce(
                 algorithm: algorithm.name().to_string(),
                 estimate: None,
                 synthesis_ms: None,
+                chunks: None,
             }
         }
     })
@@ -274,7 +302,9 @@ pub fn execute(
         },
         algorithm: produced.algorithm,
         size_bytes: same(&|c| c.size),
-        chunks_per_npu: same(&|c| c.chunks as u64).map(|k| k as u32),
+        chunks_per_npu: produced
+            .chunks
+            .or(same(&|c| c.chunks as u64).map(|k| k as u32)),
         collective_time: result.finish,
         busbw_factor: single.map(|c| c.kind.busbw_factor(c.ranks())),
         bound,

@@ -45,6 +45,9 @@ impl Schedule {
                     )));
                 }
             }
+            if let Some(route) = self.route(i) {
+                check_route(id, t.src, t.dst, route, topology)?;
+            }
         }
         self.check_acyclic()
     }
@@ -100,6 +103,57 @@ impl Schedule {
             cycle.join(" -> ")
         )))
     }
+}
+
+/// A route runs from the transfer's src to its dst over links of the topology, reaching dst only
+/// at its end and passing no failed NPU.
+fn check_route(
+    id: u64,
+    src: u32,
+    dst: u32,
+    route: &[u32],
+    topology: &Topology,
+) -> Result<(), Error> {
+    let text = || {
+        route
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    if route.len() < 2 || route[0] != src || route[route.len() - 1] != dst {
+        return Err(Error::input(format!(
+            "transfer {id}: route {} must run from its src {src} to its dst {dst}",
+            text()
+        )));
+    }
+    if route[1..route.len() - 1].contains(&dst) {
+        return Err(Error::input(format!(
+            "transfer {id}: route {} passes its dst {dst} before its end",
+            text()
+        )));
+    }
+    for hop in route.windows(2) {
+        let failed = |v: u32| v < topology.npus() && !topology.is_active_npu(v);
+        if hop[0] >= topology.nodes() || hop[1] >= topology.nodes() || failed(hop[1]) {
+            return Err(Error::input(format!(
+                "transfer {id}: route {} names node {} that {} does not have",
+                text(),
+                if hop[0] >= topology.nodes() { hop[0] } else { hop[1] },
+                topology.name()
+            )));
+        }
+        if topology.link_between(hop[0], hop[1]).is_none() {
+            return Err(Error::input(format!(
+                "transfer {id}: route {} takes {} -> {}, which is not a link of {}",
+                text(),
+                hop[0],
+                hop[1],
+                topology.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Schedule files. CSV: header `id,src,dst,bytes,deps` (deps joined by `;`), optional `chunk`
-//! (`k` or a half-open range `lo..hi`) and `op` (`copy`/`reduce`). JSON: `{"transfers": [{"id",
-//! "src", "dst", "bytes", "deps", "chunk", "op"}]}`. Both are written streaming, row by row.
+//! (`k` or a half-open range `lo..hi`), `op` (`copy`/`reduce`) and `route` (the nodes a transfer
+//! passes from src to dst, joined by `;`; empty for the topology's routing). JSON:
+//! `{"transfers": [{"id", "src", "dst", "bytes", "deps", "chunk", "op", "route"}]}`. Both are
+//! written streaming, row by row.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,6 +22,7 @@ struct RawTransfer {
     deps: Vec<u64>,
     pieces: Option<(u32, u32)>,
     op: Op,
+    route: Vec<u32>,
 }
 
 /// Reads a schedule from `.csv` or `.json` (chosen by extension).
@@ -83,6 +86,9 @@ fn assemble(file: &str, raw: Vec<RawTransfer>) -> Result<Schedule, Error> {
             schedule.set_pieces(index, p);
         }
         schedule.set_op(index, r.op);
+        if !r.route.is_empty() {
+            schedule.set_route(index, &r.route);
+        }
     }
     Ok(schedule)
 }
@@ -107,6 +113,7 @@ fn parse_op(text: &str) -> Option<Op> {
 }
 
 const REQUIRED: [&str; 5] = ["id", "src", "dst", "bytes", "deps"];
+const OPTIONAL: [&str; 3] = ["chunk", "op", "route"];
 
 fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
     let mut csv = csv::ReaderBuilder::new()
@@ -118,9 +125,10 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
         .clone();
     let column = |name: &str| headers.iter().position(|h| h == name);
     for h in headers.iter() {
-        if !REQUIRED.contains(&h) && h != "chunk" && h != "op" {
+        if !REQUIRED.contains(&h) && !OPTIONAL.contains(&h) {
             return Err(Error::input(format!(
-                "{file}: unknown column '{h}' (expected id,src,dst,bytes,deps and optionally chunk,op)"
+                "{file}: unknown column '{h}' (expected id,src,dst,bytes,deps and optionally \
+                 chunk,op,route)"
             )));
         }
     }
@@ -132,7 +140,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
             ))
         })?;
     }
-    let (chunk_col, op_col) = (column("chunk"), column("op"));
+    let (chunk_col, op_col, route_col) = (column("chunk"), column("op"), column("route"));
     let mut out = Vec::new();
     let mut record = csv::StringRecord::new();
     loop {
@@ -174,6 +182,17 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
         let op = parse_op(op_col.map(field).unwrap_or(""))
             .ok_or_else(|| bad("op", "expected copy or reduce"))?;
         let npu = |v: u64, name: &str| u32::try_from(v).map_err(|_| bad(name, "NPU id too large"));
+        let route = route_col
+            .map(field)
+            .unwrap_or("")
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<u32>()
+                    .map_err(|_| bad("route", "expected node ids joined by ';'"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         out.push(RawTransfer {
             id,
             transfer: Transfer {
@@ -184,6 +203,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
             deps,
             pieces,
             op,
+            route,
         });
     }
     Ok(out)
@@ -210,6 +230,8 @@ struct JsonTransfer {
     chunk: Option<JsonPieces>,
     #[serde(default)]
     op: Option<String>,
+    #[serde(default)]
+    route: Vec<u32>,
 }
 
 #[derive(Deserialize)]
@@ -251,6 +273,7 @@ fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
                 deps: t.deps,
                 pieces,
                 op,
+                route: t.route,
             })
         })
         .collect()
@@ -276,10 +299,12 @@ pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error>
     let io = |e: std::io::Error| Error::io(path.display(), e);
     let mut w = create(path)?;
     let extra = schedule.has_pieces();
+    let routed = schedule.has_routes();
     writeln!(
         w,
-        "id,src,dst,bytes,deps{}",
-        if extra { ",chunk,op" } else { "" }
+        "id,src,dst,bytes,deps{}{}",
+        if extra { ",chunk,op" } else { "" },
+        if routed { ",route" } else { "" }
     )
     .map_err(io)?;
     for i in 0..schedule.len() as TransferIndex {
@@ -302,6 +327,15 @@ pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error>
         if let Some(p) = schedule.pieces(i) {
             write!(w, ",{},{}", pieces_text(p), schedule.op(i).name()).map_err(io)?;
         }
+        if routed {
+            let route: Vec<String> = schedule
+                .route(i)
+                .unwrap_or(&[])
+                .iter()
+                .map(u32::to_string)
+                .collect();
+            write!(w, ",{}", route.join(";")).map_err(io)?;
+        }
         writeln!(w).map_err(io)?;
     }
     w.flush().map_err(io)
@@ -318,6 +352,8 @@ struct JsonOut<'a> {
     chunk: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     op: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<&'a [u32]>,
 }
 
 /// Writes the schedule as JSON, streaming one transfer object per line.
@@ -335,6 +371,7 @@ pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error
             deps: schedule.deps(i).iter().map(|&d| schedule.id(d)).collect(),
             chunk: schedule.pieces(i).map(pieces_text),
             op: schedule.pieces(i).map(|_| schedule.op(i).name()),
+            route: schedule.route(i),
         };
         serde_json::to_writer(&mut w, &row).map_err(|e| Error::io(path.display(), e.into()))?;
         writeln!(
@@ -378,6 +415,7 @@ mod tests {
             (0, 2),
             Op::Reduce,
         );
+        s.set_route(1, &[1, 4, 2]);
         s.set_id(0, 5);
         s.set_id(1, 9);
         s
@@ -401,6 +439,8 @@ mod tests {
             assert_eq!(back.id(1), 9);
             assert_eq!(back.pieces(1), Some((0, 2)));
             assert_eq!(back.op(1), Op::Reduce);
+            assert_eq!(back.route(0), None);
+            assert_eq!(back.route(1), Some(&[1, 4, 2][..]));
         }
         std::fs::remove_dir_all(dir).unwrap();
     }

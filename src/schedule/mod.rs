@@ -64,6 +64,9 @@ pub struct Schedule {
     /// to itself that carries nothing and completes this long after it is issued. Present once
     /// any transfer is a wait.
     waits: Option<Vec<Option<Time>>>,
+    /// Explicit routes (CSR offsets per transfer, node lists from src to dst); a transfer with an
+    /// empty route follows the topology's routing. Present once any transfer has a route.
+    routes: Option<(Vec<u32>, Vec<NodeId>)>,
     /// The collective this schedule claims to implement, if any.
     pub collective: Option<Collective>,
 }
@@ -119,7 +122,35 @@ impl Schedule {
         if let Some(w) = &mut self.waits {
             w.push(None);
         }
+        if let Some((start, nodes)) = &mut self.routes {
+            start.push(nodes.len() as u32);
+        }
         index as TransferIndex
+    }
+
+    /// Gives the last transfer pushed an explicit route: the nodes it passes, from its src to its
+    /// dst (checked against the topology by [`Schedule::check`]).
+    pub fn set_route(&mut self, index: TransferIndex, route: &[NodeId]) {
+        let n = self.transfers.len();
+        assert_eq!(index as usize + 1, n, "routes are set on the last transfer pushed");
+        let (start, nodes) = self
+            .routes
+            .get_or_insert_with(|| (vec![0; n + 1], Vec::new()));
+        nodes.extend_from_slice(route);
+        assert!(nodes.len() < u32::MAX as usize, "routes too long");
+        start[n] = nodes.len() as u32;
+    }
+
+    /// The explicit route of a transfer, if it has one.
+    pub fn route(&self, index: TransferIndex) -> Option<&[NodeId]> {
+        let (start, nodes) = self.routes.as_ref()?;
+        let i = index as usize;
+        let route = &nodes[start[i] as usize..start[i + 1] as usize];
+        (!route.is_empty()).then_some(route)
+    }
+
+    pub fn has_routes(&self) -> bool {
+        self.routes.is_some()
     }
 
     /// Appends a wait of `duration` on `npu` (no network traffic) and returns its index.
@@ -275,14 +306,19 @@ impl Schedule {
                     all.set_pieces(index, pieces);
                 }
                 all.set_op(index, part.op(t));
+                if let Some(route) = part.route(t) {
+                    all.set_route(index, route);
+                }
             }
         }
         all
     }
 
     /// Renames every NPU `v` to `map[v]`, in the transfers and in the claimed collective: a
-    /// schedule made on a sub-network, moved onto the NPUs it stands for.
+    /// schedule made on a sub-network, moved onto the NPUs it stands for. Explicit routes name
+    /// the sub-network's switches, so a routed schedule cannot be moved.
     pub fn relabel(&mut self, map: &[NodeId]) {
+        assert!(self.routes.is_none(), "routed schedules stay on their network");
         for t in &mut self.transfers {
             t.src = map[t.src as usize];
             t.dst = map[t.dst as usize];
@@ -362,6 +398,22 @@ mod tests {
         let both = Schedule::concat(&[s.clone(), s]);
         assert_eq!(both.wait(4), Some(Time::from_ns(5)));
         assert_eq!(both.deps(4), &[3]);
+    }
+
+    #[test]
+    fn routes_are_kept_per_transfer_and_through_concatenation() {
+        let mut s = Schedule::new();
+        s.push(t(0, 1), &[]);
+        assert!(!s.has_routes());
+        let i = s.push(t(0, 2), &[]);
+        s.set_route(i, &[0, 7, 2]);
+        s.push(t(2, 3), &[1]);
+        assert_eq!(s.route(0), None);
+        assert_eq!(s.route(1), Some(&[0, 7, 2][..]));
+        assert_eq!(s.route(2), None);
+        let both = Schedule::concat(&[s.clone(), s]);
+        assert_eq!(both.route(4), Some(&[0, 7, 2][..]));
+        assert_eq!(both.route(5), None);
     }
 
     #[test]

@@ -501,6 +501,10 @@ impl<'a> Validator<'a> {
 
     fn apply(&mut self, t: TransferIndex, rank_of: &HashMap<u32, u32>) -> Result<(), Error> {
         let s = self.schedule;
+        if s.wait(t).is_some() {
+            // A local wait (pacing, compute) moves no data.
+            return Ok(());
+        }
         let id = s.id(t);
         let transfer = s.transfer(t);
         let rank = |npu: u32, role: &str| {

@@ -65,9 +65,55 @@ struct LinkState {
     busy: bool,
 }
 
+/// The links of every explicitly routed transfer, and how far along its route each one is.
+struct Routes {
+    start: Vec<u32>,
+    links: Vec<LinkId>,
+    taken: Vec<u32>,
+}
+
+impl Routes {
+    fn new(topology: &Topology, schedule: &Schedule) -> Routes {
+        let n = schedule.len();
+        let mut start = Vec::with_capacity(n + 1);
+        let mut links = Vec::new();
+        start.push(0);
+        for t in 0..n as TransferIndex {
+            if let Some(route) = schedule.route(t) {
+                links.extend(route.windows(2).map(|hop| {
+                    topology
+                        .link_between(hop[0], hop[1])
+                        .expect("routes were checked against the topology")
+                }));
+            }
+            start.push(links.len() as u32);
+        }
+        Routes {
+            start,
+            links,
+            taken: vec![0; n],
+        }
+    }
+
+    /// The next link of transfer `t`'s explicit route, if it has one.
+    #[inline]
+    fn next(&mut self, t: TransferIndex) -> Option<LinkId> {
+        let i = t as usize;
+        let (first, end) = (self.start[i], self.start[i + 1]);
+        if first == end {
+            return None;
+        }
+        let hop = first + self.taken[i];
+        self.taken[i] += 1;
+        debug_assert!(hop < end, "a routed transfer never leaves its route");
+        Some(self.links[hop as usize])
+    }
+}
+
 struct Engine<'a, Q> {
     schedule: &'a Schedule,
     router: &'a Router<'a>,
+    routes: Option<Routes>,
     options: &'a SimOptions,
     links: Vec<LinkState>,
     queue: Q,
@@ -122,6 +168,9 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
     let mut engine = Engine {
         schedule,
         router: &router,
+        routes: schedule
+            .has_routes()
+            .then(|| Routes::new(topology, schedule)),
         options,
         links,
         queue,
@@ -270,7 +319,10 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
 
     /// Puts transfer `t`, now at `at`, on its next link (or that link's queue).
     fn forward(&mut self, t: TransferIndex, at: NodeId, dst: NodeId, bytes: u64, now: Time) {
-        let link = self.router.next_link(at, dst);
+        let link = match self.routes.as_mut().and_then(|r| r.next(t)) {
+            Some(link) => link,
+            None => self.router.next_link(at, dst),
+        };
         let state = &mut self.links[link as usize];
         if state.busy {
             state.pending.push_back(t);

@@ -1,0 +1,50 @@
+//! `bound`: the lower bounds of a collective on a topology.
+
+use clap::Args;
+
+use super::{CollectiveArgs, Format, TopologyArgs};
+use crate::bound;
+use crate::Error;
+
+#[derive(Args, Debug)]
+pub struct BoundArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+
+pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
+    let topology = args.topology.build()?;
+    let request = args.collective.request()?;
+    let c = request.resolve(&topology)?;
+    let b = bound::bounds(&topology, &c, None);
+    let cut = b.cut.map(|t| t.ns_string()).unwrap_or_default();
+    match args.format {
+        Format::Csv => {
+            println!("collective,size_bytes,npu_bound_ns,cut_bound_ns,latency_bound_ns,bound_ns");
+            println!(
+                "{},{},{},{cut},{},{}",
+                c.kind,
+                c.size,
+                b.npu.ns_string(),
+                b.latency.ns_string(),
+                b.total().ns_string()
+            );
+        }
+        Format::Text => {
+            println!("{} on {}", c.describe(), topology.name());
+            println!("  per-NPU bound   {}", b.npu);
+            if let Some(cut) = b.cut {
+                println!("  cut bound       {cut}");
+            }
+            println!("  latency bound   {}", b.latency);
+            println!("  lower bound     {}", b.total());
+        }
+    }
+    Ok(())
+}
+

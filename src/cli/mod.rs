@@ -1,0 +1,338 @@
+//! Command-line definitions and dispatch. Flags are parsed and validated here, in one place; the
+//! work happens in the library modules. Arguments shared by several commands live here; each
+//! command's own flags and its small driver live in the file named after it.
+
+mod batch;
+mod bound;
+mod simulate;
+mod train;
+mod trees;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::collective::CollectiveKind;
+use crate::experiment::CollectiveRequest;
+use crate::sim::{Observer, TimeModel};
+use crate::synth::SynthOptions;
+use crate::system::{load_system, SystemConfig};
+use crate::topology::{Topology, TopologyOptions};
+use crate::units::parse_bytes;
+use crate::Error;
+
+pub use batch::{BatchArgs, MergeArgs, RunFileArgs, SweepArgs};
+pub use bound::BoundArgs;
+pub use simulate::{RunArgs, SimulateArgs, SynthesizeArgs};
+pub use train::TrainArgs;
+pub use trees::TreesArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "collsim",
+    version,
+    about = "Simulate and synthesize collective-communication algorithms"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Simulate a schedule file or a built-in algorithm on a topology.
+    Simulate(SimulateArgs),
+    /// Synthesize a topology-aware schedule (TACOS greedy link-chunk matching) and simulate it.
+    Synthesize(SynthesizeArgs),
+    /// Print the lower bounds of a collective on a topology.
+    Bound(BoundArgs),
+    /// Print ForestColl's optimal spanning trees (rate, trees per NPU, and every tree's paths).
+    Trees(TreesArgs),
+    /// Run sizes x algorithms (x chunk counts) on one network: a CSV row each and a plot of
+    /// bandwidth against size.
+    Sweep(SweepArgs),
+    /// Run an experiment file: every combination it lists, with CSVs and figures.
+    Run(RunFileArgs),
+    /// Join the results folders of an experiment's shards (`--shard I/N`) into one.
+    Merge(MergeArgs),
+    /// Simulate a training iteration (compute and communication) per algorithm.
+    Train(TrainArgs),
+}
+
+
+/// The network, shared by every command that takes `--topology`.
+#[derive(Args, Debug, Clone)]
+pub struct TopologyArgs {
+    /// YAML file (collsim or ASTRA-sim form) or inline spec: ring:8, uring:8, fc:8, switch:16,
+    /// mesh:8x8, torus:4x4x4, hypercube:6, dims:ring4,fc8, dgx1, dragonfly:GxA
+    #[arg(long, short = 't')]
+    pub topology: String,
+    /// Link bandwidth per direction, one value or one per dimension (e.g. 50GB/s, 50GiB/s, 400Gbps)
+    /// [default: 50GB/s]
+    #[arg(long, allow_hyphen_values = true)]
+    pub bandwidth: Option<String>,
+    /// Link latency, one value or one per dimension (e.g. 500ns, 0.5us) [default: 500ns]
+    #[arg(long, allow_hyphen_values = true)]
+    pub latency: Option<String>,
+    /// Failed NPUs to remove, e.g. 7,9
+    #[arg(long)]
+    pub remove_npus: Option<String>,
+    /// Failed links to remove: a-b (both directions) or a>b, comma-separated
+    #[arg(long)]
+    pub remove_links: Option<String>,
+}
+
+impl TopologyArgs {
+    pub fn options(&self) -> TopologyOptions {
+        TopologyOptions {
+            spec: self.topology.clone(),
+            bandwidth: self.bandwidth.clone(),
+            latency: self.latency.clone(),
+            remove_npus: self.remove_npus.clone(),
+            remove_links: self.remove_links.clone(),
+        }
+    }
+
+    pub fn build(&self) -> Result<Topology, Error> {
+        self.options().build()
+    }
+}
+
+/// The collective, shared by simulate, synthesize, sweep and bound.
+#[derive(Args, Debug, Clone)]
+pub struct CollectiveArgs {
+    /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, reduce, gather, scatter
+    #[arg(long, short = 'c')]
+    pub collective: Option<String>,
+    /// Per-NPU buffer (all-gather: output; reduce-scatter: input), e.g. 1GiB, 64MB
+    #[arg(long, short = 's')]
+    pub size: Option<String>,
+    /// Pieces each NPU's data is split into for pipelining (forestcoll: pieces per tree)
+    /// [default: 1, the system file's preferred-dataset-splits, or forestcoll's own choice]
+    #[arg(long)]
+    pub chunks: Option<u32>,
+    /// Participating NPUs (a communicator), e.g. 0,2,4,6 [default: all]
+    #[arg(long)]
+    pub npus: Option<String>,
+    /// Root NPU of broadcast, reduce, gather and scatter [default: the first participant]; with
+    /// several rooted collectives, one root each in order (e.g. 2,17)
+    #[arg(long)]
+    pub root: Option<String>,
+}
+
+pub(crate) fn parse_ids(flag: &str, list: &str) -> Result<Vec<u32>, Error> {
+    list.split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| Error::input(format!("{flag}: '{v}' is not an NPU id")))
+        })
+        .collect()
+}
+
+impl CollectiveArgs {
+    /// The collectives to run together (`--collective a,b,c`); none when no `--collective`.
+    /// `default_chunks` applies when `--chunks` is not given (None: each algorithm's own).
+    pub fn requests_with(
+        &self,
+        default_chunks: Option<u32>,
+    ) -> Result<Vec<CollectiveRequest>, Error> {
+        let Some(names) = &self.collective else {
+            if self.size.is_some() {
+                return Err(Error::input("--size needs --collective"));
+            }
+            return Ok(Vec::new());
+        };
+        let kinds = names
+            .split(',')
+            .map(|name| CollectiveKind::parse(name.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let size = self
+            .size
+            .as_deref()
+            .ok_or_else(|| Error::input("--collective needs --size"))
+            .and_then(|s| parse_bytes(s).map_err(|e| Error::input(format!("--size: {e}"))))?;
+        let npus = self
+            .npus
+            .as_deref()
+            .map(|list| parse_ids("--npus", list))
+            .transpose()?;
+        let roots = self
+            .root
+            .as_deref()
+            .map(|list| parse_ids("--root", list))
+            .transpose()?
+            .unwrap_or_default();
+        let rooted = kinds.iter().filter(|k| k.is_rooted()).count();
+        if roots.len() > 1 && roots.len() != rooted {
+            return Err(Error::input(format!(
+                "--root: {} roots for {rooted} rooted collective(s); give one root, or one per \
+                 rooted collective in order",
+                roots.len()
+            )));
+        }
+        let mut next_root = roots.iter().copied().cycle();
+        Ok(kinds
+            .into_iter()
+            .map(|kind| CollectiveRequest {
+                kind,
+                size,
+                chunks: self.chunks.or(default_chunks),
+                npus: npus.clone(),
+                root: if kind.is_rooted() || rooted == 0 {
+                    next_root.next()
+                } else {
+                    None
+                },
+            })
+            .collect())
+    }
+
+    /// The collectives, with each algorithm's default chunks unless `--chunks` says otherwise.
+    pub fn requests(&self) -> Result<Vec<CollectiveRequest>, Error> {
+        self.requests_with(None)
+    }
+
+    /// Exactly one collective (for commands that take one).
+    pub fn request(&self) -> Result<CollectiveRequest, Error> {
+        let mut all = self.requests()?;
+        match all.len() {
+            0 => Err(Error::input("give --collective and --size")),
+            1 => Ok(all.remove(0)),
+            n => Err(Error::input(format!(
+                "--collective: this command takes one collective, got {n}"
+            ))),
+        }
+    }
+}
+
+/// ForestColl's setting, shared by the commands that run algorithms.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ForestArgs {
+    /// forestcoll: trees per NPU (fixed-k mode: the best rate that many trees allow) [default:
+    /// the optimal number]
+    #[arg(long)]
+    pub trees: Option<u64>,
+}
+
+/// Synthesizer settings, shared by synthesize and by `--algorithm tacos` elsewhere.
+#[derive(Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Independent seeded synthesis trials, run in parallel; the fastest schedule is kept
+    /// [default: 4, or 1 when the schedule has over 4M transfers]
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Logical links per NPU when a switch is unwound for synthesis [default: the best of 1, 2
+    /// and 4 by simulated time]
+    #[arg(long)]
+    pub unwind_degree: Option<u32>,
+}
+
+impl SynthArgs {
+    fn options(&self) -> SynthOptions {
+        SynthOptions {
+            trials: self.trials,
+            unwind_degree: self.unwind_degree,
+            ..SynthOptions::default()
+        }
+    }
+}
+
+/// How hierarchical and Themis run the dimensions: an ASTRA-sim system file and/or flags (the
+/// flags win).
+#[derive(Args, Debug, Clone, Default)]
+pub struct MultiDimArgs {
+    /// ASTRA-sim system configuration (JSON, or the 1.x text form): per-dimension
+    /// implementations, inter/intra-dimension scheduling, active chunks, dataset splits, delays
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// Chunks a dimension works on at once (hierarchical and Themis)
+    #[arg(long)]
+    pub active_chunks: Option<u32>,
+    /// Which waiting chunk a dimension serves next: FIFO, SCF (smallest chunk first),
+    /// lessRemainingPhaseFirst
+    #[arg(long)]
+    pub intra_dimension: Option<String>,
+}
+
+impl MultiDimArgs {
+    /// The system file's settings with the flags applied; warnings go to stderr.
+    pub fn resolve(&self) -> Result<SystemConfig, Error> {
+        let mut config = match &self.system {
+            Some(path) => load_system(path)?,
+            None => SystemConfig::default(),
+        };
+        for warning in &config.warnings {
+            eprintln!("warning: {warning}");
+        }
+        config
+            .multi_dim
+            .apply(self.active_chunks, self.intra_dimension.as_deref())
+            .map_err(|(setting, e)| {
+                Error::input(format!("--{}: {e}", setting.replace('_', "-")))
+            })?;
+        Ok(config)
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Csv,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeModelArg {
+    Exact,
+    Astra,
+}
+
+impl From<TimeModelArg> for TimeModel {
+    fn from(arg: TimeModelArg) -> TimeModel {
+        match arg {
+            TimeModelArg::Exact => TimeModel::Exact,
+            TimeModelArg::Astra => TimeModel::Astra,
+        }
+    }
+}
+
+
+/// Shows a progress line on stderr for long simulations when stderr is a terminal.
+pub(crate) struct Progress {
+    pub(crate) shown: bool,
+}
+
+impl Observer for Progress {
+    fn progress(&mut self, completed: u64, total: u64) {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() && total > 0 {
+            eprint!(
+                "\r  simulating: {completed}/{total} transfers ({:.0}%)",
+                100.0 * completed as f64 / total as f64
+            );
+            self.shown = true;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Simulate(args) => simulate::simulate(args),
+        Command::Synthesize(args) => simulate::synthesize(args),
+        Command::Bound(args) => bound::bound(args),
+        Command::Trees(args) => trees::trees(args),
+        Command::Sweep(args) => batch::sweep(args),
+        Command::Run(args) => batch::run_file(args),
+        Command::Merge(args) => batch::merge_shards(args),
+        Command::Train(args) => train::train(args),
+    }
+}

@@ -1,0 +1,228 @@
+//! `simulate` and `synthesize`: one run on the command line's topology, reported.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{
+    CollectiveArgs, ForestArgs, Format, MultiDimArgs, Progress, SynthArgs, TimeModelArg,
+    TopologyArgs,
+};
+use crate::algorithms::Algorithm;
+use crate::collective::CollectiveKind;
+use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
+use crate::report::{HeatMetric, SUMMARY_HEADER};
+use crate::schedule::{write_msccl, write_schedule_json};
+use crate::sim::SimOptions;
+use crate::system::SystemConfig;
+use crate::units::{parse_bandwidth, parse_time};
+use crate::Error;
+
+/// How a run is simulated, checked and reported: shared by simulate and synthesize.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Seed for randomised algorithms (tacos: default 1) and validation
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Skip the symbolic validation of schedules that claim a collective (for huge runs)
+    #[arg(long)]
+    pub no_validate: bool,
+    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
+    #[arg(long, value_enum, default_value = "exact")]
+    pub time_model: TimeModelArg,
+    /// Delay added at the destination of every message (e.g. 10ns)
+    #[arg(long)]
+    pub endpoint_delay: Option<String>,
+    /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
+    #[arg(long)]
+    pub reduce_bandwidth: Option<String>,
+    /// Results folder: summary.csv, transfers.csv, links.csv (and schedule.json when synthesized)
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// stdout: a human summary (text) or the summary.csv header and row (csv)
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Also write the schedule as an MSCCL XML algorithm (runs on GPUs via the MSCCL executor)
+    #[arg(long)]
+    pub msccl: Option<PathBuf>,
+    /// What the heat map of --out shows per link: bytes carried, or busy fraction
+    #[arg(long, value_enum, default_value = "bytes")]
+    pub heatmap: HeatmapArg,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeatmapArg {
+    Bytes,
+    Busy,
+}
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Schedule file to simulate instead of a built-in algorithm: .csv or .json (collsim IR), or
+    /// .xml (an MSCCL algorithm; give --collective, --size and --chunks)
+    #[arg(long, conflicts_with = "algorithm")]
+    pub schedule: Option<PathBuf>,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    /// ring, direct, rhd, dbt, hierarchical, themis, tacos, forestcoll [default with --system:
+    /// themis or hierarchical, as its inter-dimension-scheduling says]
+    #[arg(long, short = 'a')]
+    pub algorithm: Option<String>,
+    #[command(flatten)]
+    pub multi_dim: MultiDimArgs,
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    #[command(flatten)]
+    pub forest: ForestArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthesizeArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub collective: CollectiveArgs,
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+
+fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Error> {
+    Ok(SimOptions {
+        endpoint_delay: args
+            .endpoint_delay
+            .as_deref()
+            .map(|s| parse_time(s).map_err(|e| Error::input(format!("--endpoint-delay: {e}"))))
+            .transpose()?
+            .unwrap_or(system.endpoint_delay),
+        reduce_bandwidth: args
+            .reduce_bandwidth
+            .as_deref()
+            .map(|s| {
+                parse_bandwidth(s).map_err(|e| Error::input(format!("--reduce-bandwidth: {e}")))
+            })
+            .transpose()?,
+        record_transfers: args.out.is_some(),
+        record_busy_intervals: args.out.is_some(),
+        ..system.sim_options(args.time_model.into())
+    })
+}
+
+/// Runs one spec on the command line's topology and reports it.
+fn run_and_report(
+    topology: &TopologyArgs,
+    source: ScheduleSource,
+    collectives: Vec<CollectiveRequest>,
+    synth: &SynthArgs,
+    forest: &ForestArgs,
+    args: &RunArgs,
+    system: &SystemConfig,
+) -> Result<(), Error> {
+    // Schedules collsim made itself are worth keeping: they can be simulated again.
+    let produced = matches!(
+        source,
+        ScheduleSource::Algorithm(Algorithm::Tacos | Algorithm::ForestColl)
+    );
+    let spec = RunSpec {
+        source,
+        collectives,
+        options: sim_options(args, system)?,
+        seed: args.seed,
+        validate: !args.no_validate,
+        synth: synth.options(),
+        multi_dim: system.multi_dim.clone(),
+        trees: forest.trees,
+    };
+    let topology = topology.build()?;
+    let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
+    if let Some(path) = &args.msccl {
+        let claim = outcome.schedule.collective.as_ref().ok_or_else(|| {
+            Error::input("--msccl: the schedule must implement one collective (give --collective)")
+        })?;
+        let name = format!("collsim-{}-{}", outcome.summary.algorithm, claim.kind);
+        write_msccl(&outcome.schedule, claim, &name, path)?;
+    }
+    if let Some(dir) = &args.out {
+        let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
+            if produced {
+                write_schedule_json(&outcome.schedule, &out.file("schedule.json"))?;
+            }
+            Ok(())
+        };
+        let metric = match args.heatmap {
+            HeatmapArg::Bytes => HeatMetric::Bytes,
+            HeatmapArg::Busy => HeatMetric::Busy,
+        };
+        experiment::write_outputs(&topology, &outcome, dir, metric, &extra)?;
+    }
+    match args.format {
+        Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),
+        Format::Text => {
+            print!("{}", outcome.summary.human());
+            if let Some(estimate) = outcome.estimate {
+                println!("  synthesizer estimate  {estimate}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
+    let system = args.multi_dim.resolve()?;
+    let collectives = args.collective.requests_with(system.chunks)?;
+    let source = match (&args.schedule, &args.algorithm) {
+        (Some(path), None) => ScheduleSource::File(path.clone()),
+        (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
+        (None, None) if args.multi_dim.system.is_some() => {
+            // As ASTRA-sim runs a system file: its scheduling for the multi-dimensional
+            // collectives, direct all-to-all otherwise.
+            let multi_dimensional = collectives.iter().all(|c| {
+                matches!(
+                    c.kind,
+                    CollectiveKind::AllReduce
+                        | CollectiveKind::AllGather
+                        | CollectiveKind::ReduceScatter
+                )
+            });
+            ScheduleSource::Algorithm(match system.algorithm {
+                _ if !multi_dimensional => Algorithm::Direct,
+                Some(a) => a,
+                None => Algorithm::Hierarchical,
+            })
+        }
+        (None, None) => return Err(Error::input("give --schedule FILE or --algorithm NAME")),
+        (Some(_), Some(_)) => unreachable!("clap rejects --schedule with --algorithm"),
+    };
+    run_and_report(
+        &args.topology,
+        source,
+        collectives,
+        &args.synth,
+        &args.forest,
+        &args.run,
+        &system,
+    )
+}
+
+pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
+    let collectives = args.collective.requests()?;
+    if collectives.is_empty() {
+        return Err(Error::input("synthesize needs --collective and --size"));
+    }
+    run_and_report(
+        &args.topology,
+        ScheduleSource::Algorithm(Algorithm::Tacos),
+        collectives,
+        &args.synth,
+        &ForestArgs::default(),
+        &args.run,
+        &SystemConfig::default(),
+    )
+}
+

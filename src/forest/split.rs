@@ -1,0 +1,397 @@
+//! Switch removal by edge splitting (ForestColl §2.2, Theorems 7 and 8).
+//!
+//! A switch may forward data but not copy it, so trees must span the participants alone. Splitting
+//! off `(u, w), (w, t)` by `a` at a switch `w` replaces `a` units of the path `u -> w -> t` by a
+//! direct logical arc `u -> t`. Only two families of node sets `Y` (the receiving side of a cut)
+//! lose in-capacity, each by `a`: sets holding `u` and `t` but not `w`, and sets holding `w` but
+//! neither `u` nor `t`. Every set holding a participant must keep in-capacity (super-source arcs
+//! included) of at least `K`, the total number of trees; so the most that can be split off is the
+//! smallest surplus over those two families, and each family's smallest surplus is one minimum
+//! cut (the second needs the cut's receiving side to hold a participant: the maximal minimum cut is
+//! checked, and only when it holds none is each participant tried as an extra sink). Splitting
+//! switch by switch, pair by pair, by the most each pair allows removes every switch of an Eulerian
+//! network (Theorem 7). Every logical arc keeps the physical paths its capacity stands for, so trees
+//! found on the logical network travel exactly those paths.
+
+use std::collections::HashMap;
+
+use super::rate::{Demand, Network, Ratio};
+use crate::flow::{ArcId, Cap, FlowNetwork};
+use crate::topology::NodeId;
+use crate::Error;
+
+/// Physical paths (node sequences), stored end to end.
+#[derive(Clone, Debug, Default)]
+pub struct PathArena {
+    nodes: Vec<NodeId>,
+    start: Vec<u32>,
+}
+
+/// Index of a path in a [`PathArena`].
+pub type PathId = u32;
+
+impl PathArena {
+    fn push(&mut self, nodes: impl IntoIterator<Item = NodeId>) -> PathId {
+        if self.start.is_empty() {
+            self.start.push(0);
+        }
+        self.nodes.extend(nodes);
+        self.start.push(self.nodes.len() as u32);
+        (self.start.len() - 2) as PathId
+    }
+
+    pub fn get(&self, path: PathId) -> &[NodeId] {
+        let p = path as usize;
+        &self.nodes[self.start[p] as usize..self.start[p + 1] as usize]
+    }
+
+    /// `first` then `second` without repeating the node where they meet.
+    fn join(&mut self, first: PathId, second: PathId) -> PathId {
+        let a = self.get(first).to_vec();
+        let b = self.get(second)[1..].to_vec();
+        self.push(a.into_iter().chain(b))
+    }
+}
+
+/// Capacity on some physical paths: `(path, units)`.
+pub type Bundles = Vec<(PathId, u64)>;
+
+/// A logical arc between participants and the physical paths its capacity stands for.
+#[derive(Clone, Debug)]
+pub struct LogicalArc {
+    pub tail: NodeId,
+    pub head: NodeId,
+    pub capacity: u64,
+    pub bundles: Bundles,
+}
+
+/// The participants-only network that edge splitting leaves.
+#[derive(Clone, Debug, Default)]
+pub struct Logical {
+    pub arcs: Vec<LogicalArc>,
+    pub paths: PathArena,
+}
+
+/// How many other nodes a switch arc's capacity is first spread over.
+const SPREAD: usize = 8;
+
+struct Splitter<'a> {
+    net: FlowNetwork,
+    arc_of: HashMap<(NodeId, NodeId), ArcId>,
+    bundles: Vec<Bundles>,
+    paths: PathArena,
+    is_participant: Vec<bool>,
+    participants: &'a [NodeId],
+    source: NodeId,
+    /// Trees in total: every participant's in-cut must keep at least this.
+    need: Cap,
+}
+
+/// Removes every non-participant node of `net` (capacities scaled by `u`, `k` trees from every
+/// root of `demand`), keeping each participant's connectivity from the roots.
+pub fn remove_switches(net: &Network, demand: &Demand, k: u64, u: Ratio) -> Result<Logical, Error> {
+    let (mut flow_net, feeds) = net.flow_network(&demand.roots);
+    let mut paths = PathArena::default();
+    let mut arc_of = HashMap::with_capacity(net.arcs.len());
+    let mut bundles = Vec::with_capacity(net.arcs.len());
+    for (i, &(a, b, c)) in net.arcs.iter().enumerate() {
+        let scaled = (c as u128 * u.num as u128 / u.den as u128) as u64;
+        let arc = 2 * i as ArcId;
+        flow_net.set_capacity(arc, scaled as Cap);
+        arc_of.insert((a, b), arc);
+        bundles.push(if scaled > 0 {
+            vec![(paths.push([a, b]), scaled)]
+        } else {
+            Vec::new()
+        });
+    }
+    for &f in &feeds {
+        flow_net.set_capacity(f, k as Cap);
+        bundles.push(Vec::new());
+    }
+    let mut is_participant = vec![false; net.nodes as usize + 1];
+    for &p in &demand.participants {
+        is_participant[p as usize] = true;
+    }
+    let mut s = Splitter {
+        net: flow_net,
+        arc_of,
+        bundles,
+        paths,
+        is_participant,
+        participants: &demand.participants,
+        source: net.nodes,
+        need: (demand.roots.len() as u64 * k) as Cap,
+    };
+    for w in 0..net.nodes {
+        if !s.is_participant[w as usize] {
+            s.remove(w)?;
+        }
+    }
+    let mut logical = Logical::default();
+    let source = s.source;
+    for ((a, b), arc) in s.arc_of {
+        let capacity = s.net.capacity(arc);
+        if capacity > 0 && a != source {
+            debug_assert!(s.is_participant[a as usize] && s.is_participant[b as usize]);
+            logical.arcs.push(LogicalArc {
+                tail: a,
+                head: b,
+                capacity: capacity as u64,
+                bundles: std::mem::take(&mut s.bundles[arc as usize / 2]),
+            });
+        }
+    }
+    logical.arcs.sort_by_key(|a| (a.tail, a.head));
+    logical.paths = s.paths;
+    Ok(logical)
+}
+
+impl Splitter<'_> {
+    /// Splits off every arc through switch `w`.
+    fn remove(&mut self, w: NodeId) -> Result<(), Error> {
+        let live = |net: &FlowNetwork, arcs: Vec<ArcId>| -> Vec<ArcId> {
+            arcs.into_iter().filter(|&a| net.capacity(a) > 0).collect()
+        };
+        let mut ins = live(&self.net, self.net.in_arcs(w).collect());
+        let mut outs = live(&self.net, self.net.out_arcs(w).collect());
+        if ins.is_empty() && outs.is_empty() {
+            return Ok(());
+        }
+        ins.sort_by_key(|&a| self.net.tail(a));
+        outs.sort_by_key(|&a| self.net.head(a));
+        if self.pass_through(&ins, &outs) {
+            return Ok(());
+        }
+        for (i, &a_uw) in ins.iter().enumerate() {
+            let u = self.net.tail(a_uw);
+            // A fair first round spreads u's capacity over up to SPREAD other nodes (starting
+            // after u, so that the switch becomes a well-connected logical mesh rather than a
+            // chain: shallow trees pipeline better); a second round takes whatever is left, and a
+            // loop back to u (wasted capacity) comes last.
+            let others: Vec<ArcId> = outs
+                .iter()
+                .cycle()
+                .skip(i + 1)
+                .take(outs.len())
+                .filter(|&&a| self.net.head(a) != u)
+                .copied()
+                .collect();
+            let ways = others.len().clamp(1, SPREAD) as Cap;
+            let share = (self.net.capacity(a_uw) + ways - 1) / ways;
+            let rounds = [
+                (&others[..others.len().min(SPREAD)], share),
+                (&others[..], Cap::MAX),
+            ];
+            let loops: Vec<ArcId> = outs
+                .iter()
+                .filter(|&&a| self.net.head(a) == u)
+                .copied()
+                .collect();
+            for (targets, quota) in rounds.into_iter().chain([(&loops[..], Cap::MAX)]) {
+                for &a_wt in targets {
+                    if self.net.capacity(a_uw) == 0 {
+                        break;
+                    }
+                    if self.net.capacity(a_wt) == 0 {
+                        continue;
+                    }
+                    let t = self.net.head(a_wt);
+                    let amount = self.most_splittable(u, w, t, a_uw, a_wt, quota);
+                    if amount > 0 {
+                        self.split(a_uw, a_wt, amount);
+                    }
+                }
+            }
+            if self.net.capacity(a_uw) > 0 {
+                return Err(Error::input(format!(
+                    "switch {w}: the arc from node {u} cannot be split off without cutting a \
+                     participant off; ForestColl needs switches whose in- and out-bandwidth are \
+                     equal"
+                )));
+            }
+        }
+        if let Some(&a) = outs.iter().find(|&&a| self.net.capacity(a) > 0) {
+            return Err(Error::input(format!(
+                "switch {w}: its link to node {} has bandwidth left over after every link into it \
+                 was split off; ForestColl needs switches whose in- and out-bandwidth are equal",
+                self.net.head(a)
+            )));
+        }
+        Ok(())
+    }
+
+    /// A switch between just two nodes, passing as much each way as it takes in: its arcs become
+    /// direct arcs without loss of any cut (the switch can always sit on the cheaper side).
+    fn pass_through(&mut self, ins: &[ArcId], outs: &[ArcId]) -> bool {
+        let mut ends: Vec<NodeId> = ins
+            .iter()
+            .map(|&a| self.net.tail(a))
+            .chain(outs.iter().map(|&a| self.net.head(a)))
+            .collect();
+        ends.sort_unstable();
+        ends.dedup();
+        let [a, b] = ends[..] else {
+            return false;
+        };
+        let cap = |net: &FlowNetwork, arcs: &[ArcId], end: NodeId, tail: bool| {
+            arcs.iter()
+                .find(|&&x| {
+                    if tail {
+                        net.tail(x) == end
+                    } else {
+                        net.head(x) == end
+                    }
+                })
+                .map(|&x| (x, net.capacity(x)))
+        };
+        let (aw, wb) = (cap(&self.net, ins, a, true), cap(&self.net, outs, b, false));
+        let (bw, wa) = (cap(&self.net, ins, b, true), cap(&self.net, outs, a, false));
+        let balanced = |x: Option<(ArcId, Cap)>, y: Option<(ArcId, Cap)>| {
+            x.map_or(0, |p| p.1) == y.map_or(0, |p| p.1)
+        };
+        if !balanced(aw, wb) || !balanced(bw, wa) {
+            return false;
+        }
+        for (x, y) in [(aw, wb), (bw, wa)] {
+            if let (Some((x, c)), Some((y, _))) = (x, y) {
+                self.split(x, y, c);
+            }
+        }
+        true
+    }
+
+    /// The most of `u -> w -> t` that can become `u -> t` (Theorem 8), at most `quota`.
+    fn most_splittable(
+        &mut self,
+        u: NodeId,
+        w: NodeId,
+        t: NodeId,
+        a_uw: ArcId,
+        a_wt: ArcId,
+        quota: Cap,
+    ) -> Cap {
+        let mut most = self.net.capacity(a_uw).min(self.net.capacity(a_wt)).min(quota);
+        // Receiving sides holding u and t but not w (nor the super source).
+        let sinks: Vec<NodeId> = if u == t { vec![u] } else { vec![u, t] };
+        let holds_participant = sinks.iter().any(|&v| self.is_participant[v as usize]);
+        most = most.min(self.surplus(&[self.source, w], &sinks, holds_participant, most));
+        if most == 0 {
+            return 0;
+        }
+        // Receiving sides holding w but neither u nor t.
+        let mut sources = vec![self.source, u];
+        if t != u {
+            sources.push(t);
+        }
+        most.min(self.surplus(&sources, &[w], false, most))
+    }
+
+    /// The smallest `in-capacity - need` over receiving sides that hold `sinks`, none of
+    /// `sources`, and a participant; values above `cap` are reported as `cap`.
+    fn surplus(&mut self, sources: &[NodeId], sinks: &[NodeId], holds_participant: bool, cap: Cap) -> Cap {
+        let limit = self.need + cap;
+        let flow = self.net.max_flow(sources, sinks, limit);
+        if flow >= limit || holds_participant {
+            return (flow - self.need).clamp(0, cap);
+        }
+        // `flow` is a minimum cut; it counts if its largest receiving side holds a participant.
+        let side = self.net.source_side(sources);
+        if self.participants.iter().any(|&p| !side[p as usize]) {
+            return (flow - self.need).clamp(0, cap);
+        }
+        // Every minimum cut isolates switches only: try each participant as an extra sink.
+        let mut best = limit;
+        let mut extended = sinks.to_vec();
+        extended.push(0);
+        for &p in self.participants {
+            if sources.contains(&p) || sinks.contains(&p) {
+                continue;
+            }
+            *extended.last_mut().expect("one extra sink") = p;
+            best = best.min(self.net.max_flow(sources, &extended, best));
+            if best <= self.need {
+                break;
+            }
+        }
+        (best - self.need).clamp(0, cap)
+    }
+
+    /// Moves `amount` from `u -> w` and `w -> t` onto `u -> t`, with the paths it stands for.
+    fn split(&mut self, a_uw: ArcId, a_wt: ArcId, amount: Cap) {
+        let (u, t) = (self.net.tail(a_uw), self.net.head(a_wt));
+        for a in [a_uw, a_wt] {
+            let c = self.net.capacity(a);
+            self.net.set_capacity(a, c - amount);
+        }
+        let first = take(&mut self.bundles[a_uw as usize / 2], amount as u64);
+        let second = take(&mut self.bundles[a_wt as usize / 2], amount as u64);
+        if u == t {
+            return;
+        }
+        let a_ut = match self.arc_of.get(&(u, t)) {
+            Some(&a) => {
+                let c = self.net.capacity(a);
+                self.net.set_capacity(a, c + amount);
+                a
+            }
+            None => {
+                let a = self.net.add_arc(u, t, amount);
+                self.arc_of.insert((u, t), a);
+                self.bundles.push(Vec::new());
+                a
+            }
+        };
+        // Pair the units of the two halves in order, path by path.
+        let (mut i, mut j) = (0, 0);
+        let (mut left1, mut left2) = (first[0].1, second[0].1);
+        loop {
+            let units = left1.min(left2);
+            let joined = self.paths.join(first[i].0, second[j].0);
+            add(&mut self.bundles[a_ut as usize / 2], joined, units, &self.paths);
+            left1 -= units;
+            left2 -= units;
+            if left1 == 0 {
+                i += 1;
+                if i == first.len() {
+                    break;
+                }
+                left1 = first[i].1;
+            }
+            if left2 == 0 {
+                j += 1;
+                left2 = second[j].1;
+            }
+        }
+    }
+}
+
+/// Removes `amount` units from the end of `bundles`, returning them (paths and units).
+fn take(bundles: &mut Bundles, mut amount: u64) -> Bundles {
+    let mut out = Vec::new();
+    while amount > 0 {
+        let last = bundles.last_mut().expect("the arc has the capacity being taken");
+        let units = last.1.min(amount);
+        out.push((last.0, units));
+        last.1 -= units;
+        amount -= units;
+        if last.1 == 0 {
+            bundles.pop();
+        }
+    }
+    out
+}
+
+/// Adds units on `path`, merging with a bundle on the same path.
+fn add(bundles: &mut Bundles, path: PathId, units: u64, paths: &PathArena) {
+    let nodes = paths.get(path);
+    match bundles.iter_mut().find(|(p, _)| paths.get(*p) == nodes) {
+        Some(b) => b.1 += units,
+        None => bundles.push((path, units)),
+    }
+}
+
+/// Takes `amount` units from a logical arc's bundles for one tree class.
+pub(crate) fn take_units(bundles: &mut Bundles, amount: u64) -> Bundles {
+    take(bundles, amount)
+}
