@@ -8,11 +8,8 @@
 //! bound counts is serialised onto some link at least `a_min` before it arrives, so the bandwidth
 //! bounds hold with `a_min` added; the diameter latency holds on its own.
 
-use petgraph::graph::NodeIndex;
-use petgraph::visit::EdgeRef;
-use rayon::prelude::*;
-
 use crate::collective::{Collective, CollectiveKind};
+use crate::forest::rate::{optimal_rate, Demand, Network};
 use crate::topology::{DimKind, NodeId, Topology};
 use crate::units::Time;
 
@@ -60,47 +57,46 @@ pub fn bounds(topology: &Topology, collective: &Collective, cut_budget: Option<u
 /// ForestColl's bandwidth cut bound: all-gather must push the `|S ∩ NPUs|` shards of every node
 /// set `S` that misses a participant through the bandwidth `B+(S)` leaving it, so it takes at least
 /// `size/n * max_S |S ∩ NPUs| / B+(S)`; reduce-scatter is the same on the reversed network and
-/// all-reduce is both. Broadcast and reduce are limited by the smallest root-to-NPU cut (Edmonds).
-/// None for the other collectives, or when the work would exceed `budget`.
+/// all-reduce is both. Broadcast and reduce are limited by the smallest root cut (Edmonds). The
+/// ratio is found exactly ([`crate::forest::rate`]), so it is the very rate ForestColl's trees
+/// reach. None for the other collectives, or when the work would exceed `budget`.
 pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Option<Time> {
-    let sinks = |rooted: bool| -> Vec<NodeId> {
-        let all = c.npus.len() as u32 == topology.active_npus().len() as u32;
-        match (rooted, all) {
-            (true, _) => c.npus.iter().copied().filter(|&v| v != c.root()).collect(),
-            (false, true) => symmetry_representatives(topology),
-            (false, false) => c.npus.clone(),
-        }
+    let rooted = matches!(c.kind, CollectiveKind::Broadcast | CollectiveKind::Reduce);
+    let all = c.npus.len() == topology.active_npus().len();
+    let sinks = if all && !rooted {
+        symmetry_representatives(topology)
+    } else {
+        c.npus.clone()
     };
-    let affordable = |sinks: usize, rounds: u64| {
-        let work =
-            sinks as u64 * rounds * (topology.nodes() as u64 + topology.links().len() as u64);
-        budget.is_none_or(|b| work <= b)
-    };
-    let shard = c.size as f64 / c.ranks() as f64;
-    let secs = match c.kind {
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllReduce => {
-            let sinks = sinks(false);
-            if !affordable(sinks.len(), 2) {
-                return None;
-            }
-            let spread =
-                |reversed| FlowNetwork::new(topology, reversed).spreading_rate(&c.npus, &sinks);
-            match c.kind {
-                CollectiveKind::AllGather => shard / spread(false),
-                CollectiveKind::ReduceScatter => shard / spread(true),
-                _ => shard / spread(false) + shard / spread(true),
-            }
-        }
-        CollectiveKind::Broadcast | CollectiveKind::Reduce => {
-            let sinks = sinks(true);
-            if !affordable(sinks.len(), 1) {
-                return None;
-            }
-            let net = FlowNetwork::new(topology, c.kind == CollectiveKind::Reduce);
-            c.size as f64 / net.min_cut_from(c.root(), &sinks)
-        }
+    let phases: &[bool] = match c.kind {
+        CollectiveKind::AllGather | CollectiveKind::Broadcast => &[false],
+        CollectiveKind::ReduceScatter | CollectiveKind::Reduce => &[true],
+        CollectiveKind::AllReduce => &[true, false],
         _ => return None,
     };
+    let work = sinks.len() as u64
+        * phases.len() as u64
+        * 2
+        * (topology.nodes() as u64 + topology.links().len() as u64);
+    if budget.is_some_and(|b| work > b) {
+        return None;
+    }
+    let demand = if rooted {
+        Demand::rooted(c.root(), &c.npus)
+    } else {
+        Demand::all(&c.npus)
+    };
+    let share = if rooted {
+        c.size as f64
+    } else {
+        c.size as f64 / c.ranks() as f64
+    };
+    let mut secs = 0.0;
+    for &reversed in phases {
+        let net = Network::new(topology, reversed);
+        let rate = optimal_rate(&net, &demand, &sinks).ok()?;
+        secs += share / (rate.as_f64() * net.unit_bps);
+    }
     Some(seconds(secs))
 }
 
@@ -125,166 +121,6 @@ pub(crate) fn symmetry_representatives(topology: &Topology) -> Vec<NodeId> {
         stride *= dim.size;
     }
     reps
-}
-
-/// The network as a flow graph (capacities in bytes per second), with a super source after the
-/// nodes that feeds the participants in spreading problems.
-struct FlowNetwork {
-    graph: petgraph::Graph<(), f64>,
-    nodes: u32,
-    /// Bandwidth of each network edge, by edge index (the super source's edges come after).
-    links: usize,
-}
-
-impl FlowNetwork {
-    fn new(topology: &Topology, reversed: bool) -> FlowNetwork {
-        let nodes = topology.nodes();
-        let mut graph = petgraph::Graph::with_capacity(
-            nodes as usize + 1,
-            topology.links().len() + topology.npus() as usize,
-        );
-        for _ in 0..=nodes {
-            graph.add_node(());
-        }
-        for link in topology.links() {
-            let (a, b) = if reversed {
-                (link.dst, link.src)
-            } else {
-                (link.src, link.dst)
-            };
-            graph.add_edge(
-                NodeIndex::new(a as usize),
-                NodeIndex::new(b as usize),
-                link.bandwidth.as_bytes_per_sec(),
-            );
-        }
-        FlowNetwork {
-            links: graph.edge_count(),
-            graph,
-            nodes,
-        }
-    }
-
-    fn source(&self) -> NodeIndex {
-        NodeIndex::new(self.nodes as usize)
-    }
-
-    /// Nodes reachable from `from` in the residual network of `flows`: the source side of a
-    /// minimum cut.
-    fn source_side(&self, from: NodeIndex, flows: &[f64], tolerance: f64) -> Vec<bool> {
-        let mut residual: Vec<Vec<usize>> = vec![Vec::new(); self.graph.node_count()];
-        for e in self.graph.edge_references() {
-            let i = e.id().index();
-            if e.weight() - flows[i] > tolerance {
-                residual[e.source().index()].push(e.target().index());
-            }
-            if flows[i] > tolerance {
-                residual[e.target().index()].push(e.source().index());
-            }
-        }
-        let mut seen = vec![false; self.graph.node_count()];
-        let mut stack = vec![from.index()];
-        seen[from.index()] = true;
-        while let Some(v) = stack.pop() {
-            for &w in &residual[v] {
-                if !seen[w] {
-                    seen[w] = true;
-                    stack.push(w);
-                }
-            }
-        }
-        seen
-    }
-
-    /// Bandwidth of the network edges leaving `side`.
-    fn leaving(&self, side: &[bool]) -> f64 {
-        self.graph
-            .edge_references()
-            .filter(|e| e.id().index() < self.links)
-            .filter(|e| side[e.source().index()] && !side[e.target().index()])
-            .map(|e| *e.weight())
-            .sum()
-    }
-
-    /// The largest rate `x` (bytes per second per participant) at which every participant can
-    /// spread its data to all: `min_S B+(S) / |S ∩ participants|` over sets `S` that miss a sink.
-    /// Dinkelbach's iteration: with every participant fed at `x` from the super source, a sink
-    /// that receives less than `x n` has a minimum cut whose ratio is smaller; take it, repeat.
-    fn spreading_rate(mut self, participants: &[NodeId], sinks: &[NodeId]) -> f64 {
-        let n = participants.len() as f64;
-        let is_participant = {
-            let mut v = vec![false; self.graph.node_count()];
-            for &p in participants {
-                v[p as usize] = true;
-            }
-            v
-        };
-        let ratio = |side: &[bool], net: &FlowNetwork| {
-            let inside = (0..net.nodes as usize)
-                .filter(|&v| side[v] && is_participant[v])
-                .count();
-            net.leaving(side) / inside as f64
-        };
-        // Start from the cuts around single NPUs: {c} alone and everything but t.
-        let mut x = f64::INFINITY;
-        for &p in participants {
-            let mut side = vec![false; self.graph.node_count()];
-            side[p as usize] = true;
-            x = x.min(ratio(&side, &self));
-            side.iter_mut().for_each(|s| *s = !*s);
-            side[self.nodes as usize] = false;
-            x = x.min(ratio(&side, &self));
-        }
-        let source = self.source();
-        let feeds: Vec<_> = participants
-            .iter()
-            .map(|&p| self.graph.add_edge(source, NodeIndex::new(p as usize), 0.0))
-            .collect();
-        // A sink that receives x n at some x also does at every smaller x (scale its flow), so
-        // each sink is verified once; sinks are tried in parallel, the first failure in order wins.
-        let mut pending: &[NodeId] = sinks;
-        loop {
-            for &e in &feeds {
-                self.graph[e] = x;
-            }
-            let tolerance = x * n * 1e-9;
-            let net = &self;
-            let failure = pending.par_iter().enumerate().find_map_first(|(i, &sink)| {
-                let (flow, flows) =
-                    petgraph::algo::dinics(&net.graph, source, NodeIndex::new(sink as usize));
-                if flow >= x * n - tolerance {
-                    return None;
-                }
-                let mut side = net.source_side(source, &flows, tolerance * 1e-3);
-                side[source.index()] = false;
-                Some((i, ratio(&side, net)))
-            });
-            match failure {
-                // Rounding can leave no strictly smaller cut: x is then optimal to the tolerance.
-                Some((i, better)) if better < x => {
-                    x = better;
-                    pending = &pending[i..];
-                }
-                Some((i, _)) => pending = &pending[i + 1..],
-                None => return x,
-            }
-        }
-    }
-
-    /// Smallest maximum flow from `root` to any of `sinks` (bytes per second).
-    fn min_cut_from(&self, root: NodeId, sinks: &[NodeId]) -> f64 {
-        sinks
-            .iter()
-            .map(|&t| {
-                petgraph::algo::dinics(
-                    &self.graph,
-                    NodeIndex::new(root as usize),
-                    NodeIndex::new(t as usize),
-                )
-                .0
-            })
-            .fold(f64::INFINITY, f64::min)
-    }
 }
 
 /// Seconds to picoseconds, rounded down (a bound must not exceed what is achievable), after

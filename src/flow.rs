@@ -2,10 +2,12 @@
 //!
 //! The exact cut bound, ForestColl's edge splitting and its spanning-tree packing each ask tens of
 //! thousands of max-flow questions of one slowly changing network, between node *sets* and often
-//! only up to a limit ("can it carry at least L?"). petgraph's `dinics` answers one question per
-//! freshly built graph with one source and one sink; here the network is built once, capacities
-//! are changed in place, arcs are appended, and every run reuses the same work arrays and stops as
-//! soon as the limit is reached. Capacities are `i64`; [`INFINITE`] stands for an uncuttable arc.
+//! only up to a limit ("can it carry at least L?"). A library max-flow (petgraph's `dinics`)
+//! answers one question per freshly built graph with one source and one sink; here the network is
+//! built once, capacities are changed in place, arcs are appended, a run may start from flow the
+//! caller already knows, and every run reuses the same work arrays, resets only what the last one
+//! touched, and stops as soon as the limit is reached. Capacities are `i64`; [`INFINITE`] stands
+//! for an uncuttable arc.
 
 /// A capacity or flow value.
 pub type Cap = i64;

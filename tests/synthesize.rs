@@ -24,7 +24,7 @@ fn request(kind: CollectiveKind, size: u64, chunks: u32, root: Option<u32>) -> C
     CollectiveRequest {
         kind,
         size,
-        chunks,
+        chunks: Some(chunks),
         npus: None,
         root,
     }

@@ -42,7 +42,8 @@ fn options(algorithm: Algorithm, chunks: u32) -> TrainOptions {
         sim: SimOptions::default(),
         validate: true,
         seed: 1,
-        chunks,
+        chunks: Some(chunks),
+        trees: None,
     }
 }
 

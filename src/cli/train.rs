@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Format, MultiDimArgs, TimeModelArg, TopologyArgs};
+use super::{ForestArgs, Format, MultiDimArgs, TimeModelArg, TopologyArgs};
 use crate::algorithms::Algorithm;
 use crate::report::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER};
 use crate::synth::SynthOptions;
@@ -27,10 +27,12 @@ pub struct TrainArgs {
     /// Seed of the synthesizer and of validation
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Chunks each collective is cut into [default: 1, or the system file's
-    /// preferred-dataset-splits]
+    /// Chunks each collective is cut into [default: 1 (forestcoll: its own pieces per tree), or
+    /// the system file's preferred-dataset-splits]
     #[arg(long)]
     pub chunks: Option<u32>,
+    #[command(flatten)]
+    pub forest: ForestArgs,
     /// Skip the symbolic validation of the collective schedules
     #[arg(long)]
     pub no_validate: bool,
@@ -58,7 +60,8 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         synth: SynthOptions::default(),
         validate: !args.no_validate,
         seed: args.seed,
-        chunks: args.chunks.or(system.chunks).unwrap_or(1),
+        chunks: args.chunks.or(system.chunks),
+        trees: args.forest.trees,
     };
     let rows = compare(&topology, &workload, &algorithms, &options)?;
     for row in &rows {

@@ -11,7 +11,7 @@
 //! in-capacity of node sets, and a growing tree meets more sets), so an arc refused to a class is
 //! refused to the rest split off from it later too, and is not tested again.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use crate::flow::{ArcId, Cap, FlowNetwork, INFINITE};
 use crate::Error;
@@ -28,56 +28,67 @@ pub struct TreeClass {
 struct Growing {
     class: TreeClass,
     members: Vec<u32>,
-    /// Per node, the arc from this class's flow node into it while it is in the tree.
-    arc_into: Vec<Option<ArcId>>,
-    /// This class's node in the flow network and the arc that feeds it.
+    in_tree: Vec<bool>,
+    /// Arcs `(x, y)` this class (or the class it split from) was refused.
+    refused: HashSet<(u32, u32)>,
+    done: bool,
+    /// This class's node in the current flow network, the arc that feeds it, and per node the
+    /// arc from it into that node (`NONE` outside the tree).
     node: u32,
     feed: ArcId,
-    done: bool,
-    /// Arcs `(x, y)` this class (or the class it split from) was refused.
-    refused: std::collections::HashSet<(u32, u32)>,
+    into: Vec<ArcId>,
 }
+
+const NONE: ArcId = ArcId::MAX;
 
 /// Packs, for every `(root, k)`, `k` spanning out-trees rooted there over `n` nodes, each arc
 /// `(tail, head, capacity)` used by at most `capacity` trees. The network must have the
 /// connectivity the trees need (`sum k` from a super source feeding every root its `k`).
 pub fn pack(n: usize, arcs: &[(u32, u32, u64)], roots: &[(u32, u64)]) -> Result<Vec<TreeClass>, Error> {
-    let mut net = FlowNetwork::new(n + 1);
-    let hub = n as u32;
-    let mut out: Vec<Vec<(u32, ArcId)>> = vec![Vec::new(); n];
-    for &(a, b, c) in arcs {
-        let arc = net.add_arc(a, b, c as Cap);
-        out[a as usize].push((b, arc));
+    let mut out: Vec<Vec<(u32, usize)>> = vec![Vec::new(); n];
+    for (i, &(a, b, _)) in arcs.iter().enumerate() {
+        out[a as usize].push((b, i));
     }
     for list in &mut out {
         list.sort_unstable();
     }
-    let entry: Vec<ArcId> = (0..n as u32).map(|v| net.add_arc(hub, v, 0)).collect();
     let mut packer = Packer {
-        net,
-        hub,
-        entry,
+        n,
+        left: arcs.iter().map(|a| a.2 as Cap).collect(),
+        tails_heads: arcs.iter().map(|a| (a.0, a.1)).collect(),
         out,
         classes: Vec::new(),
         unfinished: 0,
-        n,
+        net: FlowNetwork::default(),
+        hub: n as u32,
+        entry: Vec::new(),
+        arc_id: Vec::new(),
     };
     let mut queue = VecDeque::new();
     for &(root, k) in roots {
         if k == 0 {
             continue;
         }
-        let id = packer.add_class(
-            TreeClass {
+        let mut in_tree = vec![false; n];
+        in_tree[root as usize] = true;
+        queue.push_back(packer.classes.len());
+        packer.classes.push(Growing {
+            class: TreeClass {
                 root,
                 weight: k,
                 edges: Vec::new(),
             },
-            vec![root],
-            Default::default(),
-        );
-        queue.push_back(id);
+            members: vec![root],
+            in_tree,
+            refused: HashSet::new(),
+            done: false,
+            node: 0,
+            feed: 0,
+            into: Vec::new(),
+        });
+        packer.unfinished += k as Cap;
     }
+    packer.rebuild();
     while let Some(j) = queue.pop_front() {
         packer.grow(j, &mut queue)?;
     }
@@ -86,42 +97,59 @@ pub fn pack(n: usize, arcs: &[(u32, u32, u64)], roots: &[(u32, u64)]) -> Result<
     Ok(classes)
 }
 
+/// The packing state and the flow network of the Theorem 12 test: the arcs with what is left of
+/// their capacity, a hub, and a node per unfinished class fed from the hub with the class's
+/// weight and feeding its tree's nodes without limit. Finished classes leave the network (it is
+/// rebuilt when one finishes), so that tests only scan what can still carry flow.
 struct Packer {
+    n: usize,
+    /// Capacity left on each arc, and its ends.
+    left: Vec<Cap>,
+    tails_heads: Vec<(u32, u32)>,
+    /// Per node, its out-arcs `(head, arc)` by head.
+    out: Vec<Vec<(u32, usize)>>,
+    classes: Vec<Growing>,
+    /// Trees in classes not yet spanning.
+    unfinished: Cap,
     net: FlowNetwork,
     hub: u32,
     /// Per node, the hub's arc into it: opened without limit for the node being tested.
     entry: Vec<ArcId>,
-    out: Vec<Vec<(u32, ArcId)>>,
-    classes: Vec<Growing>,
-    /// Trees in classes not yet spanning.
-    unfinished: Cap,
-    n: usize,
+    /// Flow-network id of each arc.
+    arc_id: Vec<ArcId>,
 }
 
 impl Packer {
-    fn add_class(
-        &mut self,
-        class: TreeClass,
-        members: Vec<u32>,
-        refused: std::collections::HashSet<(u32, u32)>,
-    ) -> usize {
-        let node = self.net.add_node();
-        let feed = self.net.add_arc(self.hub, node, class.weight as Cap);
-        let mut arc_into = vec![None; self.n];
-        for &m in &members {
-            arc_into[m as usize] = Some(self.net.add_arc(node, m, INFINITE));
+    /// A fresh flow network of the arcs' remaining capacities and the unfinished classes.
+    fn rebuild(&mut self) {
+        let mut net = FlowNetwork::new(self.n + 1);
+        self.arc_id = self
+            .tails_heads
+            .iter()
+            .zip(&self.left)
+            .map(|(&(a, b), &c)| net.add_arc(a, b, c))
+            .collect();
+        self.entry = (0..self.n as u32).map(|v| net.add_arc(self.hub, v, 0)).collect();
+        self.net = net;
+        for j in 0..self.classes.len() {
+            if self.classes[j].done {
+                self.classes[j].into = Vec::new();
+            } else {
+                self.attach(j);
+            }
         }
-        self.unfinished += class.weight as Cap;
-        self.classes.push(Growing {
-            class,
-            members,
-            arc_into,
-            node,
-            feed,
-            done: false,
-            refused,
-        });
-        self.classes.len() - 1
+    }
+
+    /// Gives class `j` its node and arcs in the current network.
+    fn attach(&mut self, j: usize) {
+        let node = self.net.add_node();
+        let g = &mut self.classes[j];
+        g.node = node;
+        g.feed = self.net.add_arc(self.hub, node, g.class.weight as Cap);
+        g.into = vec![NONE; self.n];
+        for &m in &g.members {
+            g.into[m as usize] = self.net.add_arc(node, m, INFINITE);
+        }
     }
 
     /// Grows class `j` breadth-first until it spans every node, splitting off what cannot follow.
@@ -133,10 +161,7 @@ impl Packer {
             for i in 0..self.out[x as usize].len() {
                 let (y, arc) = self.out[x as usize][i];
                 let g = &self.classes[j];
-                if g.arc_into[y as usize].is_some()
-                    || self.net.capacity(arc) == 0
-                    || g.refused.contains(&(x, y))
-                {
+                if g.in_tree[y as usize] || self.left[arc] == 0 || g.refused.contains(&(x, y)) {
                     continue;
                 }
                 let taken = self.most_trees(j, x, y, arc);
@@ -146,30 +171,40 @@ impl Packer {
                 }
                 let weight = self.classes[j].class.weight;
                 if taken < weight {
+                    // The rest of the class continues later, from the tree as it is now.
                     let g = &self.classes[j];
-                    let rest = TreeClass {
-                        weight: weight - taken,
-                        ..g.class.clone()
+                    let rest = Growing {
+                        class: TreeClass {
+                            weight: weight - taken,
+                            ..g.class.clone()
+                        },
+                        members: g.members.clone(),
+                        in_tree: g.in_tree.clone(),
+                        refused: g.refused.clone(),
+                        done: false,
+                        node: 0,
+                        feed: 0,
+                        into: Vec::new(),
                     };
-                    let (members, refused) = (g.members.clone(), g.refused.clone());
-                    self.unfinished -= rest.weight as Cap;
-                    let id = self.add_class(rest, members, refused);
+                    self.classes.push(rest);
+                    let id = self.classes.len() - 1;
+                    self.attach(id);
                     queue.push_back(id);
-                    let g = &mut self.classes[j];
-                    g.class.weight = taken;
-                    self.net.set_capacity(g.feed, taken as Cap);
+                    self.classes[j].class.weight = taken;
+                    self.net.set_capacity(self.classes[j].feed, taken as Cap);
                 }
                 let node = self.classes[j].node;
                 let into = self.net.add_arc(node, y, INFINITE);
                 let g = &mut self.classes[j];
                 g.class.edges.push((x, y));
                 g.members.push(y);
-                g.arc_into[y as usize] = Some(into);
-                let c = self.net.capacity(arc);
-                self.net.set_capacity(arc, c - taken as Cap);
+                g.in_tree[y as usize] = true;
+                g.into[y as usize] = into;
+                self.left[arc] -= taken as Cap;
+                self.net.set_capacity(self.arc_id[arc], self.left[arc]);
             }
         }
-        let g = &self.classes[j];
+        let g = &mut self.classes[j];
         if g.members.len() != self.n {
             return Err(Error::input(format!(
                 "internal: a tree from node {} could reach only {} of {} nodes",
@@ -178,17 +213,17 @@ impl Packer {
                 self.n
             )));
         }
+        g.done = true;
+        g.refused = HashSet::new();
         self.unfinished -= g.class.weight as Cap;
-        let feed = g.feed;
-        self.net.set_capacity(feed, 0);
-        self.classes[j].done = true;
+        self.rebuild();
         Ok(())
     }
 
-    /// How many of class `j`'s trees may take `x -> y` (Theorem 12).
-    fn most_trees(&mut self, j: usize, x: u32, y: u32, arc: ArcId) -> u64 {
+    /// How many of class `j`'s trees may take arc `arc`, `x -> y` (Theorem 12).
+    fn most_trees(&mut self, j: usize, x: u32, y: u32, arc: usize) -> u64 {
         let weight = self.classes[j].class.weight as Cap;
-        let most = weight.min(self.net.capacity(arc));
+        let most = weight.min(self.left[arc]);
         let others = self.unfinished - weight;
         let feed = self.classes[j].feed;
         self.net.set_capacity(feed, 0);
@@ -198,15 +233,13 @@ impl Packer {
         self.net.clear_flow();
         let mut direct: Cap = 0;
         for (i, g) in self.classes.iter().enumerate() {
-            if i == j || g.done {
+            if i == j || g.done || g.into[y as usize] == NONE {
                 continue;
             }
-            if let Some(into) = g.arc_into[y as usize] {
-                let w = g.class.weight as Cap;
-                self.net.push(g.feed, w);
-                self.net.push(into, w);
-                direct += w;
-            }
+            let w = g.class.weight as Cap;
+            self.net.push(g.feed, w);
+            self.net.push(g.into[y as usize], w);
+            direct += w;
         }
         let flow = self
             .net

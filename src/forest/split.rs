@@ -272,19 +272,46 @@ impl Splitter<'_> {
         quota: Cap,
     ) -> Cap {
         let mut most = self.net.capacity(a_uw).min(self.net.capacity(a_wt)).min(quota);
-        // Receiving sides holding u and t but not w (nor the super source).
-        let sinks: Vec<NodeId> = if u == t { vec![u] } else { vec![u, t] };
-        let holds_participant = sinks.iter().any(|&v| self.is_participant[v as usize]);
-        most = most.min(self.surplus(&[self.source, w], &sinks, holds_participant, most));
-        if most == 0 {
-            return 0;
+        // Lower bounds on both families' surplus, from the neighbouring sets that already hold
+        // at least `need`: a side Y holding u and t but not w has in(Y) = in(Y + w) + c(w -> Y)
+        // - c(outside -> w); a side holding w has in(Y) = in(Y - w) + c(outside -> w) - c(w -> Y).
+        // Where they cover `most` (typically at a switch's last arcs) no flow is needed.
+        let (between_in, between_out) = self.between(u, w, t);
+        let (w_in, w_out) = (self.total(w, true), self.total(w, false));
+        if between_out + between_in - w_in < most {
+            // Receiving sides holding u and t but not w (nor the super source).
+            let sinks: Vec<NodeId> = if u == t { vec![u] } else { vec![u, t] };
+            let holds_participant = sinks.iter().any(|&v| self.is_participant[v as usize]);
+            most = most.min(self.surplus(&[self.source, w], &sinks, holds_participant, most));
+            if most == 0 {
+                return 0;
+            }
         }
-        // Receiving sides holding w but neither u nor t.
-        let mut sources = vec![self.source, u];
-        if t != u {
-            sources.push(t);
+        if between_in + between_out - w_out < most {
+            // Receiving sides holding w but neither u nor t.
+            let mut sources = vec![self.source, u];
+            if t != u {
+                sources.push(t);
+            }
+            most = most.min(self.surplus(&sources, &[w], false, most));
         }
-        most.min(self.surplus(&sources, &[w], false, most))
+        most
+    }
+
+    /// Capacity from u and t into w, and from w to u and t (each pair counted once).
+    fn between(&self, u: NodeId, w: NodeId, t: NodeId) -> (Cap, Cap) {
+        let cap = |a: NodeId, b: NodeId| self.arc_of.get(&(a, b)).map_or(0, |&x| self.net.capacity(x));
+        let ends: &[NodeId] = if u == t { &[u] } else { &[u, t] };
+        ends.iter().fold((0, 0), |(i, o), &v| (i + cap(v, w), o + cap(w, v)))
+    }
+
+    /// Total capacity into (or out of) a node.
+    fn total(&self, w: NodeId, into: bool) -> Cap {
+        if into {
+            self.net.in_arcs(w).map(|a| self.net.capacity(a)).sum()
+        } else {
+            self.net.out_arcs(w).map(|a| self.net.capacity(a)).sum()
+        }
     }
 
     /// The smallest `in-capacity - need` over receiving sides that hold `sinks`, none of

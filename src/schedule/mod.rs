@@ -293,25 +293,36 @@ impl Schedule {
     pub fn concat(parts: &[Schedule]) -> Schedule {
         let mut all = Schedule::with_capacity(parts.iter().map(Schedule::len).sum());
         for part in parts {
-            let base = all.len() as TransferIndex;
-            let mut deps = Vec::new();
-            for t in 0..part.len() as TransferIndex {
-                deps.clear();
-                deps.extend(part.deps(t).iter().map(|&d| d + base));
-                let index = match part.wait(t) {
-                    Some(duration) => all.push_wait(part.transfer(t).src, duration, &deps),
-                    None => all.push(part.transfer(t), &deps),
-                };
-                if let Some(pieces) = part.pieces(t) {
-                    all.set_pieces(index, pieces);
-                }
-                all.set_op(index, part.op(t));
-                if let Some(route) = part.route(t) {
-                    all.set_route(index, route);
-                }
-            }
+            all.append(part, &[]);
         }
         all
+    }
+
+    /// Appends every transfer of `part` with its dependencies shifted, pieces, operation, wait
+    /// and route kept; transfers of `part` that depend on nothing wait for `after` instead.
+    /// Returns the index `part`'s first transfer got.
+    pub fn append(&mut self, part: &Schedule, after: &[TransferIndex]) -> TransferIndex {
+        let base = self.len() as TransferIndex;
+        let mut deps = Vec::new();
+        for t in 0..part.len() as TransferIndex {
+            deps.clear();
+            deps.extend(part.deps(t).iter().map(|&d| d + base));
+            if deps.is_empty() {
+                deps.extend_from_slice(after);
+            }
+            let index = match part.wait(t) {
+                Some(duration) => self.push_wait(part.transfer(t).src, duration, &deps),
+                None => self.push(part.transfer(t), &deps),
+            };
+            if let Some(pieces) = part.pieces(t) {
+                self.set_pieces(index, pieces);
+            }
+            self.set_op(index, part.op(t));
+            if let Some(route) = part.route(t) {
+                self.set_route(index, route);
+            }
+        }
+        base
     }
 
     /// Renames every NPU `v` to `map[v]`, in the transfers and in the claimed collective: a

@@ -187,8 +187,11 @@ pub struct TrainOptions {
     /// Validate every distinct collective schedule before it is used.
     pub validate: bool,
     pub seed: u64,
-    /// Chunks each collective is cut into (fewer for collectives too small to cut so finely).
-    pub chunks: u32,
+    /// Chunks each collective is cut into (fewer for collectives too small to cut so finely);
+    /// None for each algorithm's default (1, or ForestColl's pieces per tree).
+    pub chunks: Option<u32>,
+    /// ForestColl's trees per NPU (None: the optimal number).
+    pub trees: Option<u64>,
 }
 
 /// Where one iteration's time went.
@@ -498,27 +501,19 @@ impl Iteration<'_> {
         }
         let parts = &self.cache[&key];
         let mut sinks = Vec::new();
-        let mut deps = Vec::new();
         for part in parts {
-            let base = self.schedule.len() as TransferIndex;
+            let base = self.schedule.append(part, &[after]);
             let mut needed = vec![false; part.len()];
             for t in 0..part.len() as TransferIndex {
                 for &d in part.deps(t) {
                     needed[d as usize] = true;
                 }
             }
-            for t in 0..part.len() as TransferIndex {
-                deps.clear();
-                deps.extend(part.deps(t).iter().map(|&d| d + base));
-                if deps.is_empty() {
-                    deps.push(after);
-                }
-                let index = self.schedule.push(part.transfer(t), &deps);
-                self.schedule.set_op(index, part.op(t));
-                if !needed[t as usize] {
-                    sinks.push(index);
-                }
-            }
+            sinks.extend(
+                (0..part.len() as TransferIndex)
+                    .filter(|&t| !needed[t as usize])
+                    .map(|t| base + t),
+            );
         }
         let end = self.schedule.push_wait(0, Time::ZERO, &sinks);
         Ok((end, group))
@@ -550,7 +545,7 @@ impl Iteration<'_> {
     ) -> Result<Schedule, Error> {
         let o = self.options;
         // As many chunks as asked for, halved while the collective cannot be cut that finely.
-        let mut chunks = o.chunks.max(1);
+        let mut chunks = o.chunks.unwrap_or(1).max(1);
         let c = loop {
             match Collective::new(comm.collective, npus.to_vec(), comm.bytes, chunks, None) {
                 Ok(c) => break c,
@@ -567,6 +562,12 @@ impl Iteration<'_> {
                 };
                 synth::synthesize(self.topology, std::slice::from_ref(&c), &options)
                     .map(|mut s| s.schedules.remove(0))
+            }
+            // ForestColl packs its trees for the group on the whole network: its paths may leave
+            // the group's NPUs.
+            Algorithm::ForestColl => {
+                algorithms::forestcoll::produce(self.topology, &c, o.trees, o.chunks.map(|_| chunks))
+                    .map(|(s, _)| s)
             }
             Algorithm::Hierarchical | Algorithm::Themis if !whole => match dims {
                 // The group is whole dimensions: generate on them and move onto its NPUs.
@@ -646,7 +647,8 @@ mod tests {
             sim: SimOptions::default(),
             validate: true,
             seed: 1,
-            chunks: 1,
+            chunks: None,
+            trees: None,
         }
     }
 
