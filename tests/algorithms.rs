@@ -112,7 +112,8 @@ fn every_generated_schedule_validates() {
             Algorithm::Dbt,
             Algorithm::Hierarchical,
             Algorithm::Themis,
-        ][rng.random_range(0..6)];
+            Algorithm::ForestColl,
+        ][rng.random_range(0..7)];
         let chunks = rng.random_range(1..=3);
         let npus = t.active_npus();
         let root = kind

@@ -13,8 +13,8 @@ use crate::bound;
 use crate::collective::{Collective, CollectiveKind};
 use crate::forest::{self, Forest, ForestRequest};
 use crate::schedule::{Op, Schedule, TransferIndex};
-use crate::units::Time;
 use crate::topology::{NodeId, Topology};
+use crate::units::Time;
 use crate::Error;
 
 /// Plans the trees (`trees` per root, or the optimal number) and builds the schedule with
@@ -32,7 +32,11 @@ pub fn produce(
 
 /// The packings a collective needs, in the order they run: reduce-scatter (on the transposed
 /// network) before all-gather for all-reduce.
-pub fn forests(topology: &Topology, c: &Collective, trees: Option<u64>) -> Result<Vec<Forest>, Error> {
+pub fn forests(
+    topology: &Topology,
+    c: &Collective,
+    trees: Option<u64>,
+) -> Result<Vec<Forest>, Error> {
     let all_active = c.npus.len() == topology.active_npus().len();
     let request = |reversed: bool, rooted: bool| ForestRequest {
         participants: c.npus.clone(),
@@ -96,7 +100,11 @@ fn deepest_trip(topology: &Topology, f: &Forest, bytes: f64) -> f64 {
                 } else {
                     (hop[0], hop[1])
                 };
-                let link = topology.link(topology.link_between(a, b).expect("tree paths follow links"));
+                let link = topology.link(
+                    topology
+                        .link_between(a, b)
+                        .expect("tree paths follow links"),
+                );
                 bytes / link.bandwidth.as_bytes_per_sec()
             })
             .sum()
@@ -214,7 +222,11 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
                         while chain.len() + skip <= s as usize {
                             let previous: Vec<TransferIndex> =
                                 chain.last().copied().into_iter().collect();
-                            let duration = if chain.is_empty() && skip == 0 { start } else { pace };
+                            let duration = if chain.is_empty() && skip == 0 {
+                                start
+                            } else {
+                                pace
+                            };
                             chain.push(b.wait(rank_of[&from], duration, &previous));
                         }
                         vec![chain[s as usize - skip]]

@@ -79,7 +79,6 @@ pub struct RunFileArgs {
     pub batch: BatchArgs,
 }
 
-
 #[derive(Args, Debug)]
 pub struct MergeArgs {
     /// The shards' results folders
@@ -89,7 +88,6 @@ pub struct MergeArgs {
     #[arg(long, short = 'o')]
     pub out: PathBuf,
 }
-
 
 pub(super) fn sweep(args: SweepArgs) -> Result<(), Error> {
     let system = args.multi_dim.resolve()?;
@@ -255,4 +253,3 @@ pub(super) fn merge_shards(args: MergeArgs) -> Result<(), Error> {
     );
     Ok(())
 }
-

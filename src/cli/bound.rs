@@ -16,7 +16,6 @@ pub struct BoundArgs {
     pub format: Format,
 }
 
-
 pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let request = args.collective.request()?;
@@ -47,4 +46,3 @@ pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
     }
     Ok(())
 }
-

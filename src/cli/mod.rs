@@ -59,7 +59,6 @@ pub enum Command {
     Train(TrainArgs),
 }
 
-
 /// The network, shared by every command that takes `--topology`.
 #[derive(Args, Debug, Clone)]
 pub struct TopologyArgs {
@@ -295,7 +294,6 @@ impl From<TimeModelArg> for TimeModel {
         }
     }
 }
-
 
 /// Shows a progress line on stderr for long simulations when stderr is a terminal.
 pub(crate) struct Progress {

@@ -92,7 +92,6 @@ pub struct SynthesizeArgs {
     pub run: RunArgs,
 }
 
-
 fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Error> {
     Ok(SimOptions {
         endpoint_delay: args
@@ -225,4 +224,3 @@ pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
         &SystemConfig::default(),
     )
 }
-

@@ -47,7 +47,6 @@ pub struct TrainArgs {
     pub format: Format,
 }
 
-
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let system = args.multi_dim.resolve()?;
     let topology = args.topology.build()?;
@@ -114,4 +113,3 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     }
     Ok(())
 }
-

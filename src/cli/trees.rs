@@ -55,7 +55,13 @@ pub(super) fn trees(args: TreesArgs) -> Result<(), Error> {
         )));
     }
     // The trees do not depend on the size; any size that splits into the pieces will do.
-    let c = Collective::new(kind, npus, u64::MAX / 2, 1, args.root.filter(|_| kind.is_rooted()))?;
+    let c = Collective::new(
+        kind,
+        npus,
+        u64::MAX / 2,
+        1,
+        args.root.filter(|_| kind.is_rooted()),
+    )?;
     let forests = forestcoll::forests(&topology, &c, args.trees)?;
     let elapsed = started.elapsed();
     match args.format {
@@ -88,7 +94,12 @@ pub fn algorithm_bandwidth(c: &Collective, forests: &[Forest]) -> f64 {
     1.0 / forests.iter().map(|f| share / f.rate_bps()).sum::<f64>()
 }
 
-fn print_text(topology: &Topology, c: &Collective, forests: &[Forest], elapsed: std::time::Duration) {
+fn print_text(
+    topology: &Topology,
+    c: &Collective,
+    forests: &[Forest],
+    elapsed: std::time::Duration,
+) {
     println!(
         "ForestColl trees for {} over {} NPUs of {}",
         c.kind,
@@ -140,7 +151,8 @@ fn print_text(topology: &Topology, c: &Collective, forests: &[Forest], elapsed: 
                     .routes
                     .iter()
                     .map(|(p, n)| {
-                        let nodes: Vec<String> = physical(f, p).iter().map(u32::to_string).collect();
+                        let nodes: Vec<String> =
+                            physical(f, p).iter().map(u32::to_string).collect();
                         format!("{} x{n}", nodes.join(">"))
                     })
                     .collect();

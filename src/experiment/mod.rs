@@ -60,7 +60,13 @@ impl CollectiveRequest {
             }
             None => topology.active_npus(),
         };
-        Collective::new(self.kind, npus, self.size, self.chunks.unwrap_or(1), self.root)
+        Collective::new(
+            self.kind,
+            npus,
+            self.size,
+            self.chunks.unwrap_or(1),
+            self.root,
+        )
     }
 }
 

@@ -190,7 +190,9 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
                 .iter()
                 .map(|&(x, y)| {
                     let taken = split::take_units(
-                        bundles.get_mut(&(x, y)).expect("tree arcs are logical arcs"),
+                        bundles
+                            .get_mut(&(x, y))
+                            .expect("tree arcs are logical arcs"),
                         class.weight,
                     );
                     TreeEdge {

@@ -44,7 +44,11 @@ const NONE: ArcId = ArcId::MAX;
 /// Packs, for every `(root, k)`, `k` spanning out-trees rooted there over `n` nodes, each arc
 /// `(tail, head, capacity)` used by at most `capacity` trees. The network must have the
 /// connectivity the trees need (`sum k` from a super source feeding every root its `k`).
-pub fn pack(n: usize, arcs: &[(u32, u32, u64)], roots: &[(u32, u64)]) -> Result<Vec<TreeClass>, Error> {
+pub fn pack(
+    n: usize,
+    arcs: &[(u32, u32, u64)],
+    roots: &[(u32, u64)],
+) -> Result<Vec<TreeClass>, Error> {
     let mut out: Vec<Vec<(u32, usize)>> = vec![Vec::new(); n];
     for (i, &(a, b, _)) in arcs.iter().enumerate() {
         out[a as usize].push((b, i));
@@ -129,7 +133,9 @@ impl Packer {
             .zip(&self.left)
             .map(|(&(a, b), &c)| net.add_arc(a, b, c))
             .collect();
-        self.entry = (0..self.n as u32).map(|v| net.add_arc(self.hub, v, 0)).collect();
+        self.entry = (0..self.n as u32)
+            .map(|v| net.add_arc(self.hub, v, 0))
+            .collect();
         self.net = net;
         for j in 0..self.classes.len() {
             if self.classes[j].done {
@@ -241,9 +247,7 @@ impl Packer {
             self.net.push(g.into[y as usize], w);
             direct += w;
         }
-        let flow = self
-            .net
-            .augment(&[self.hub], &[y], others + most, direct);
+        let flow = self.net.augment(&[self.hub], &[y], others + most, direct);
         self.net.set_capacity(self.entry[x as usize], 0);
         self.net.set_capacity(feed, weight);
         (flow - others).clamp(0, most) as u64
@@ -277,7 +281,9 @@ pub fn verify(n: usize, arcs: &[(u32, u32, u64)], classes: &[TreeClass]) -> Resu
             .find(|a| a.0 == x && a.1 == y)
             .map_or(0, |a| a.2);
         if l > cap {
-            return Err(format!("arc {x} -> {y} carries {l} trees over capacity {cap}"));
+            return Err(format!(
+                "arc {x} -> {y} carries {l} trees over capacity {cap}"
+            ));
         }
     }
     Ok(())
@@ -301,7 +307,11 @@ mod tests {
         let classes = pack(4, &arcs, &roots).unwrap();
         verify(4, &arcs, &classes).unwrap();
         for r in 0..4 {
-            let total: u64 = classes.iter().filter(|c| c.root == r).map(|c| c.weight).sum();
+            let total: u64 = classes
+                .iter()
+                .filter(|c| c.root == r)
+                .map(|c| c.weight)
+                .sum();
             assert_eq!(total, 2);
         }
     }

@@ -271,7 +271,11 @@ impl Splitter<'_> {
         a_wt: ArcId,
         quota: Cap,
     ) -> Cap {
-        let mut most = self.net.capacity(a_uw).min(self.net.capacity(a_wt)).min(quota);
+        let mut most = self
+            .net
+            .capacity(a_uw)
+            .min(self.net.capacity(a_wt))
+            .min(quota);
         // Lower bounds on both families' surplus, from the neighbouring sets that already hold
         // at least `need`: a side Y holding u and t but not w has in(Y) = in(Y + w) + c(w -> Y)
         // - c(outside -> w); a side holding w has in(Y) = in(Y - w) + c(outside -> w) - c(w -> Y).
@@ -300,9 +304,14 @@ impl Splitter<'_> {
 
     /// Capacity from u and t into w, and from w to u and t (each pair counted once).
     fn between(&self, u: NodeId, w: NodeId, t: NodeId) -> (Cap, Cap) {
-        let cap = |a: NodeId, b: NodeId| self.arc_of.get(&(a, b)).map_or(0, |&x| self.net.capacity(x));
+        let cap = |a: NodeId, b: NodeId| {
+            self.arc_of
+                .get(&(a, b))
+                .map_or(0, |&x| self.net.capacity(x))
+        };
         let ends: &[NodeId] = if u == t { &[u] } else { &[u, t] };
-        ends.iter().fold((0, 0), |(i, o), &v| (i + cap(v, w), o + cap(w, v)))
+        ends.iter()
+            .fold((0, 0), |(i, o), &v| (i + cap(v, w), o + cap(w, v)))
     }
 
     /// Total capacity into (or out of) a node.
@@ -316,7 +325,13 @@ impl Splitter<'_> {
 
     /// The smallest `in-capacity - need` over receiving sides that hold `sinks`, none of
     /// `sources`, and a participant; values above `cap` are reported as `cap`.
-    fn surplus(&mut self, sources: &[NodeId], sinks: &[NodeId], holds_participant: bool, cap: Cap) -> Cap {
+    fn surplus(
+        &mut self,
+        sources: &[NodeId],
+        sinks: &[NodeId],
+        holds_participant: bool,
+        cap: Cap,
+    ) -> Cap {
         let limit = self.need + cap;
         let flow = self.net.max_flow(sources, sinks, limit);
         if flow >= limit || holds_participant {
@@ -375,7 +390,12 @@ impl Splitter<'_> {
         loop {
             let units = left1.min(left2);
             let joined = self.paths.join(first[i].0, second[j].0);
-            add(&mut self.bundles[a_ut as usize / 2], joined, units, &self.paths);
+            add(
+                &mut self.bundles[a_ut as usize / 2],
+                joined,
+                units,
+                &self.paths,
+            );
             left1 -= units;
             left2 -= units;
             if left1 == 0 {
@@ -397,7 +417,9 @@ impl Splitter<'_> {
 fn take(bundles: &mut Bundles, mut amount: u64) -> Bundles {
     let mut out = Vec::new();
     while amount > 0 {
-        let last = bundles.last_mut().expect("the arc has the capacity being taken");
+        let last = bundles
+            .last_mut()
+            .expect("the arc has the capacity being taken");
         let units = last.1.min(amount);
         out.push((last.0, units));
         last.1 -= units;

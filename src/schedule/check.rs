@@ -139,7 +139,11 @@ fn check_route(
             return Err(Error::input(format!(
                 "transfer {id}: route {} names node {} that {} does not have",
                 text(),
-                if hop[0] >= topology.nodes() { hop[0] } else { hop[1] },
+                if hop[0] >= topology.nodes() {
+                    hop[0]
+                } else {
+                    hop[1]
+                },
                 topology.name()
             )));
         }

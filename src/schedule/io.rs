@@ -1,8 +1,9 @@
 //! Schedule files. CSV: header `id,src,dst,bytes,deps` (deps joined by `;`), optional `chunk`
-//! (`k` or a half-open range `lo..hi`), `op` (`copy`/`reduce`) and `route` (the nodes a transfer
-//! passes from src to dst, joined by `;`; empty for the topology's routing). JSON:
-//! `{"transfers": [{"id", "src", "dst", "bytes", "deps", "chunk", "op", "route"}]}`. Both are
-//! written streaming, row by row.
+//! (`k` or a half-open range `lo..hi`), `op` (`copy`/`reduce`), `route` (the nodes a transfer
+//! passes from src to dst, joined by `;`; empty for the topology's routing) and `wait` (a
+//! duration such as `2500ps`: the row is a local wait on its src, src = dst and 0 bytes, e.g. the
+//! pacing ForestColl's schedules use). JSON: `{"transfers": [{"id", "src", "dst", "bytes", "deps",
+//! "chunk", "op", "route", "wait"}]}`. Both are written streaming, row by row.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -12,7 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{Op, Schedule, Transfer, TransferIndex};
-use crate::units::parse_bytes;
+use crate::units::{parse_bytes, parse_time, Time};
 use crate::Error;
 
 /// A transfer as read from a file, before dependency ids are resolved to list positions.
@@ -23,6 +24,7 @@ struct RawTransfer {
     pieces: Option<(u32, u32)>,
     op: Op,
     route: Vec<u32>,
+    wait: Option<Time>,
 }
 
 /// Reads a schedule from `.csv` or `.json` (chosen by extension).
@@ -79,7 +81,18 @@ fn assemble(file: &str, raw: Vec<RawTransfer>) -> Result<Schedule, Error> {
                 ))
             })?);
         }
-        let index = schedule.push(r.transfer, &deps);
+        let index = match r.wait {
+            Some(duration) => {
+                if r.transfer.src != r.transfer.dst || r.transfer.bytes != 0 {
+                    return Err(Error::input(format!(
+                        "{file}: transfer {}: a wait must have src = dst and 0 bytes",
+                        r.id
+                    )));
+                }
+                schedule.push_wait(r.transfer.src, duration, &deps)
+            }
+            None => schedule.push(r.transfer, &deps),
+        };
         debug_assert_eq!(index as usize, i);
         schedule.set_id(index, r.id);
         if let Some(p) = r.pieces {
@@ -113,7 +126,7 @@ fn parse_op(text: &str) -> Option<Op> {
 }
 
 const REQUIRED: [&str; 5] = ["id", "src", "dst", "bytes", "deps"];
-const OPTIONAL: [&str; 3] = ["chunk", "op", "route"];
+const OPTIONAL: [&str; 4] = ["chunk", "op", "route", "wait"];
 
 fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
     let mut csv = csv::ReaderBuilder::new()
@@ -128,7 +141,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
         if !REQUIRED.contains(&h) && !OPTIONAL.contains(&h) {
             return Err(Error::input(format!(
                 "{file}: unknown column '{h}' (expected id,src,dst,bytes,deps and optionally \
-                 chunk,op,route)"
+                 chunk,op,route,wait)"
             )));
         }
     }
@@ -141,6 +154,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
         })?;
     }
     let (chunk_col, op_col, route_col) = (column("chunk"), column("op"), column("route"));
+    let wait_col = column("wait");
     let mut out = Vec::new();
     let mut record = csv::StringRecord::new();
     loop {
@@ -193,6 +207,10 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
                     .map_err(|_| bad("route", "expected node ids joined by ';'"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let wait = match wait_col.map(field).filter(|s| !s.is_empty()) {
+            Some(s) => Some(parse_time(s).map_err(|e| bad("wait", &e.to_string()))?),
+            None => None,
+        };
         out.push(RawTransfer {
             id,
             transfer: Transfer {
@@ -204,6 +222,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
             pieces,
             op,
             route,
+            wait,
         });
     }
     Ok(out)
@@ -232,6 +251,8 @@ struct JsonTransfer {
     op: Option<String>,
     #[serde(default)]
     route: Vec<u32>,
+    #[serde(default)]
+    wait: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -257,6 +278,13 @@ fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
                     ))
                 })?),
             };
+            let wait =
+                match &t.wait {
+                    Some(text) => Some(parse_time(text).map_err(|e| {
+                        Error::input(format!("{file}: transfer {}: wait: {e}", t.id))
+                    })?),
+                    None => None,
+                };
             let op = parse_op(t.op.as_deref().unwrap_or("")).ok_or_else(|| {
                 Error::input(format!(
                     "{file}: transfer {}: op should be copy or reduce",
@@ -274,9 +302,15 @@ fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
                 pieces,
                 op,
                 route: t.route,
+                wait,
             })
         })
         .collect()
+}
+
+/// A wait's duration, exactly: whole picoseconds.
+fn wait_text(t: Time) -> String {
+    format!("{}ps", t.ps())
 }
 
 fn pieces_text(p: (u32, u32)) -> String {
@@ -300,11 +334,13 @@ pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error>
     let mut w = create(path)?;
     let extra = schedule.has_pieces();
     let routed = schedule.has_routes();
+    let waits = schedule.has_waits();
     writeln!(
         w,
-        "id,src,dst,bytes,deps{}{}",
+        "id,src,dst,bytes,deps{}{}{}",
         if extra { ",chunk,op" } else { "" },
-        if routed { ",route" } else { "" }
+        if routed { ",route" } else { "" },
+        if waits { ",wait" } else { "" }
     )
     .map_err(io)?;
     for i in 0..schedule.len() as TransferIndex {
@@ -336,6 +372,10 @@ pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error>
                 .collect();
             write!(w, ",{}", route.join(";")).map_err(io)?;
         }
+        if waits {
+            let wait = schedule.wait(i).map(wait_text).unwrap_or_default();
+            write!(w, ",{wait}").map_err(io)?;
+        }
         writeln!(w).map_err(io)?;
     }
     w.flush().map_err(io)
@@ -354,6 +394,8 @@ struct JsonOut<'a> {
     op: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     route: Option<&'a [u32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait: Option<String>,
 }
 
 /// Writes the schedule as JSON, streaming one transfer object per line.
@@ -372,6 +414,7 @@ pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error
             chunk: schedule.pieces(i).map(pieces_text),
             op: schedule.pieces(i).map(|_| schedule.op(i).name()),
             route: schedule.route(i),
+            wait: schedule.wait(i).map(wait_text),
         };
         serde_json::to_writer(&mut w, &row).map_err(|e| Error::io(path.display(), e.into()))?;
         writeln!(
@@ -416,6 +459,7 @@ mod tests {
             Op::Reduce,
         );
         s.set_route(1, &[1, 4, 2]);
+        s.push_wait(2, Time::from_ps(2_500_001), &[1]);
         s.set_id(0, 5);
         s.set_id(1, 9);
         s
@@ -441,6 +485,9 @@ mod tests {
             assert_eq!(back.op(1), Op::Reduce);
             assert_eq!(back.route(0), None);
             assert_eq!(back.route(1), Some(&[1, 4, 2][..]));
+            assert_eq!(back.wait(1), None);
+            assert_eq!(back.wait(2), Some(Time::from_ps(2_500_001)));
+            assert_eq!(back.deps(2), &[1]);
         }
         std::fs::remove_dir_all(dir).unwrap();
     }

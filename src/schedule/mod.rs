@@ -132,7 +132,11 @@ impl Schedule {
     /// dst (checked against the topology by [`Schedule::check`]).
     pub fn set_route(&mut self, index: TransferIndex, route: &[NodeId]) {
         let n = self.transfers.len();
-        assert_eq!(index as usize + 1, n, "routes are set on the last transfer pushed");
+        assert_eq!(
+            index as usize + 1,
+            n,
+            "routes are set on the last transfer pushed"
+        );
         let (start, nodes) = self
             .routes
             .get_or_insert_with(|| (vec![0; n + 1], Vec::new()));
@@ -176,6 +180,10 @@ impl Schedule {
     /// The duration of a wait, None for a real transfer.
     pub fn wait(&self, index: TransferIndex) -> Option<Time> {
         self.waits.as_ref().and_then(|w| w[index as usize])
+    }
+
+    pub fn has_waits(&self) -> bool {
+        self.waits.is_some()
     }
 
     /// Appends a transfer that carries pieces `lo..hi` with `op`.
@@ -329,7 +337,10 @@ impl Schedule {
     /// schedule made on a sub-network, moved onto the NPUs it stands for. Explicit routes name
     /// the sub-network's switches, so a routed schedule cannot be moved.
     pub fn relabel(&mut self, map: &[NodeId]) {
-        assert!(self.routes.is_none(), "routed schedules stay on their network");
+        assert!(
+            self.routes.is_none(),
+            "routed schedules stay on their network"
+        );
         for t in &mut self.transfers {
             t.src = map[t.src as usize];
             t.dst = map[t.dst as usize];

@@ -283,7 +283,23 @@ pub fn msccl_xml(schedule: &Schedule, c: &Collective, name: &str) -> Result<Stri
     // Where each transfer's receive step is, and which received pieces each rank holds.
     let mut receive_step: Vec<(usize, usize)> = Vec::with_capacity(schedule.len());
     let mut received: HashMap<(u32, u32), Vec<TransferIndex>> = HashMap::new();
+    // Waits only time a schedule (pacing, compute): they are left out, and whatever waits for
+    // one waits for what it waited for instead.
+    let mut behind_wait: HashMap<TransferIndex, Vec<TransferIndex>> = HashMap::new();
     for t in 0..schedule.len() as TransferIndex {
+        let deps: Vec<TransferIndex> = schedule
+            .deps(t)
+            .iter()
+            .flat_map(|d| match behind_wait.get(d) {
+                Some(real) => real.clone(),
+                None => vec![*d],
+            })
+            .collect();
+        if schedule.wait(t).is_some() {
+            behind_wait.insert(t, deps);
+            receive_step.push((usize::MAX, usize::MAX));
+            continue;
+        }
         let tr = schedule.transfer(t);
         let bad = |what: &str| Error::input(format!("transfer {}: {what}", schedule.id(t)));
         let (a, b) = match (rank_of.get(&tr.src), rank_of.get(&tr.dst)) {
@@ -301,7 +317,7 @@ pub fn msccl_xml(schedule: &Schedule, c: &Collective, name: &str) -> Result<Stri
             )));
         }
         let (mut at_src, mut at_dst) = (Vec::new(), Vec::new());
-        for &d in schedule.deps(t) {
+        for &d in &deps {
             let arrived_at = rank_of[&schedule.transfer(d).dst];
             if arrived_at == a {
                 at_src.push(receive_step[d as usize]);

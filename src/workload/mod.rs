@@ -565,10 +565,13 @@ impl Iteration<'_> {
             }
             // ForestColl packs its trees for the group on the whole network: its paths may leave
             // the group's NPUs.
-            Algorithm::ForestColl => {
-                algorithms::forestcoll::produce(self.topology, &c, o.trees, o.chunks.map(|_| chunks))
-                    .map(|(s, _)| s)
-            }
+            Algorithm::ForestColl => algorithms::forestcoll::produce(
+                self.topology,
+                &c,
+                o.trees,
+                o.chunks.map(|_| chunks),
+            )
+            .map(|(s, _)| s),
             Algorithm::Hierarchical | Algorithm::Themis if !whole => match dims {
                 // The group is whole dimensions: generate on them and move onto its NPUs.
                 Some(range) => {
