@@ -174,7 +174,7 @@ fn the_same_seed_gives_the_same_schedule_and_seeds_differ() {
     let options = |seed| SynthOptions {
         seed,
         trials: Some(2),
-        unwind_degree: None,
+        ..SynthOptions::default()
     };
     let a = synthesize(&t, std::slice::from_ref(&c), &options(5)).unwrap();
     let b = synthesize(&t, std::slice::from_ref(&c), &options(5)).unwrap();

@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::collective::CollectiveKind;
 use crate::experiment::CollectiveRequest;
 use crate::sim::{Observer, TimeModel};
-use crate::synth::SynthOptions;
+use crate::synth::{SynthOptions, Unwinding};
 use crate::system::{load_system, SystemConfig};
 use crate::topology::{Topology, TopologyOptions};
 use crate::units::parse_bytes;
@@ -221,17 +221,30 @@ pub struct SynthArgs {
     /// [default: 4, or 1 when the schedule has over 4M transfers]
     #[arg(long)]
     pub trials: Option<u32>,
-    /// Logical links per NPU when a switch is unwound for synthesis [default: the best of 1, 2
-    /// and 4 by simulated time]
-    #[arg(long)]
+    /// Logical links per NPU when a switch is unwound for synthesis (TACOS's ring-like
+    /// unwinding) [default: the best of splitting and degrees 1, 2 and 4 by simulated time]
+    #[arg(long, conflicts_with = "unwind")]
     pub unwind_degree: Option<u32>,
+    /// How switches are unwound for synthesis: `split` (cut-preserving edge splitting, any
+    /// switch fabric) [default: the best of splitting and degrees 1, 2 and 4]
+    #[arg(long, value_parser = ["split"])]
+    pub unwind: Option<String>,
+    /// X-way chunking: sub-chunks per chunk the matching uses [default: doubled from 1 while the
+    /// synthesizer's estimate improves by 1% or more]
+    #[arg(long)]
+    pub x_way: Option<u32>,
 }
 
 impl SynthArgs {
     fn options(&self) -> SynthOptions {
         SynthOptions {
             trials: self.trials,
-            unwind_degree: self.unwind_degree,
+            unwinding: match (&self.unwind, self.unwind_degree) {
+                (Some(_), _) => Some(Unwinding::Split),
+                (None, Some(d)) => Some(Unwinding::Degree(d)),
+                (None, None) => None,
+            },
+            x_way: self.x_way,
             ..SynthOptions::default()
         }
     }

@@ -157,10 +157,26 @@ fn produce(
         }
         ScheduleSource::File(path) => {
             let mut schedule = schedule::load_schedule_file(path)?;
-            match collectives {
-                [] => {}
-                [one] if schedule.collective.is_none() => schedule.collective = Some(one.clone()),
-                [_] => {}
+            match (collectives, &schedule.collective) {
+                ([], _) => {}
+                ([one], None) => schedule.collective = Some(one.clone()),
+                ([one], Some(claim)) => {
+                    // The file knows the pieces its transfers name; what the user asks must be
+                    // the same collective.
+                    if (one.kind, one.size, &one.npus) != (claim.kind, claim.size, &claim.npus) {
+                        return Err(Error::input(format!(
+                            "{}: the schedule implements {} ({} B over {} NPUs), not the {} of \
+                             {} B over {} NPUs asked for",
+                            path.display(),
+                            claim.kind,
+                            claim.size,
+                            claim.ranks(),
+                            one.kind,
+                            one.size,
+                            one.ranks()
+                        )));
+                    }
+                }
                 _ => {
                     return Err(Error::input(format!(
                         "{}: a schedule file implements one collective; give one --collective",

@@ -4,6 +4,12 @@
 //! duration such as `2500ps`: the row is a local wait on its src, src = dst and 0 bytes, e.g. the
 //! pacing ForestColl's schedules use). JSON: `{"transfers": [{"id", "src", "dst", "bytes", "deps",
 //! "chunk", "op", "route", "wait"}]}`. Both are written streaming, row by row.
+//!
+//! A schedule that implements a collective records it, so the file alone can be validated and
+//! simulated again: JSON `"collective": {"kind", "size", "chunks", "npus", "root"}` before the
+//! transfers, CSV a first line `# collective: kind=all-gather size=1024 chunks=4 npus=0;1;2
+//! root=0` (`chunks` counts the pieces the transfers name per NPU, which an algorithm may cut
+//! finer than asked).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -13,6 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{Op, Schedule, Transfer, TransferIndex};
+use crate::collective::{Collective, CollectiveKind};
 use crate::units::{parse_bytes, parse_time, Time};
 use crate::Error;
 
@@ -32,7 +39,7 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
     let shown = path.display().to_string();
     let file = File::open(path)
         .map_err(|e| Error::input(format!("{shown}: cannot open schedule: {e}")))?;
-    let raw = match path.extension().and_then(|e| e.to_str()) {
+    let (raw, claim) = match path.extension().and_then(|e| e.to_str()) {
         Some("csv") => read_csv(&shown, file)?,
         Some("json") => read_json(&shown, file)?,
         _ => {
@@ -41,7 +48,88 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
             )))
         }
     };
-    assemble(&shown, raw)
+    let mut schedule = assemble(&shown, raw)?;
+    schedule.collective = claim.map(|c| c.collective(&shown)).transpose()?;
+    Ok(schedule)
+}
+
+/// The collective a schedule file says it implements.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Claim {
+    kind: String,
+    size: u64,
+    chunks: u32,
+    npus: Vec<u32>,
+    #[serde(default)]
+    root: Option<u32>,
+}
+
+impl Claim {
+    fn of(c: &Collective) -> Claim {
+        Claim {
+            kind: c.kind.name().to_string(),
+            size: c.size,
+            chunks: c.chunks,
+            npus: c.npus.clone(),
+            root: c.kind.is_rooted().then(|| c.root()),
+        }
+    }
+
+    fn collective(self, file: &str) -> Result<Collective, Error> {
+        let kind = CollectiveKind::parse(&self.kind)
+            .map_err(|e| Error::input(format!("{file}: collective: {e}")))?;
+        Collective::new(kind, self.npus, self.size, self.chunks, self.root)
+            .map_err(|e| Error::input(format!("{file}: collective: {e}")))
+    }
+
+    /// The CSV form: `# collective: kind=... size=... chunks=... npus=a;b;c root=r`.
+    fn line(&self) -> String {
+        let npus: Vec<String> = self.npus.iter().map(u32::to_string).collect();
+        let root = self.root.map(|r| format!(" root={r}")).unwrap_or_default();
+        format!(
+            "# collective: kind={} size={} chunks={} npus={}{root}",
+            self.kind,
+            self.size,
+            self.chunks,
+            npus.join(";")
+        )
+    }
+
+    fn parse_line(file: &str, line: &str) -> Result<Claim, Error> {
+        let bad = |why: &str| Error::input(format!("{file}: line 1 (# collective): {why}"));
+        let mut claim = Claim {
+            kind: String::new(),
+            size: 0,
+            chunks: 0,
+            npus: Vec::new(),
+            root: None,
+        };
+        let body = line.trim_start_matches('#').trim();
+        let body = body
+            .strip_prefix("collective:")
+            .ok_or_else(|| bad("expected '# collective: kind=... size=...'"))?;
+        for field in body.split_whitespace() {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("'{field}' is not key=value")))?;
+            let number = |v: &str| v.parse::<u64>().map_err(|_| bad(&format!("{key}={v}")));
+            match key {
+                "kind" => claim.kind = value.to_string(),
+                "size" => claim.size = number(value)?,
+                "chunks" => claim.chunks = number(value)? as u32,
+                "root" => claim.root = Some(number(value)? as u32),
+                "npus" => {
+                    claim.npus = value
+                        .split(';')
+                        .map(|v| number(v).map(|n| n as u32))
+                        .collect::<Result<_, _>>()?
+                }
+                other => return Err(bad(&format!("unknown key '{other}'"))),
+            }
+        }
+        Ok(claim)
+    }
 }
 
 fn assemble(file: &str, raw: Vec<RawTransfer>) -> Result<Schedule, Error> {
@@ -128,10 +216,24 @@ fn parse_op(text: &str) -> Option<Op> {
 const REQUIRED: [&str; 5] = ["id", "src", "dst", "bytes", "deps"];
 const OPTIONAL: [&str; 4] = ["chunk", "op", "route", "wait"];
 
-fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
+fn read_csv(file: &str, reader: File) -> Result<(Vec<RawTransfer>, Option<Claim>), Error> {
+    use std::io::{BufRead, Read};
+    let mut reader = BufReader::with_capacity(1 << 20, reader);
+    let mut first = String::new();
+    reader
+        .read_line(&mut first)
+        .map_err(|e| Error::input(format!("{file}: {e}")))?;
+    let (claim, header) = if first.starts_with('#') {
+        (
+            Some(Claim::parse_line(file, first.trim_end())?),
+            String::new(),
+        )
+    } else {
+        (None, first)
+    };
     let mut csv = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_reader(BufReader::with_capacity(1 << 20, reader));
+        .from_reader(std::io::Cursor::new(header).chain(reader));
     let headers = csv
         .headers()
         .map_err(|e| Error::input(format!("{file}: {e}")))?
@@ -225,7 +327,7 @@ fn read_csv(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
             wait,
         });
     }
-    Ok(out)
+    Ok((out, claim))
 }
 
 #[derive(Deserialize)]
@@ -256,14 +358,18 @@ struct JsonTransfer {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct JsonSchedule {
+    #[serde(default)]
+    collective: Option<Claim>,
     transfers: Vec<JsonTransfer>,
 }
 
-fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
+fn read_json(file: &str, reader: File) -> Result<(Vec<RawTransfer>, Option<Claim>), Error> {
     let parsed: JsonSchedule = serde_json::from_reader(BufReader::with_capacity(1 << 20, reader))
         .map_err(|e| Error::input(format!("{file}: {e}")))?;
-    parsed
+    let claim = parsed.collective;
+    let raw = parsed
         .transfers
         .into_iter()
         .map(|t| {
@@ -305,7 +411,8 @@ fn read_json(file: &str, reader: File) -> Result<Vec<RawTransfer>, Error> {
                 wait,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok((raw, claim))
 }
 
 /// A wait's duration, exactly: whole picoseconds.
@@ -332,6 +439,9 @@ fn create(path: &Path) -> Result<BufWriter<File>, Error> {
 pub fn write_schedule_csv(schedule: &Schedule, path: &Path) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::io(path.display(), e);
     let mut w = create(path)?;
+    if let Some(c) = &schedule.collective {
+        writeln!(w, "{}", Claim::of(c).line()).map_err(io)?;
+    }
     let extra = schedule.has_pieces();
     let routed = schedule.has_routes();
     let waits = schedule.has_waits();
@@ -402,7 +512,14 @@ struct JsonOut<'a> {
 pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::io(path.display(), e);
     let mut w = create(path)?;
-    writeln!(w, "{{\"transfers\": [").map_err(io)?;
+    write!(w, "{{").map_err(io)?;
+    if let Some(c) = &schedule.collective {
+        write!(w, "\"collective\": ").map_err(io)?;
+        serde_json::to_writer(&mut w, &Claim::of(c))
+            .map_err(|e| Error::io(path.display(), e.into()))?;
+        write!(w, ",\n").map_err(io)?;
+    }
+    writeln!(w, "\"transfers\": [").map_err(io)?;
     for i in 0..schedule.len() as TransferIndex {
         let t = schedule.transfer(i);
         let row = JsonOut {
@@ -462,6 +579,8 @@ mod tests {
         s.push_wait(2, Time::from_ps(2_500_001), &[1]);
         s.set_id(0, 5);
         s.set_id(1, 9);
+        s.collective =
+            Some(Collective::new(CollectiveKind::AllGather, vec![0, 1, 2], 30, 1, None).unwrap());
         s
     }
 
@@ -478,6 +597,7 @@ mod tests {
                 write_schedule_json(&s, &path).unwrap();
             }
             let back = load_schedule_file(&path).unwrap();
+            assert_eq!(back.collective, s.collective);
             assert_eq!(back.transfers(), s.transfers());
             assert_eq!(back.deps(1), &[0]);
             assert_eq!(back.id(1), 9);

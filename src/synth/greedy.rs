@@ -140,6 +140,10 @@ struct State<'a> {
     words: usize,
     /// Per NPU, a bit per chunk: held or on its way.
     claimed: Vec<u64>,
+    /// Per cluster of NPUs, a bit per chunk: some member holds it or has it on the way. A link
+    /// between clusters never brings a cluster a chunk it already has or has coming: the chunk
+    /// spreads inside on the fast links, and every link into the cluster carries another chunk.
+    cluster_claimed: Vec<u64>,
     /// Per NPU, the chunks it received, in arrival order (shared by its outgoing links).
     log: Vec<Vec<Candidate>>,
     /// Per NPU, how many entries were trimmed off the front of its log.
@@ -175,6 +179,20 @@ impl State<'_> {
     fn claim(&mut self, npu: u32, chunk: u32) {
         self.holders[chunk as usize] += 1;
         self.claimed[npu as usize * self.words + chunk as usize / 64] |= 1 << (chunk % 64);
+        if self.net.clusters > 1 {
+            let c = self.net.cluster[npu as usize] as usize;
+            self.cluster_claimed[c * self.words + chunk as usize / 64] |= 1 << (chunk % 64);
+        }
+    }
+
+    /// True when link `l` would bring its destination's cluster a chunk it already has (or has
+    /// coming) from outside.
+    fn cluster_has(&self, l: u32, chunk: u32) -> bool {
+        if !self.net.crosses[l as usize] {
+            return false;
+        }
+        let c = self.net.cluster[self.net.links[l as usize].dst as usize] as usize;
+        self.cluster_claimed[c * self.words + chunk as usize / 64] >> (chunk % 64) & 1 == 1
     }
 
     fn mark_dirty(&mut self, npu: u32) {
@@ -256,7 +274,8 @@ impl State<'_> {
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
         let src = self.net.links[l as usize].src;
-        let useless = |s: &Self, c: u32| !s.problem.wants(dst, c) || s.claimed(dst, c);
+        let useless =
+            |s: &Self, c: u32| !s.problem.wants(dst, c) || s.claimed(dst, c) || s.cluster_has(l, c);
         let first = loop {
             let e = self.entry(src, self.cursor[l as usize])?;
             if useless(self, e.chunk) {
@@ -327,12 +346,11 @@ impl State<'_> {
             let Some(c) = self.pick(l, dst, now, rng) else {
                 continue;
             };
-            let link = self.net.links[l as usize];
             let bytes = self.problem.chunk_bytes[c.chunk as usize];
             let (free_after, arrive_after) = if bytes == self.largest {
                 (self.serialization[l as usize], self.delay[l as usize])
             } else {
-                link.delays(bytes)
+                self.net.delays(l, bytes)
             };
             let send = Send {
                 link: l,
@@ -375,8 +393,9 @@ pub(crate) fn run(
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
     let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
-    let (serialization, delay): (Vec<Time>, Vec<Time>) =
-        net.links.iter().map(|l| l.delays(largest)).unzip();
+    let (serialization, delay): (Vec<Time>, Vec<Time>) = (0..net.links.len() as u32)
+        .map(|l| net.delays(l, largest))
+        .unzip();
     let has_faster_sibling = net
         .links
         .iter()
@@ -388,6 +407,11 @@ pub(crate) fn run(
         problem,
         words,
         claimed: vec![0; n as usize * words],
+        cluster_claimed: if net.clusters > 1 {
+            vec![0; net.clusters as usize * words]
+        } else {
+            Vec::new()
+        },
         log: vec![Vec::new(); n as usize],
         trimmed: vec![0; n as usize],
         cursor: vec![0; net.links.len()],

@@ -24,6 +24,7 @@ use crate::units::Time;
 use crate::Error;
 use greedy::{Holding, Members, Problem, Send, NONE};
 use network::Network;
+pub use network::Unwinding;
 
 /// Trials when the user gives no `--trials` and the plans are small (up to
 /// [`KEEP_PLANS_UP_TO`] sends): enough to reach the TACOS reference's quality on the reference
@@ -39,9 +40,12 @@ pub struct SynthOptions {
     /// Independent seeded trials; the fastest (by the synthesizer's estimate) is kept. `None`:
     /// [`DEFAULT_TRIALS`] on small problems, 1 on large ones.
     pub trials: Option<u32>,
-    /// Logical links per NPU when switches are unwound. `None`: each of [`UNWIND_DEGREES`] is
-    /// tried and the schedule that simulates fastest is kept.
-    pub unwind_degree: Option<u32>,
+    /// How switches are unwound. `None`: splitting and each of [`UNWIND_DEGREES`] are tried (those
+    /// the network allows) and the schedule that simulates fastest is kept.
+    pub unwinding: Option<Unwinding>,
+    /// X-way chunking: every chunk is cut into this many sub-chunks before matching. `None`:
+    /// chosen by the synthesizer (see [`synthesize`]).
+    pub x_way: Option<u32>,
 }
 
 impl Default for SynthOptions {
@@ -49,7 +53,8 @@ impl Default for SynthOptions {
         SynthOptions {
             seed: 1,
             trials: None,
-            unwind_degree: None,
+            unwinding: None,
+            x_way: None,
         }
     }
 }
@@ -242,11 +247,24 @@ fn plan(
     }
 }
 
-/// Unwinding degrees tried when the user names none. Degree 1 (a ring through the switch) wins
-/// when chunks are many and small; a few links per NPU win when chunks are few and large.
+/// Unwinding degrees tried, beside splitting, when the user names none. Degree 1 (a ring through
+/// the switch) wins when chunks are many and small; a few links per NPU win when chunks are few
+/// and large; splitting wins on hierarchies of switches, and is the only way through switches
+/// connected to switches.
 pub const UNWIND_DEGREES: [u32; 3] = [1, 2, 4];
 
+/// The largest X-way chunking tried: at most this many sub-chunks per chunk.
+pub const MAX_X_WAY: u32 = 64;
+
 /// Synthesizes schedules for `collectives`, all over NPUs of `topology`, run together.
+///
+/// Two choices go beyond the TACOS paper's fixed ones. X-way chunking: the matching runs with
+/// every chunk cut into X sub-chunks, X = 1, 2, 4, ... while the synthesizer's own estimate
+/// improves by at least 1% (stopping at 99% of the lower bound, and before the matching would
+/// pass [`KEEP_PLANS_UP_TO`] sends): an NPU with more links than chunks, or a chunk that crosses
+/// switches store-and-forward, leaves links idle that finer chunks keep busy. Unwinding: on
+/// networks with switches, splitting and the degrees of [`UNWIND_DEGREES`] are each tried (with
+/// their own X) and the simulator picks, since an unwound graph only approximates its switches.
 pub fn synthesize(
     topology: &Topology,
     collectives: &[Collective],
@@ -255,35 +273,109 @@ pub fn synthesize(
     if options.trials == Some(0) {
         return Err(Error::input("--trials must be at least 1"));
     }
+    if options.x_way == Some(0) {
+        return Err(Error::input("--x-way must be at least 1"));
+    }
     let has_switches = topology.nodes() > topology.npus();
-    match options.unwind_degree {
-        Some(d) => synthesize_unwound(topology, collectives, options, d),
-        None if !has_switches => synthesize_unwound(topology, collectives, options, 1),
-        None => {
-            // The unwound graph only approximates a switch (its ports are shared), so the
-            // simulator judges between degrees.
-            let mut best: Option<(Time, Synthesis)> = None;
-            for d in UNWIND_DEGREES {
-                let synthesis = synthesize_unwound(topology, collectives, options, d)?;
-                let schedule = Schedule::concat(&synthesis.schedules);
-                let time =
-                    sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
-                if best.as_ref().is_none_or(|(t, _)| time < *t) {
-                    best = Some((time, synthesis));
-                }
+    let unwindings: Vec<Unwinding> = match options.unwinding {
+        Some(u) => vec![u],
+        None if !has_switches => vec![Unwinding::Degree(1)],
+        None => std::iter::once(Unwinding::Split)
+            .chain(UNWIND_DEGREES.into_iter().map(Unwinding::Degree))
+            .collect(),
+    };
+    let judge = unwindings.len() > 1;
+    let mut best: Option<(Time, Synthesis)> = None;
+    let mut refusal = None;
+    for u in unwindings {
+        let net = match Network::from_topology(topology, u) {
+            Ok(net) => net,
+            Err(e) if judge => {
+                // Degree unwinding refuses switches wired to switches; splitting handles them.
+                refusal.get_or_insert(e);
+                continue;
             }
-            Ok(best.expect("at least one degree").1)
+            Err(e) => return Err(e),
+        };
+        let synthesis = with_chunking(topology, &net, collectives, options)?;
+        if !judge {
+            return Ok(synthesis);
         }
+        let schedule = Schedule::concat(&synthesis.schedules);
+        let time = sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
+        if best.as_ref().is_none_or(|(t, _)| time < *t) {
+            best = Some((time, synthesis));
+        }
+    }
+    match best {
+        Some((_, synthesis)) => Ok(synthesis),
+        None => Err(refusal.expect("every unwinding failed with an error")),
     }
 }
 
-fn synthesize_unwound(
+/// Synthesis on `net` with the X-way chunking of `options`, or the best by estimate.
+fn with_chunking(
     topology: &Topology,
+    net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
-    unwind_degree: u32,
 ) -> Result<Synthesis, Error> {
-    let net = Network::from_topology(topology, unwind_degree)?;
+    let cut = |x: u32| -> Option<Vec<Collective>> {
+        collectives
+            .iter()
+            .map(|c| {
+                let refined = Collective {
+                    chunks: c.chunks.checked_mul(x)?,
+                    ..c.clone()
+                };
+                let sends = refined.piece_count() as u64 * net.npus() as u64;
+                let fits = refined.piece_count() as u64 <= c.size && sends <= KEEP_PLANS_UP_TO;
+                (x == 1 || fits).then_some(refined)
+            })
+            .collect()
+    };
+    if let Some(x) = options.x_way {
+        let refined = cut(x).ok_or_else(|| {
+            Error::input(format!("--x-way {x}: the chunks cannot be cut that finely"))
+        })?;
+        return synthesize_on(net, &refined, options);
+    }
+    let bound = collectives
+        .iter()
+        .map(|c| crate::bound::bounds(topology, c, Some(crate::bound::CUT_BOUND_BUDGET)).total())
+        .max()
+        .unwrap_or(Time::ZERO);
+    // Clusters keep chunks from entering a group twice; where a group spreads poorly inside (a
+    // line of a mesh) that costs more than it saves, and the estimate says so.
+    let whole = cut(1).expect("one way always fits");
+    let mut best = synthesize_on(net, &whole, options)?;
+    let plain;
+    let mut net = net;
+    if net.clusters > 1 {
+        plain = net.unclustered();
+        let without = synthesize_on(&plain, &whole, options)?;
+        if without.estimate < best.estimate {
+            (best, net) = (without, &plain);
+        }
+    }
+    let mut x = 2;
+    while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best.estimate.ps() as f64 {
+        let Some(refined) = cut(x) else { break };
+        let finer = synthesize_on(net, &refined, options)?;
+        if (finer.estimate.ps() as f64) > 0.99 * best.estimate.ps() as f64 {
+            break;
+        }
+        best = finer;
+        x *= 2;
+    }
+    Ok(best)
+}
+
+fn synthesize_on(
+    net: &Network,
+    collectives: &[Collective],
+    options: &SynthOptions,
+) -> Result<Synthesis, Error> {
     let zero = |_: usize, _: u32| Time::ZERO;
     let (reverse, reverse_parts) = problem(&net, collectives, Direction::Reverse, &zero)?;
     if reverse_parts.is_empty() && collectives.len() == 1 {
@@ -296,12 +388,13 @@ fn synthesize_unwound(
     } else {
         plan(&transposed, &reverse, options, Direction::Reverse)?
     };
-    // Reversed, a send that left a chunk's first holder at `start` is the last reduction into it,
-    // done at `reverse_time - start`: from then on all-reduce can spread the reduced piece.
-    let mut reduced_at = vec![reverse_time; reverse.chunks() as usize];
+    // Reversed, a send that left a chunk's first holder at `start` is a reduction into it, done
+    // at `reverse_time - start`; the last of them (from the earliest send) completes the piece:
+    // from then on all-reduce can spread it.
+    let mut reduced_at = vec![Time::ZERO; reverse.chunks() as usize];
     for s in reverse_sends.iter().filter(|s| s.via == NONE) {
         let t = &mut reduced_at[s.chunk as usize];
-        *t = (*t).min(reverse_time - s.start);
+        *t = (*t).max(reverse_time - s.start);
     }
     let ready = |i: usize, piece: u32| match collectives[i].kind {
         CollectiveKind::AllReduce => {
@@ -372,24 +465,35 @@ fn synthesize_unwound(
             .map(|(_, index)| index)
             .into_iter()
             .collect();
-        let index = builders[c].send_after(
-            ranks[c][from as usize],
-            ranks[c][to as usize],
-            (piece, piece + 1),
-            Op::Reduce,
-            &pacing,
-        );
+        let index = match transposed.route(s.link) {
+            Some(route) => builders[c].send_routed(
+                ranks[c][from as usize],
+                ranks[c][to as usize],
+                (piece, piece + 1),
+                Op::Reduce,
+                route,
+                &pacing,
+            ),
+            None => builders[c].send_after(
+                ranks[c][from as usize],
+                ranks[c][to as usize],
+                (piece, piece + 1),
+                Op::Reduce,
+                &pacing,
+            ),
+        };
         arrivals.push(Reverse((reverse_time - s.start, to, c, index)));
     }
     for s in &forward_sends {
         let link = net.links[s.link as usize];
         let (c, piece) = owner_of(&forward_parts, s.chunk);
-        builders[c].send(
-            ranks[c][link.src as usize],
-            ranks[c][link.dst as usize],
-            (piece, piece + 1),
-            Op::Copy,
-        );
+        let (src, dst) = (ranks[c][link.src as usize], ranks[c][link.dst as usize]);
+        match net.route(s.link) {
+            Some(route) => {
+                builders[c].send_routed(src, dst, (piece, piece + 1), Op::Copy, route, &[])
+            }
+            None => builders[c].send(src, dst, (piece, piece + 1), Op::Copy),
+        };
     }
     Ok(Synthesis {
         schedules: builders.into_iter().map(Builder::finish).collect(),
@@ -417,7 +521,10 @@ fn stream_forward(
             bytes: p.chunk_bytes[s.chunk as usize],
         };
         let deps: &[u32] = if s.via == NONE { &[] } else { &[s.via] };
-        schedule.push_data(transfer, deps, (s.chunk, s.chunk + 1), Op::Copy);
+        let index = schedule.push_data(transfer, deps, (s.chunk, s.chunk + 1), Op::Copy);
+        if let Some(route) = net.route(s.link) {
+            schedule.set_route(index, route);
+        }
     };
     let estimate = match best_trial(net, p, options, Direction::Forward)? {
         (_, Some((sends, time))) => {

@@ -1,8 +1,19 @@
 //! The point-to-point network the synthesizer matches chunks over: the topology's active NPUs and
-//! the direct links between them, with every switch unwound into logical NPU-to-NPU links (TACOS
-//! Sec. IV-G: each member of a switch of `m` NPUs gets `d` outgoing links, to the next `d` members,
-//! each with a `d`-th of its uplink bandwidth).
+//! the direct links between them, with every switch unwound into logical NPU-to-NPU links. Two
+//! unwindings:
+//!
+//! * by degree (TACOS Sec. IV-G): each member of a switch of `m` NPUs gets `d` outgoing links, to
+//!   the next `d` members, each with a `d`-th of its uplink bandwidth; switches must lead to NPUs
+//!   only.
+//! * by splitting (ForestColl's edge splitting, [`crate::forest::split`]): every switch, however
+//!   switches connect (NICs, leaf/spine, shared IB switches), is replaced by logical links whose
+//!   bandwidths keep every cut of the network, each a physical path its transfers then travel.
+//!   A ring through a switch of `m` NPUs lets a group's members reach each other only around the
+//!   ring, so the matching cannot see that a neighbour two hops away already holds a chunk and
+//!   spends a scarce inter-group link on it again; the split network keeps the group's members
+//!   directly connected and its inter-group capacity exactly what the cuts allow.
 
+use crate::forest::{self, Demand, Ratio};
 use crate::sim::TimeModel;
 use crate::topology::{NodeId, Topology};
 use crate::units::{Bandwidth, Time};
@@ -18,15 +29,25 @@ pub(crate) struct NetLink {
     /// For a link unwound from a switch: the switch's port to the destination, which the chunk
     /// crosses after the switch has stored it (store-and-forward adds its serialization).
     pub relay: Option<Bandwidth>,
+    /// For a link of the split network: its physical path (index into `Network::paths`), whose
+    /// hops after the first each store and forward the chunk again.
+    pub path: Option<u32>,
 }
 
-impl NetLink {
-    /// (link-free delay, arrival delay) of `bytes`, as the simulator's exact model gives them.
-    pub fn delays(&self, bytes: u64) -> (Time, Time) {
-        let (free, arrive) = TimeModel::Exact.delays(bytes, self.bandwidth, self.latency);
-        match self.relay {
-            Some(port) => (free, arrive + port.transmit_time(bytes)),
-            None => (free, arrive),
+/// How switches become point-to-point links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwinding {
+    /// TACOS's ring-like unwinding: `d` logical links per member.
+    Degree(u32),
+    /// ForestColl's cut-preserving edge splitting.
+    Split,
+}
+
+impl Unwinding {
+    pub fn name(self) -> String {
+        match self {
+            Unwinding::Degree(d) => format!("degree {d}"),
+            Unwinding::Split => "split".to_string(),
         }
     }
 }
@@ -39,6 +60,13 @@ pub(crate) struct Network {
     /// Local index of each topology node (`u32::MAX` for switches and failed NPUs).
     pub local: Vec<u32>,
     pub links: Vec<NetLink>,
+    /// Physical paths of split links: topology nodes, and the (bandwidth, latency) of every hop.
+    paths: Vec<(Vec<NodeId>, Vec<(Bandwidth, Time)>)>,
+    /// Cluster of each NPU: the components of the fast links (see [`clusters`]).
+    pub cluster: Vec<u32>,
+    pub clusters: u32,
+    /// Per link: true when it joins two clusters (a scarce link between groups).
+    pub crosses: Vec<bool>,
     in_start: Vec<u32>,
     in_list: Vec<u32>,
     out_start: Vec<u32>,
@@ -46,9 +74,16 @@ pub(crate) struct Network {
 }
 
 impl Network {
-    /// The synthesis network of `topology`; switches are unwound to `unwind_degree` links per NPU
-    /// (at most members - 1).
-    pub fn from_topology(topology: &Topology, unwind_degree: u32) -> Result<Network, Error> {
+    /// The synthesis network of `topology` with its switches unwound as `unwinding` says.
+    pub fn from_topology(topology: &Topology, unwinding: Unwinding) -> Result<Network, Error> {
+        match unwinding {
+            Unwinding::Degree(d) => Network::by_degree(topology, d),
+            Unwinding::Split => Network::by_splitting(topology),
+        }
+    }
+
+    /// Switches unwound to `unwind_degree` links per NPU (at most members - 1).
+    fn by_degree(topology: &Topology, unwind_degree: u32) -> Result<Network, Error> {
         if unwind_degree == 0 {
             return Err(Error::input("--unwind-degree must be at least 1"));
         }
@@ -66,6 +101,7 @@ impl Network {
                     bandwidth: l.bandwidth,
                     latency: l.latency,
                     relay: None,
+                    path: None,
                 });
             }
         }
@@ -85,10 +121,84 @@ impl Network {
                 .then(a.latency.cmp(&b.latency))
         });
         links.dedup_by(|later, first| (later.src, later.dst) == (first.src, first.dst));
-        Ok(Network::with_links(nodes, local, links))
+        Ok(Network::with_links(nodes, local, links, Vec::new()))
     }
 
-    fn with_links(nodes: Vec<NodeId>, local: Vec<u32>, links: Vec<NetLink>) -> Network {
+    /// Switches removed by cut-preserving edge splitting for an all-gather among every active
+    /// NPU: one logical link per physical path, with the bandwidth its share of capacity stands
+    /// for (units / U capacity units).
+    fn by_splitting(topology: &Topology) -> Result<Network, Error> {
+        let nodes = topology.active_npus();
+        let mut local = vec![u32::MAX; topology.nodes() as usize];
+        for (i, &v) in nodes.iter().enumerate() {
+            local[v as usize] = i as u32;
+        }
+        let net = forest::Network::new(topology, false);
+        let demand = Demand::all(&nodes);
+        let sinks = crate::bound::symmetry_representatives(topology);
+        let rate = forest::rate::optimal_rate(&net, &demand, &sinks)?;
+        let (k, u): (u64, Ratio) = forest::rate::trees_for(rate, net.capacity_gcd());
+        let logical = forest::split::remove_switches(&net, &demand, k, u)?;
+        let mut links = Vec::new();
+        let mut paths = Vec::new();
+        for arc in &logical.arcs {
+            for &(path, units) in &arc.bundles {
+                let route = logical.paths.get(path).to_vec();
+                let hops: Vec<(Bandwidth, Time)> = route
+                    .windows(2)
+                    .map(|hop| {
+                        let l = topology.link(
+                            topology
+                                .link_between(hop[0], hop[1])
+                                .expect("split paths follow links"),
+                        );
+                        (l.bandwidth, l.latency)
+                    })
+                    .collect();
+                links.push(NetLink {
+                    src: local[arc.tail as usize],
+                    dst: local[arc.head as usize],
+                    bandwidth: Bandwidth::bytes_per_sec(units as f64 / u.as_f64() * net.unit_bps),
+                    latency: hops.iter().fold(Time::ZERO, |t, h| t + h.1),
+                    relay: None,
+                    path: Some(paths.len() as u32),
+                });
+                paths.push((route, hops));
+            }
+        }
+        Ok(Network::with_links(nodes, local, links, paths))
+    }
+
+    /// (link-free delay, arrival delay) of `bytes` on link `l`, as the simulator's exact model
+    /// gives them for a point-to-point link: split links add the store-and-forward of every
+    /// further hop of their path.
+    pub fn delays(&self, l: u32, bytes: u64) -> (Time, Time) {
+        let link = &self.links[l as usize];
+        let (free, arrive) = TimeModel::Exact.delays(bytes, link.bandwidth, link.latency);
+        let later = match (link.relay, link.path) {
+            (Some(port), _) => port.transmit_time(bytes),
+            (None, Some(p)) => self.paths[p as usize].1[1..]
+                .iter()
+                .fold(Time::ZERO, |t, h| t + h.0.transmit_time(bytes)),
+            (None, None) => Time::ZERO,
+        };
+        (free, arrive + later)
+    }
+
+    /// The physical route of link `l` when it is a split path (None: the topology's routing).
+    /// On the transposed network this is still the path of the original link: the reversed
+    /// sends travel it in its own direction.
+    pub fn route(&self, l: u32) -> Option<&[NodeId]> {
+        let p = self.links[l as usize].path?;
+        Some(&self.paths[p as usize].0)
+    }
+
+    fn with_links(
+        nodes: Vec<NodeId>,
+        local: Vec<u32>,
+        links: Vec<NetLink>,
+        paths: Vec<(Vec<NodeId>, Vec<(Bandwidth, Time)>)>,
+    ) -> Network {
         let n = nodes.len();
         let csr = |key: fn(&NetLink) -> u32| {
             let mut start = vec![0u32; n + 1];
@@ -109,10 +219,19 @@ impl Network {
         };
         let (in_start, in_list) = csr(|l| l.dst);
         let (out_start, out_list) = csr(|l| l.src);
+        let (cluster, clusters) = clusters(n, &links);
+        let crosses = links
+            .iter()
+            .map(|l| cluster[l.src as usize] != cluster[l.dst as usize])
+            .collect();
         Network {
             nodes,
             local,
             links,
+            paths,
+            cluster,
+            clusters,
+            crosses,
             in_start,
             in_list,
             out_start,
@@ -120,8 +239,20 @@ impl Network {
         }
     }
 
+    /// The same network seen as one cluster: the matching may then bring chunks into any group
+    /// over any link.
+    pub fn unclustered(&self) -> Network {
+        Network {
+            cluster: vec![0; self.nodes.len()],
+            clusters: 1,
+            crosses: vec![false; self.links.len()],
+            ..self.clone()
+        }
+    }
+
     /// The same NPUs with every link reversed (reduce-scatter is all-gather on this, run backwards).
-    /// Link `i` of the transpose is link `i` of `self` turned around.
+    /// Link `i` of the transpose is link `i` of `self` turned around; a send over it runs the
+    /// original link's path backwards in time, so routes stay the original's.
     pub fn transposed(&self) -> Network {
         let links = self
             .links
@@ -132,7 +263,12 @@ impl Network {
                 ..*l
             })
             .collect();
-        Network::with_links(self.nodes.clone(), self.local.clone(), links)
+        Network::with_links(
+            self.nodes.clone(),
+            self.local.clone(),
+            links,
+            self.paths.clone(),
+        )
     }
 
     pub fn npus(&self) -> u32 {
@@ -148,6 +284,131 @@ impl Network {
         &self.out_list
             [self.out_start[npu as usize] as usize..self.out_start[npu as usize + 1] as usize]
     }
+}
+
+/// Groups of NPUs joined by fast links: boxes behind their NVSwitch, xGMI meshes, the inner
+/// dimensions of a hierarchy. Candidate cuts are the gaps of at least 2x between consecutive link
+/// bandwidths; for a cut, clusters are the components of the links above it. A cut is taken, the
+/// lowest first (largest clusters), only when every cluster is strongly connected by its fast
+/// links and can spread inside what enters it once: `(n - m)(m - 1)` shards over its internal
+/// bandwidth take no longer than an NPU's ingress bound `(n - 1) / min ingress` (a pair of NPUs
+/// joined by one fast link cannot hand each other half of everything in time, a box behind an
+/// NVSwitch can). Without such a cut the network is one cluster. Returns each NPU's cluster and
+/// the number of clusters.
+fn clusters(n: usize, links: &[NetLink]) -> (Vec<u32>, u32) {
+    let single = (vec![0; n], 1);
+    let mut speeds: Vec<f64> = links
+        .iter()
+        .map(|l| l.bandwidth.as_bytes_per_sec())
+        .collect();
+    speeds.sort_by(f64::total_cmp);
+    speeds.dedup();
+    let mut ingress = vec![0.0f64; n];
+    for l in links {
+        ingress[l.dst as usize] += l.bandwidth.as_bytes_per_sec();
+    }
+    let min_ingress = ingress.iter().copied().fold(f64::INFINITY, f64::min);
+    for w in speeds.windows(2) {
+        if w[1] / w[0] < 2.0 {
+            continue;
+        }
+        if let Some(found) = clusters_above(n, links, w[1], min_ingress) {
+            return found;
+        }
+    }
+    single
+}
+
+/// The clusters of the links of at least `threshold` B/s, if they pass [`clusters`]' tests.
+fn clusters_above(
+    n: usize,
+    links: &[NetLink],
+    threshold: f64,
+    min_ingress: f64,
+) -> Option<(Vec<u32>, u32)> {
+    let fast = |l: &&NetLink| l.bandwidth.as_bytes_per_sec() >= threshold;
+    let mut parent: Vec<u32> = (0..n as u32).collect();
+    fn find(parent: &mut [u32], mut v: u32) -> u32 {
+        while parent[v as usize] != v {
+            parent[v as usize] = parent[parent[v as usize] as usize];
+            v = parent[v as usize];
+        }
+        v
+    }
+    for l in links.iter().filter(fast) {
+        let (a, b) = (find(&mut parent, l.src), find(&mut parent, l.dst));
+        if a != b {
+            parent[a as usize] = b;
+        }
+    }
+    let mut id = vec![u32::MAX; n];
+    let mut count = 0;
+    let cluster: Vec<u32> = (0..n as u32)
+        .map(|v| {
+            let r = find(&mut parent, v) as usize;
+            if id[r] == u32::MAX {
+                id[r] = count;
+                count += 1;
+            }
+            id[r]
+        })
+        .collect();
+    if count <= 1 || count as usize == n {
+        return None;
+    }
+    // Spreading inside: (n - m)(m - 1) shards over the internal bandwidth.
+    let mut size = vec![0f64; count as usize];
+    let mut internal = vec![0f64; count as usize];
+    for &c in &cluster {
+        size[c as usize] += 1.0;
+    }
+    for l in links.iter().filter(fast) {
+        internal[cluster[l.src as usize] as usize] += l.bandwidth.as_bytes_per_sec();
+    }
+    let npu_bound = (n as f64 - 1.0) / min_ingress;
+    let spreads = (0..count as usize).all(|c| {
+        let m = size[c];
+        m < 2.0 || (n as f64 - m) * (m - 1.0) / internal[c] <= npu_bound
+    });
+    if !spreads {
+        return None;
+    }
+    // Strongly connected: every member reaches and is reached from its cluster's first member.
+    let mut first = vec![u32::MAX; count as usize];
+    for v in 0..n as u32 {
+        let c = cluster[v as usize] as usize;
+        if first[c] == u32::MAX {
+            first[c] = v;
+        }
+    }
+    for forward in [true, false] {
+        let mut adjacent: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for l in links.iter().filter(fast) {
+            let (a, b) = if forward {
+                (l.src, l.dst)
+            } else {
+                (l.dst, l.src)
+            };
+            adjacent[a as usize].push(b);
+        }
+        let mut seen = vec![false; n];
+        let mut stack: Vec<u32> = first.clone();
+        for &f in &first {
+            seen[f as usize] = true;
+        }
+        while let Some(v) = stack.pop() {
+            for &w in &adjacent[v as usize] {
+                if !seen[w as usize] {
+                    seen[w as usize] = true;
+                    stack.push(w);
+                }
+            }
+        }
+        if seen.iter().any(|s| !s) {
+            return None;
+        }
+    }
+    Some((cluster, count))
 }
 
 /// Adds the logical links of one switch: member `i` to members `i+1 .. i+d` (mod `m`).
@@ -202,6 +463,7 @@ fn unwind_switch(
                 bandwidth: up_bw.divided(d),
                 latency: up_lat + down_lat,
                 relay: Some(down_bw),
+                path: None,
             });
         }
     }
@@ -221,7 +483,7 @@ mod tests {
             &[Time::from_ns(500)],
         )
         .unwrap();
-        let net = Network::from_topology(&t, 2).unwrap();
+        let net = Network::from_topology(&t, Unwinding::Degree(2)).unwrap();
         assert_eq!(net.npus(), 8);
         assert_eq!(net.links.len(), 16);
         for &l in net.out_links(3) {
@@ -230,7 +492,7 @@ mod tests {
             assert_eq!(link.bandwidth, Bandwidth::gb_per_sec(25.0));
             assert_eq!(link.latency, Time::from_ns(1000));
             // Store-and-forward: the switch's port serialises the chunk again.
-            assert_eq!(link.delays(50).1, Time::from_ns(1000 + 2 + 1));
+            assert_eq!(net.delays(l, 50).1, Time::from_ns(1000 + 2 + 1));
         }
     }
 
@@ -242,7 +504,7 @@ mod tests {
             &[Time::from_ns(500)],
         )
         .unwrap();
-        let net = Network::from_topology(&t, 1).unwrap();
+        let net = Network::from_topology(&t, Unwinding::Degree(1)).unwrap();
         let tr = net.transposed();
         assert_eq!(net.out_links(0).len(), 1);
         let l = net.out_links(0)[0];
