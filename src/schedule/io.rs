@@ -517,7 +517,7 @@ pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error
         write!(w, "\"collective\": ").map_err(io)?;
         serde_json::to_writer(&mut w, &Claim::of(c))
             .map_err(|e| Error::io(path.display(), e.into()))?;
-        write!(w, ",\n").map_err(io)?;
+        writeln!(w, ",").map_err(io)?;
     }
     writeln!(w, "\"transfers\": [").map_err(io)?;
     for i in 0..schedule.len() as TransferIndex {

@@ -34,6 +34,9 @@ pub(crate) struct NetLink {
     pub path: Option<u32>,
 }
 
+/// A split link's physical path: its topology nodes, and the (bandwidth, latency) of every hop.
+type SplitPath = (Vec<NodeId>, Vec<(Bandwidth, Time)>);
+
 /// How switches become point-to-point links.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unwinding {
@@ -60,8 +63,8 @@ pub(crate) struct Network {
     /// Local index of each topology node (`u32::MAX` for switches and failed NPUs).
     pub local: Vec<u32>,
     pub links: Vec<NetLink>,
-    /// Physical paths of split links: topology nodes, and the (bandwidth, latency) of every hop.
-    paths: Vec<(Vec<NodeId>, Vec<(Bandwidth, Time)>)>,
+    /// Physical paths of split links.
+    paths: Vec<SplitPath>,
     /// Cluster of each NPU: the components of the fast links (see [`clusters`]).
     pub cluster: Vec<u32>,
     pub clusters: u32,
@@ -197,7 +200,7 @@ impl Network {
         nodes: Vec<NodeId>,
         local: Vec<u32>,
         links: Vec<NetLink>,
-        paths: Vec<(Vec<NodeId>, Vec<(Bandwidth, Time)>)>,
+        paths: Vec<SplitPath>,
     ) -> Network {
         let n = nodes.len();
         let csr = |key: fn(&NetLink) -> u32| {
