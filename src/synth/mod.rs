@@ -377,10 +377,10 @@ fn synthesize_on(
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
     let zero = |_: usize, _: u32| Time::ZERO;
-    let (reverse, reverse_parts) = problem(&net, collectives, Direction::Reverse, &zero)?;
+    let (reverse, reverse_parts) = problem(net, collectives, Direction::Reverse, &zero)?;
     if reverse_parts.is_empty() && collectives.len() == 1 {
-        let (forward, _) = problem(&net, collectives, Direction::Forward, &zero)?;
-        return stream_forward(&net, &forward, &collectives[0], options);
+        let (forward, _) = problem(net, collectives, Direction::Forward, &zero)?;
+        return stream_forward(net, &forward, &collectives[0], options);
     }
     let transposed = net.transposed();
     let (reverse_sends, reverse_time) = if reverse_parts.is_empty() {
@@ -406,11 +406,11 @@ fn synthesize_on(
         }
         _ => Time::ZERO,
     };
-    let (forward, forward_parts) = problem(&net, collectives, Direction::Forward, &ready)?;
+    let (forward, forward_parts) = problem(net, collectives, Direction::Forward, &ready)?;
     let (forward_sends, forward_time) = if forward_parts.is_empty() {
         (Vec::new(), Time::ZERO)
     } else {
-        plan(&net, &forward, options, Direction::Forward)?
+        plan(net, &forward, options, Direction::Forward)?
     };
 
     let mut builders: Vec<Builder> = collectives.iter().map(Builder::new).collect();
