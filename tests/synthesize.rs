@@ -101,8 +101,9 @@ fn the_estimate_is_the_simulated_time() {
     }
 }
 
-/// Reduce-scatter and all-reduce pass validation (in `run`) and all-reduce reaches 90% of the
-/// lower bound on the three networks.
+/// Reduce-scatter and all-reduce pass validation (in `run`), and all-reduce takes at most 1/0.9
+/// of the best reduce-scatter plus the best all-gather (ForestColl's cut bounds; on the mesh
+/// this sum is a reference, not a proven lower bound) on the three networks.
 #[test]
 fn all_reduce_is_valid_and_efficient() {
     for spec in ["torus:4x4x4", "mesh:8x8", "hypercube:6"] {
@@ -113,9 +114,15 @@ fn all_reduce_is_valid_and_efficient() {
             CollectiveKind::Reduce,
         ] {
             let outcome = run(&t, vec![request(kind, 1 << 30, 4, None)], 1);
-            let efficiency = outcome.summary.efficiency().unwrap();
             if kind == CollectiveKind::AllReduce {
-                assert!(efficiency >= 0.90, "{spec}: efficiency {efficiency}");
+                let phase = |kind| {
+                    let c = Collective::new(kind, t.active_npus(), 1 << 30, 4, None).unwrap();
+                    collsim::bound::cut_bound(&t, &c, None).unwrap()
+                };
+                let reference =
+                    phase(CollectiveKind::ReduceScatter) + phase(CollectiveKind::AllGather);
+                let ratio = reference.as_ns_f64() / outcome.result.finish.as_ns_f64();
+                assert!(ratio >= 0.90, "{spec}: {ratio} of RS + AG");
             }
         }
     }
@@ -330,6 +337,8 @@ fn the_command_writes_the_schedule_and_rejects_bad_requests() {
             "all-to-all",
             "-s",
             "9MiB",
+            "--x-way",
+            "0",
         ],
         vec![
             "synthesize",

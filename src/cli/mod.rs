@@ -103,14 +103,16 @@ pub struct CollectiveArgs {
     /// all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, reduce, gather, scatter
     #[arg(long, short = 'c')]
     pub collective: Option<String>,
-    /// Per-NPU buffer (all-gather: output; reduce-scatter: input), e.g. 1GiB, 64MB
+    /// Per-NPU buffer (all-gather: output; reduce-scatter: input), e.g. 1GiB, 64MB; with several
+    /// collectives, one size each in order (e.g. 1GiB,64MiB)
     #[arg(long, short = 's')]
     pub size: Option<String>,
     /// Pieces each NPU's data is split into for pipelining (forestcoll: pieces per tree)
     /// [default: 1, the system file's preferred-dataset-splits, or forestcoll's own choice]
     #[arg(long)]
     pub chunks: Option<u32>,
-    /// Participating NPUs (a communicator), e.g. 0,2,4,6 [default: all]
+    /// Participating NPUs (a communicator), e.g. 0,2,4,6 or 0-7; with several collectives, one
+    /// communicator each separated by ';' (e.g. '0-15;16-31') [default: all]
     #[arg(long)]
     pub npus: Option<String>,
     /// Root NPU of broadcast, reduce, gather and scatter [default: the first participant]; with
@@ -119,14 +121,45 @@ pub struct CollectiveArgs {
     pub root: Option<String>,
 }
 
+/// NPU ids: `0,2,4` or ranges `0-7` (both ends included), comma-separated.
 pub(crate) fn parse_ids(flag: &str, list: &str) -> Result<Vec<u32>, Error> {
-    list.split(',')
-        .map(|v| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| Error::input(format!("{flag}: '{v}' is not an NPU id")))
-        })
-        .collect()
+    let id = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| Error::input(format!("{flag}: '{v}' is not an NPU id")))
+    };
+    let mut out = Vec::new();
+    for item in list.split(',') {
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (id(a)?, id(b)?);
+                if a > b {
+                    return Err(Error::input(format!(
+                        "{flag}: range '{item}' runs backwards"
+                    )));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(id(item)?),
+        }
+    }
+    Ok(out)
+}
+
+/// One value per collective: a single value serves them all, else exactly one each.
+fn per_collective<T: Clone>(
+    flag: &str,
+    values: Vec<T>,
+    collectives: usize,
+) -> Result<Vec<T>, Error> {
+    match values.len() {
+        1 => Ok(vec![values[0].clone(); collectives]),
+        n if n == collectives => Ok(values),
+        n => Err(Error::input(format!(
+            "{flag}: {n} values for {collectives} collective(s); give one, or one per collective \
+             in order"
+        ))),
+    }
 }
 
 impl CollectiveArgs {
@@ -146,16 +179,24 @@ impl CollectiveArgs {
             .split(',')
             .map(|name| CollectiveKind::parse(name.trim()))
             .collect::<Result<Vec<_>, _>>()?;
-        let size = self
+        let sizes = self
             .size
             .as_deref()
-            .ok_or_else(|| Error::input("--collective needs --size"))
-            .and_then(|s| parse_bytes(s).map_err(|e| Error::input(format!("--size: {e}"))))?;
-        let npus = self
-            .npus
-            .as_deref()
-            .map(|list| parse_ids("--npus", list))
-            .transpose()?;
+            .ok_or_else(|| Error::input("--collective needs --size"))?
+            .split(',')
+            .map(|s| parse_bytes(s).map_err(|e| Error::input(format!("--size: {e}"))))
+            .collect::<Result<Vec<u64>, _>>()?;
+        let sizes = per_collective("--size", sizes, kinds.len())?;
+        let groups: Vec<Option<Vec<u32>>> = match self.npus.as_deref() {
+            Some(text) => per_collective(
+                "--npus",
+                text.split(';')
+                    .map(|group| parse_ids("--npus", group).map(Some))
+                    .collect::<Result<Vec<_>, _>>()?,
+                kinds.len(),
+            )?,
+            None => vec![None; kinds.len()],
+        };
         let roots = self
             .root
             .as_deref()
@@ -173,11 +214,12 @@ impl CollectiveArgs {
         let mut next_root = roots.iter().copied().cycle();
         Ok(kinds
             .into_iter()
-            .map(|kind| CollectiveRequest {
+            .zip(sizes.into_iter().zip(groups))
+            .map(|(kind, (size, npus))| CollectiveRequest {
                 kind,
                 size,
                 chunks: self.chunks.or(default_chunks),
-                npus: npus.clone(),
+                npus,
                 root: if kind.is_rooted() || rooted == 0 {
                     next_root.next()
                 } else {

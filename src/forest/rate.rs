@@ -198,7 +198,8 @@ pub fn optimal_rate(net: &Network, demand: &Demand, sinks: &[NodeId]) -> Result<
     let roots = demand.roots.len() as u64;
     let is_root = membership(net.nodes, &demand.roots);
     let (inward, outward) = net.degrees();
-    // Start from the cuts around single nodes: a root alone, and everything but one participant.
+    // Start from the cuts around single nodes: a root alone (it misses a sink), and everything
+    // but one sink.
     let mut x: Option<Ratio> = None;
     let mut consider = |r: Ratio| {
         if x.is_none_or(|best| r.less_than(best)) {
@@ -206,9 +207,11 @@ pub fn optimal_rate(net: &Network, demand: &Demand, sinks: &[NodeId]) -> Result<
         }
     };
     for &r in &demand.roots {
-        consider(Ratio::new(outward[r as usize], 1));
+        if sinks.iter().any(|&v| v != r) {
+            consider(Ratio::new(outward[r as usize], 1));
+        }
     }
-    for &v in &demand.participants {
+    for &v in sinks {
         let holding = roots - is_root[v as usize] as u64;
         if holding > 0 {
             consider(Ratio::new(inward[v as usize], holding));

@@ -9,6 +9,10 @@
 //! estimate is the simulated time of its schedule. Decisions of different destinations are
 //! independent (each link has one destination), so the bookkeeping is per link and per NPU:
 //! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
+//!
+//! A chunk with one destination (scatter, gather, all-to-all) is forwarded rather than copied:
+//! it has a single holder at a time and moves only over links that bring it strictly closer to
+//! its destination (by the links' delays), relaying through NPUs that do not want it.
 
 use std::collections::BTreeMap;
 
@@ -59,6 +63,9 @@ pub(crate) struct Problem {
     pub chunk_group: Vec<u32>,
     pub groups: Vec<Members>,
     pub initial: Vec<Holding>,
+    /// Per chunk, its one destination (local NPU), or [`NONE`] when every member of its group
+    /// wants it. Empty when no chunk has a single destination.
+    pub dest: Vec<u32>,
 }
 
 impl Problem {
@@ -66,11 +73,27 @@ impl Problem {
         self.chunk_bytes.len() as u32
     }
 
-    fn wants(&self, npu: u32, chunk: u32) -> bool {
+    /// The single destination of a chunk that has one.
+    fn unicast(&self, chunk: u32) -> Option<u32> {
+        self.dest
+            .get(chunk as usize)
+            .copied()
+            .filter(|&d| d != NONE)
+    }
+
+    fn member(&self, npu: u32, chunk: u32) -> bool {
         if let [Members::All] = self.groups[..] {
             return true;
         }
         self.groups[self.chunk_group[chunk as usize] as usize].wants(npu)
+    }
+
+    /// True when `npu` must end up holding `chunk`.
+    fn wants(&self, npu: u32, chunk: u32) -> bool {
+        match self.unicast(chunk) {
+            Some(d) => d == npu,
+            None => self.member(npu, chunk),
+        }
     }
 }
 
@@ -169,9 +192,32 @@ struct State<'a> {
     remaining: u64,
     sends: u32,
     makespan: Time,
+    /// Per unicast chunk: its holder, and whether it is on its way to the next one.
+    at: Vec<u32>,
+    moving: Vec<bool>,
+    /// Per destination of unicast chunks: every NPU's shortest delay to it (index by
+    /// `dest_index`).
+    to_dest: Vec<Vec<u64>>,
+    dest_index: Vec<u32>,
 }
 
 impl State<'_> {
+    /// True when link `l` (into `dst`) would do chunk `c` good: a copy `dst` wants and has not
+    /// got coming, or the next hop of a unicast chunk towards its destination.
+    fn useful(&self, l: u32, dst: u32, c: u32) -> bool {
+        match self.problem.unicast(c) {
+            Some(d) => {
+                let src = self.net.links[l as usize].src;
+                let to = &self.to_dest[self.dest_index[d as usize] as usize];
+                self.at[c as usize] == src
+                    && !self.moving[c as usize]
+                    && self.problem.member(dst, c)
+                    && to[dst as usize] < to[src as usize]
+            }
+            None => self.problem.wants(dst, c) && !self.claimed(dst, c) && !self.cluster_has(l, c),
+        }
+    }
+
     fn claimed(&self, npu: u32, chunk: u32) -> bool {
         self.claimed[npu as usize * self.words + chunk as usize / 64] >> (chunk % 64) & 1 == 1
     }
@@ -222,9 +268,13 @@ impl State<'_> {
             chunk,
             via,
         });
+        if self.problem.unicast(chunk).is_some() {
+            self.at[chunk as usize] = npu;
+            self.moving[chunk as usize] = false;
+        }
         for &l in self.net.out_links(npu) {
             let w = self.net.links[l as usize].dst;
-            if self.free[l as usize] && self.problem.wants(w, chunk) && !self.claimed(w, chunk) {
+            if self.free[l as usize] && self.useful(l, w, chunk) {
                 self.mark_dirty(w);
             }
         }
@@ -246,7 +296,7 @@ impl State<'_> {
     /// if any: its source holds the chunk (or has it on the way) and its planned sends leave room.
     /// On heterogeneous networks the slow link leaves such chunks to the fast one.
     fn better_elsewhere(&self, l: u32, dst: u32, chunk: u32, now: Time) -> Option<u32> {
-        if !self.has_faster_sibling[l as usize] {
+        if !self.has_faster_sibling[l as usize] || self.problem.unicast(chunk).is_some() {
             return None;
         }
         let here = now + self.delay[l as usize];
@@ -274,8 +324,7 @@ impl State<'_> {
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
         let src = self.net.links[l as usize].src;
-        let useless =
-            |s: &Self, c: u32| !s.problem.wants(dst, c) || s.claimed(dst, c) || s.cluster_has(l, c);
+        let useless = |s: &Self, c: u32| !s.useful(l, dst, c);
         let first = loop {
             let e = self.entry(src, self.cursor[l as usize])?;
             if useless(self, e.chunk) {
@@ -363,7 +412,15 @@ impl State<'_> {
             self.free[l as usize] = false;
             let planned = &mut self.planned_until[l as usize];
             *planned = (*planned).max(now + free_after);
-            self.remaining -= 1;
+            match self.problem.unicast(c.chunk) {
+                Some(d) => {
+                    self.moving[c.chunk as usize] = true;
+                    if d == dst {
+                        self.remaining -= 1;
+                    }
+                }
+                None => self.remaining -= 1,
+            }
             self.makespan = self.makespan.max(send.arrive);
             self.events
                 .push(now + free_after, Event::LinkFree { link: l });
@@ -379,6 +436,44 @@ impl State<'_> {
             sink(&send);
         }
     }
+}
+
+/// For every destination of a unicast chunk, every NPU's shortest delay to it over the links
+/// (the largest chunk's arrival delays); unreachable NPUs get `u64::MAX`. Returns the table index
+/// of each NPU (`NONE` where it is no destination) and the tables.
+fn delays_to_destinations(
+    net: &Network,
+    problem: &Problem,
+    delay: &[Time],
+) -> (Vec<u32>, Vec<Vec<u64>>) {
+    use std::cmp::Reverse;
+    let n = net.npus() as usize;
+    let mut index = vec![NONE; n];
+    let mut tables = Vec::new();
+    for &d in problem.dest.iter().filter(|&&d| d != NONE) {
+        if index[d as usize] != NONE {
+            continue;
+        }
+        index[d as usize] = tables.len() as u32;
+        let mut dist = vec![u64::MAX; n];
+        dist[d as usize] = 0;
+        let mut heap = std::collections::BinaryHeap::from([Reverse((0u64, d))]);
+        while let Some(Reverse((t, v))) = heap.pop() {
+            if t > dist[v as usize] {
+                continue;
+            }
+            for &l in net.in_links(v) {
+                let u = net.links[l as usize].src;
+                let through = t + delay[l as usize].ps();
+                if through < dist[u as usize] {
+                    dist[u as usize] = through;
+                    heap.push(Reverse((through, u)));
+                }
+            }
+        }
+        tables.push(dist);
+    }
+    (index, tables)
 }
 
 /// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` in
@@ -428,11 +523,39 @@ pub(crate) fn run(
         remaining: 0,
         sends: 0,
         makespan: Time::ZERO,
+        at: vec![
+            NONE;
+            if problem.dest.is_empty() {
+                0
+            } else {
+                chunks as usize
+            }
+        ],
+        moving: vec![
+            false;
+            if problem.dest.is_empty() {
+                0
+            } else {
+                chunks as usize
+            }
+        ],
+        to_dest: Vec::new(),
+        dest_index: Vec::new(),
     };
-    let mut chunks_per_group = vec![0u64; problem.groups.len()];
-    for &g in &problem.chunk_group {
-        chunks_per_group[g as usize] += 1;
+    if !problem.dest.is_empty() {
+        let (index, tables) = delays_to_destinations(net, problem, &state.delay);
+        state.dest_index = index;
+        state.to_dest = tables;
     }
+    let mut chunks_per_group = vec![0u64; problem.groups.len()];
+    for (c, &g) in problem.chunk_group.iter().enumerate() {
+        if problem.unicast(c as u32).is_none() {
+            chunks_per_group[g as usize] += 1;
+        }
+    }
+    state.remaining += (0..chunks)
+        .filter(|&c| problem.unicast(c).is_some())
+        .count() as u64;
     for (group, &count) in problem.groups.iter().zip(&chunks_per_group) {
         let members = match group {
             Members::All => n as u64,

@@ -98,30 +98,25 @@ fn members(net: &Network, c: &Collective) -> Members {
     Members::Some(flags)
 }
 
-/// The pieces of `c` and, for each, the rank that holds it before spreading in `direction`
-/// (`None`: the collective has no phase in that direction).
-fn phase(c: &Collective, direction: Direction) -> Result<Option<Vec<u32>>, Error> {
+/// The pieces of `c` and, for each, the rank that holds it before spreading in `direction` and
+/// its one destination rank if it has one (scatter, gather, all-to-all forward their pieces);
+/// `None`: the collective has no phase in that direction.
+fn phase(c: &Collective, direction: Direction) -> Option<Vec<(u32, Option<u32>)>> {
     use CollectiveKind::*;
-    let owners = |rooted: bool| -> Vec<u32> {
-        (0..c.piece_count())
-            .map(|p| if rooted { c.root_rank } else { p / c.chunks })
-            .collect()
-    };
-    Ok(match (c.kind, direction) {
-        (AllGather, Direction::Forward) | (ReduceScatter, Direction::Reverse) => {
-            Some(owners(false))
+    let (n, k) = (c.ranks(), c.chunks);
+    let piece = |f: &dyn Fn(u32) -> (u32, Option<u32>)| (0..c.piece_count()).map(f).collect();
+    match (c.kind, direction) {
+        (AllGather, Direction::Forward) | (ReduceScatter, Direction::Reverse) | (AllReduce, _) => {
+            Some(piece(&|p| (p / k, None)))
         }
-        (AllReduce, _) => Some(owners(false)),
-        (Broadcast, Direction::Forward) | (Reduce, Direction::Reverse) => Some(owners(true)),
-        (AllGather | ReduceScatter | Broadcast | Reduce, _) => None,
-        (AllToAll | Gather | Scatter, _) => {
-            return Err(Error::input(format!(
-                "the tacos synthesizer does not build {} (it builds all-gather, reduce-scatter, \
-                 all-reduce, broadcast and reduce); use ring, direct or hierarchical",
-                c.kind
-            )))
+        (Broadcast, Direction::Forward) | (Reduce, Direction::Reverse) => {
+            Some(piece(&|_| (c.root_rank, None)))
         }
-    })
+        (Scatter, Direction::Forward) => Some(piece(&|p| (c.root_rank, Some(p / k)))),
+        (Gather, Direction::Forward) => Some(piece(&|p| (p / k, Some(c.root_rank)))),
+        (AllToAll, Direction::Forward) => Some(piece(&|p| (p / (n * k), Some((p / k) % n)))),
+        _ => None,
+    }
 }
 
 /// Builds the joint spreading problem of `direction`. `ready` gives, per collective, a time
@@ -135,13 +130,13 @@ fn problem(
     let mut p = Problem::default();
     let mut parts = Vec::new();
     for (i, c) in collectives.iter().enumerate() {
-        let Some(owners) = phase(c, direction)? else {
+        let Some(owners) = phase(c, direction) else {
             continue;
         };
         let first_chunk = p.chunks();
         let group = p.groups.len() as u32;
         p.groups.push(members(net, c));
-        for (piece, &owner) in owners.iter().enumerate() {
+        for (piece, &(owner, dest)) in owners.iter().enumerate() {
             let piece = piece as u32;
             p.chunk_bytes.push(c.piece_bytes(piece, piece + 1));
             p.chunk_group.push(group);
@@ -150,12 +145,19 @@ fn problem(
                 chunk: first_chunk + piece,
                 ready: ready(i, piece),
             });
+            if let Some(d) = dest {
+                p.dest.resize(first_chunk as usize + piece as usize, NONE);
+                p.dest.push(net.local[c.npus[d as usize] as usize]);
+            }
         }
         parts.push(Part {
             collective: i,
             first_chunk,
             pieces: owners.len() as u32,
         });
+    }
+    if !p.dest.is_empty() {
+        p.dest.resize(p.chunks() as usize, NONE);
     }
     if p.chunks() as u64 * net.npus() as u64 > (1u64 << 40) {
         return Err(Error::input(format!(
