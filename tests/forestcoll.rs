@@ -457,7 +457,10 @@ fn bad_requests_are_refused_with_one_line() {
         "-a",
         "forestcoll",
     ]));
-    assert!(err.contains("forestcoll has no all-to-all"), "{err}");
+    assert!(
+        err.contains("forestcoll has no all-to-all form; algorithms with one: direct, tacos"),
+        "{err}"
+    );
     // A compute node with no link at all: the network is disconnected.
     let dir = std::env::temp_dir().join(format!("collsim-forest-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -308,3 +308,94 @@ fn astra_sim_system_files_run_unchanged() {
         "{err}"
     );
 }
+
+/// Themis against the hierarchical baseline, all-reduce over every chunk count in 1, 2, 4, 8, 16,
+/// 64 and sizes 1 MB, 100 MB, 1 GB: never more than 1% slower. Returns the worst ratio.
+fn worst_ratio_over_the_grid(t: &Topology) -> f64 {
+    let defaults = MultiDimOptions::default();
+    let mut worst = 0.0f64;
+    for chunks in [1, 2, 4, 8, 16, 64] {
+        for size in [1_000_000u64, 100_000_000, 1_000_000_000] {
+            let c = Collective::new(
+                CollectiveKind::AllReduce,
+                t.active_npus(),
+                size,
+                chunks,
+                None,
+            )
+            .unwrap();
+            let time = |algorithm| {
+                let s = generate_with(algorithm, t, &c, &defaults).unwrap();
+                simulate(t, &s, &SimOptions::default(), &mut ())
+                    .unwrap()
+                    .finish
+            };
+            let ratio =
+                time(Algorithm::Themis).as_ns_f64() / time(Algorithm::Hierarchical).as_ns_f64();
+            assert!(
+                ratio <= 1.01,
+                "{}: {chunks} chunks of {size} B: Themis {ratio}x the baseline",
+                t.name()
+            );
+            worst = worst.max(ratio);
+        }
+    }
+    worst
+}
+
+/// The grid on the 2-D switch of the issue and on small networks of the kinds of configs/themis/
+/// (each dimension's kind, bandwidth and latency, fewer NPUs).
+#[test]
+fn themis_is_never_slower_than_the_baseline_on_small_networks() {
+    for (spec, bandwidth, latency) in [
+        ("dims:switch8,switch4", "300GB/s,25GB/s", "0.5us"),
+        ("dims:switch4,switch8", "1200Gbps,800Gbps", "700ns,1700ns"),
+        (
+            "dims:fc4,ring4,switch4",
+            "200Gbps,400Gbps,400Gbps",
+            "700ns,700ns,1700ns",
+        ),
+        (
+            "dims:switch4,switch4,switch4",
+            "1600Gbps,800Gbps,400Gbps",
+            "700ns,700ns,1700ns",
+        ),
+        (
+            "dims:switch4,switch4,switch4",
+            "800Gbps,800Gbps,800Gbps",
+            "700ns,700ns,1700ns",
+        ),
+        (
+            "dims:ring2,fc4,ring2,switch4",
+            "1500Gbps,200Gbps,600Gbps,800Gbps",
+            "20ns,700ns,700ns,1700ns",
+        ),
+        (
+            "dims:ring2,switch2,switch4,switch4",
+            "1000Gbps,1600Gbps,800Gbps,400Gbps",
+            "20ns,700ns,700ns,1700ns",
+        ),
+    ] {
+        worst_ratio_over_the_grid(&topo(spec, bandwidth, latency));
+    }
+}
+
+/// The same grid on the 1024-NPU networks of configs/themis/ (Themis Table 2).
+#[test]
+#[ignore = "six 1024-NPU networks x 18 cases: about an hour; `cargo test --release -- --ignored themis_is_never_slower_on_the_table_2_networks`"]
+fn themis_is_never_slower_on_the_table_2_networks() {
+    for file in [
+        "2d_sw_sw.yml",
+        "3d_fc_ring_sw.yml",
+        "3d_sw_sw_sw_hetero.yml",
+        "3d_sw_sw_sw_homo.yml",
+        "4d_ring_fc_ring_sw.yml",
+        "4d_ring_sw_sw_sw.yml",
+    ] {
+        let t = TopologyOptions::new(&config(&format!("themis/{file}")))
+            .build()
+            .unwrap();
+        let worst = worst_ratio_over_the_grid(&t);
+        eprintln!("{file}: worst Themis / hierarchical {worst:.4}");
+    }
+}

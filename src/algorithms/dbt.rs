@@ -114,11 +114,7 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
                 }
             }
         }
-        other => {
-            return Err(Error::input(format!(
-                "dbt has no {other} form; it implements all-reduce, broadcast and reduce"
-            )))
-        }
+        other => return Err(super::Algorithm::Dbt.refusal(other)),
     }
     Ok(b.finish())
 }

@@ -51,12 +51,7 @@ pub fn forests(
         CollectiveKind::AllReduce => vec![request(true, false), request(false, false)],
         CollectiveKind::Broadcast => vec![request(false, true)],
         CollectiveKind::Reduce => vec![request(true, true)],
-        other => {
-            return Err(Error::input(format!(
-                "forestcoll has no {other} form (it spreads and gathers along trees); use \
-                 --algorithm direct or ring"
-            )))
-        }
+        other => return Err(super::Algorithm::ForestColl.refusal(other)),
     };
     plans.iter().map(|r| forest::plan(topology, r)).collect()
 }

@@ -174,14 +174,13 @@ pub(crate) fn generate(
     themis: bool,
 ) -> Result<Schedule, Error> {
     let name = if themis { "themis" } else { "hierarchical" };
-    if !matches!(
-        c.kind,
-        CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
-    ) {
-        return Err(Error::input(format!(
-            "{name} has no {} form; it implements all-reduce, reduce-scatter and all-gather",
-            c.kind
-        )));
+    let algorithm = if themis {
+        super::Algorithm::Themis
+    } else {
+        super::Algorithm::Hierarchical
+    };
+    if !algorithm.supports(c.kind) {
+        return Err(algorithm.refusal(c.kind));
     }
     let dims = dimensions(topology, c, options, name)?;
     if dims[0].algorithm == DimAlgorithm::DoubleBinaryTree {

@@ -56,6 +56,38 @@ impl Algorithm {
             })
     }
 
+    /// True when the algorithm has a form for `kind`.
+    pub fn supports(self, kind: CollectiveKind) -> bool {
+        use CollectiveKind::*;
+        match self {
+            Algorithm::Direct | Algorithm::Tacos => true,
+            Algorithm::Ring | Algorithm::ForestColl => {
+                matches!(
+                    kind,
+                    AllReduce | AllGather | ReduceScatter | Broadcast | Reduce
+                )
+            }
+            Algorithm::Rhd | Algorithm::Hierarchical | Algorithm::Themis => {
+                matches!(kind, AllReduce | AllGather | ReduceScatter)
+            }
+            Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
+        }
+    }
+
+    /// The refusal of an algorithm that has no form for `kind`, naming those that have one.
+    pub fn refusal(self, kind: CollectiveKind) -> Error {
+        let able: Vec<&str> = Algorithm::ALL
+            .into_iter()
+            .filter(|a| a.supports(kind))
+            .map(Algorithm::name)
+            .collect();
+        Error::input(format!(
+            "{} has no {kind} form; algorithms with one: {}",
+            self.name(),
+            able.join(", ")
+        ))
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
@@ -137,6 +169,9 @@ pub fn generate_with(
     collective: &Collective,
     options: &MultiDimOptions,
 ) -> Result<Schedule, Error> {
+    if !algorithm.supports(collective.kind) {
+        return Err(algorithm.refusal(collective.kind));
+    }
     match algorithm {
         Algorithm::Ring => ring::generate(collective, topology.is_bidirectional()),
         Algorithm::Direct => direct::generate(collective),

@@ -12,14 +12,8 @@ use crate::Error;
 pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     let n = c.ranks();
     let pow2 = 1u32 << (31 - n.leading_zeros());
-    if !matches!(
-        c.kind,
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::AllGather
-    ) {
-        return Err(Error::input(format!(
-            "rhd has no {} form; it implements all-reduce, reduce-scatter and all-gather",
-            c.kind
-        )));
+    if !super::Algorithm::Rhd.supports(c.kind) {
+        return Err(super::Algorithm::Rhd.refusal(c.kind));
     }
     if n != pow2 && c.kind != CollectiveKind::AllReduce {
         return Err(Error::input(format!(

@@ -46,11 +46,7 @@ pub fn generate(c: &Collective, bidirectional: bool) -> Result<Schedule, Error> 
                 }
             }
         }
-        other => {
-            return Err(Error::input(format!(
-                "ring has no {other} form; use --algorithm direct (or tacos)"
-            )))
-        }
+        other => return Err(super::Algorithm::Ring.refusal(other)),
     }
     Ok(b.finish())
 }
