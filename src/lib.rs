@@ -31,6 +31,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A broken invariant of collsim itself (a bug): never a number it would print.
+    #[error("internal error, please report: {0}")]
+    Internal(String),
 }
 
 impl Error {

@@ -5,12 +5,20 @@
 
 use std::fmt;
 
-/// Simulated time, an integer count of picoseconds.
+/// Simulated time, an integer count of picoseconds. Sums saturate at [`Time::MAX`] (about 213
+/// days) instead of wrapping: whatever reports a time checks [`Time::fits`] and refuses the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Time(pub u64);
 
 impl Time {
     pub const ZERO: Time = Time(0);
+    /// The largest time collsim represents; a sum that reaches it has overflowed.
+    pub const MAX: Time = Time(u64::MAX);
+
+    /// False for a time that reached [`Time::MAX`]: the run left the representable range.
+    pub fn fits(self) -> bool {
+        self < Time::MAX
+    }
 
     pub fn from_ps(ps: u64) -> Time {
         Time(ps)
@@ -50,7 +58,7 @@ impl Time {
 impl std::ops::Add for Time {
     type Output = Time;
     fn add(self, rhs: Time) -> Time {
-        Time(self.0 + rhs.0)
+        Time(self.0.saturating_add(rhs.0))
     }
 }
 
@@ -109,11 +117,13 @@ impl Bandwidth {
         self.0 / 1e9
     }
 
-    /// Time to push `bytes` through this bandwidth, rounded to the nearest picosecond (halves up).
+    /// Time to push `bytes` through this bandwidth, rounded to the nearest picosecond (halves up);
+    /// [`Time::MAX`] when it does not fit.
     pub fn transmit_time(self, bytes: u64) -> Time {
         let ps = bytes as f64 * 1e12 / self.0;
         // For 0 <= ps < 2^52, ps + 0.5 is exact, so truncating it rounds half up exactly like
-        // `f64::round`, without the libm call that showed in the engine's profile.
+        // `f64::round`, without the libm call that showed in the engine's profile. Above 2^64 the
+        // cast saturates at Time::MAX.
         if ps < (1u64 << 52) as f64 {
             Time((ps + 0.5) as u64)
         } else {
@@ -155,8 +165,13 @@ fn unit_error(kind: &'static str, text: &str, why: impl Into<String>) -> UnitErr
     }
 }
 
-/// Splits `"12.5GiB/s"` into `(12.5, "GiB/s")`.
-fn split_number(text: &str) -> Option<(f64, &str)> {
+/// The largest bandwidth collsim takes (1 EB/s): beyond it transmission times round to nothing.
+pub const MAX_BANDWIDTH_BPS: f64 = 1e18;
+/// The smallest bandwidth collsim takes (1 B/s).
+pub const MIN_BANDWIDTH_BPS: f64 = 1.0;
+
+/// Splits `"12.5GiB/s"` into the number's text and the unit, `("12.5", "GiB/s")`.
+fn split_digits(text: &str) -> (&str, &str) {
     let t = text.trim();
     let end = t
         .char_indices()
@@ -170,33 +185,56 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
         })
         .map(|(i, _)| i)
         .unwrap_or(t.len());
-    let number: f64 = t[..end].replace('_', "").parse().ok()?;
-    Some((number, t[end..].trim()))
+    (&t[..end], t[end..].trim())
+}
+
+/// Splits `"12.5GiB/s"` into `(12.5, "GiB/s")`.
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let (digits, unit) = split_digits(text);
+    let number: f64 = digits.replace('_', "").parse().ok()?;
+    Some((number, unit))
 }
 
 /// Parses a byte count: `4096`, `1KB` (1e3), `1KiB` (1024), `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`.
+/// Whole numbers are read exactly (every `u64` byte count); a count past `u64` is refused.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
-    let (number, unit) = split_number(text)
-        .ok_or_else(|| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"))?;
-    let scale: f64 = match unit {
-        "" | "B" => 1.0,
-        "KB" | "kB" => 1e3,
-        "KiB" => 1024.0,
-        "MB" => 1e6,
-        "MiB" => (1u64 << 20) as f64,
-        "GB" => 1e9,
-        "GiB" => (1u64 << 30) as f64,
-        "TB" => 1e12,
-        "TiB" => (1u64 << 40) as f64,
+    let (digits, unit) = split_digits(text);
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        "TB" => 1_000_000_000_000,
+        "TiB" => 1 << 40,
         _ => return Err(unit_error("size", text, format!("unknown unit '{unit}'"))),
     };
-    let bytes = number * scale;
-    if !bytes.is_finite() || bytes < 0.0 {
+    let too_large = || {
+        unit_error(
+            "size",
+            text,
+            format!("is too large: at most {} B (16 EiB)", u64::MAX),
+        )
+    };
+    let plain = digits.replace('_', "");
+    if !plain.is_empty() && plain.bytes().all(|b| b.is_ascii_digit()) {
+        let whole: u128 = plain.parse().map_err(|_| too_large())?;
+        return u64::try_from(whole * scale as u128).map_err(|_| too_large());
+    }
+    let (number, _) = split_number(text)
+        .ok_or_else(|| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"))?;
+    let bytes = number * scale as f64;
+    if bytes.is_nan() || bytes < 0.0 {
         return Err(unit_error(
             "size",
             text,
             "must be a non-negative number of bytes",
         ));
+    }
+    if bytes >= u64::MAX as f64 {
+        return Err(too_large());
     }
     if (bytes - bytes.round()).abs() > 1e-6 * bytes.max(1.0) {
         return Err(unit_error("size", text, "is not a whole number of bytes"));
@@ -224,8 +262,15 @@ pub fn parse_time(text: &str) -> Result<Time, UnitError> {
         _ => return Err(unit_error("time", text, format!("unknown unit '{unit}'"))),
     };
     let ps = number * ps_per_unit;
-    if !ps.is_finite() || ps < 0.0 {
+    if ps.is_nan() || ps < 0.0 {
         return Err(unit_error("time", text, "must be a non-negative duration"));
+    }
+    if ps >= u64::MAX as f64 {
+        return Err(unit_error(
+            "time",
+            text,
+            "is too large: at most 18446744 s (about 213 days, 2^64 ps)",
+        ));
     }
     Ok(Time(ps.round() as u64))
 }
@@ -262,8 +307,22 @@ pub fn parse_bandwidth(text: &str) -> Result<Bandwidth, UnitError> {
         }
     };
     let bps = number * bytes_per_sec_per_unit;
-    if !bps.is_finite() || bps <= 0.0 {
+    if bps.is_nan() || bps <= 0.0 {
         return Err(unit_error("bandwidth", text, "must be positive"));
+    }
+    if bps > MAX_BANDWIDTH_BPS {
+        return Err(unit_error(
+            "bandwidth",
+            text,
+            "is too large: at most 1e18 B/s (1 EB/s)",
+        ));
+    }
+    if bps < MIN_BANDWIDTH_BPS {
+        return Err(unit_error(
+            "bandwidth",
+            text,
+            "is too small: at least 1 B/s",
+        ));
     }
     Ok(Bandwidth(bps))
 }

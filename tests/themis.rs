@@ -392,7 +392,7 @@ fn themis_is_never_slower_on_the_table_2_networks() {
         "4d_ring_fc_ring_sw.yml",
         "4d_ring_sw_sw_sw.yml",
     ] {
-        let t = TopologyOptions::new(&config(&format!("themis/{file}")))
+        let t = TopologyOptions::new(config(&format!("themis/{file}")))
             .build()
             .unwrap();
         let worst = worst_ratio_over_the_grid(&t);

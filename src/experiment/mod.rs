@@ -344,6 +344,7 @@ pub fn execute(
             .map(|d| busy_fraction(topology, &result, Some(d as u8)))
             .collect(),
     };
+    summary.check()?;
     Ok(RunOutcome {
         summary,
         schedule,

@@ -68,12 +68,45 @@ impl Summary {
         Some(self.algbw_gbps()? * self.busbw_factor?)
     }
 
-    /// bound / time: 1.0 means the schedule meets the lower bound.
+    /// Bound over time, at most 1: the simulator rounds each hop's delay to the picosecond, so a
+    /// schedule may meet its bound to within a few picoseconds of it, which is 1
+    /// ([`Summary::check`] refuses anything beyond that).
     pub fn efficiency(&self) -> Option<f64> {
         let t = self.collective_time.ps();
         self.bound
             .filter(|_| t > 0)
-            .map(|b| b.ps() as f64 / t as f64)
+            .map(|b| (b.ps() as f64 / t as f64).min(1.0))
+    }
+
+    /// The invariants every reported summary keeps: its times are in range, and neither its
+    /// efficiency nor its utilisation passes 1 (beyond the picoseconds of rounding).
+    pub fn check(&self) -> Result<(), Error> {
+        if let Some(bound) = self.bound.filter(|b| !b.fits()) {
+            return Err(Error::input(format!(
+                "the lower bound ({bound}) passes the largest time collsim represents (2^64 ps, \
+                 about 213 days): give a smaller size or faster links"
+            )));
+        }
+        let t = self.collective_time.ps() as f64;
+        if let Some(bound) = self.bound {
+            let slack = 1e3 * self.transfers.max(1) as f64;
+            if bound.ps() as f64 > t + slack {
+                return Err(Error::Internal(format!(
+                    "the lower bound {bound} exceeds the simulated time {}",
+                    self.collective_time
+                )));
+            }
+        }
+        let utilizations =
+            std::iter::once(self.link_utilization).chain(self.dim_utilization.iter().copied());
+        for u in utilizations {
+            if !(0.0..=1.0 + 1e-9).contains(&u) {
+                return Err(Error::Internal(format!(
+                    "a link utilisation of {u} is not a fraction"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The CSV row matching [`SUMMARY_HEADER`].

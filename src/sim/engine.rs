@@ -205,7 +205,29 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
         },
     };
     engine.run(observer)?;
+    check_range(topology, &engine.result)?;
     Ok(engine.result)
+}
+
+/// Times saturate at [`Time::MAX`] and byte counts at `u64::MAX` instead of wrapping; a run that
+/// reached either is refused, naming what overflowed.
+fn check_range(topology: &Topology, result: &SimResult) -> Result<(), Error> {
+    if !result.finish.fits() {
+        return Err(Error::input(
+            "the simulated time passes the largest collsim represents (2^64 ps, about 213 \
+             days): give a smaller size, faster links or shorter latencies",
+        ));
+    }
+    if let Some(l) = result.link_bytes.iter().position(|&b| b == u64::MAX) {
+        let link = topology.link(l as LinkId);
+        return Err(Error::input(format!(
+            "link {} -> {} would carry more than {} bytes (2^64): give smaller transfers",
+            link.src,
+            link.dst,
+            u64::MAX
+        )));
+    }
+    Ok(())
 }
 
 const PROGRESS_EVERY: u64 = 1 << 20;
@@ -350,7 +372,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         );
         self.queue.push(now + free, Event::LinkFree { link });
         let l = link as usize;
-        self.result.link_bytes[l] += bytes;
+        self.result.link_bytes[l] = self.result.link_bytes[l].saturating_add(bytes);
         self.result.link_busy[l] = self.result.link_busy[l] + free;
         if self.options.record_busy_intervals && free > Time::ZERO {
             let intervals = &mut self.result.busy_intervals[l];
