@@ -152,22 +152,48 @@ impl Collective {
                 Error::input(format!("root NPU {r} is not among the participants"))
             })? as u32,
         };
-        let c = Collective {
+        // Counted in u64: a piece index is a u32, so the product must be checked, not wrapped.
+        let ranks = npus.len() as u64;
+        let (per_buffer, total, how) = match kind {
+            CollectiveKind::Broadcast | CollectiveKind::Reduce => {
+                (chunks as u64, chunks as u64, format!("{chunks} chunks"))
+            }
+            CollectiveKind::AllToAll => (
+                ranks * chunks as u64,
+                ranks * ranks * chunks as u64,
+                format!("{ranks} x {ranks} ranks x {chunks} chunks"),
+            ),
+            _ => (
+                ranks * chunks as u64,
+                ranks * chunks as u64,
+                format!("{ranks} ranks x {chunks} chunks"),
+            ),
+        };
+        if total > u32::MAX as u64 {
+            return Err(Error::input(format!(
+                "{kind} over {ranks} NPUs with {chunks} chunk(s) makes {total} pieces ({how}), \
+                 more than collsim numbers ({}); give fewer chunks or NPUs",
+                u32::MAX
+            )));
+        }
+        if size < per_buffer {
+            return Err(Error::input(format!(
+                "size {size} B cannot be split into {per_buffer} pieces of at least 1 B{}; give a \
+                 larger size or fewer chunks",
+                if kind.is_rooted() && per_buffer == chunks as u64 {
+                    String::new()
+                } else {
+                    format!(" ({ranks} ranks x {chunks} chunks)")
+                }
+            )));
+        }
+        Ok(Collective {
             kind,
             npus,
             root_rank,
             size,
             chunks,
-        };
-        let per_buffer = c.pieces_per_buffer() as u64;
-        if size < per_buffer {
-            return Err(Error::input(format!(
-                "size {size} B cannot be split into {per_buffer} pieces ({} ranks x {chunks} chunks); \
-                 give a larger size or fewer chunks",
-                c.ranks()
-            )));
-        }
-        Ok(c)
+        })
     }
 
     pub fn ranks(&self) -> u32 {

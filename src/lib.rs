@@ -10,6 +10,7 @@ pub mod collective;
 pub mod experiment;
 pub mod flow;
 pub mod forest;
+pub mod memory;
 pub mod report;
 pub mod schedule;
 pub mod sim;
@@ -25,7 +26,7 @@ pub mod workload;
 pub enum Error {
     #[error("{0}")]
     Input(String),
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", io_words(.source))]
     Io {
         path: String,
         #[source]
@@ -41,10 +42,30 @@ impl Error {
         Error::Input(message.into())
     }
 
+    /// A failure to read or write `path`, reported as exit status 2 like any input error.
     pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Error {
         Error::Io {
             path: path.to_string(),
             source,
         }
+    }
+}
+
+/// An I/O error in words: "permission denied", not "Permission denied (os error 13)".
+fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let words = match e.kind() {
+        K::NotFound => "no such file or folder".to_string(),
+        K::PermissionDenied => "permission denied".to_string(),
+        K::AlreadyExists => "already exists".to_string(),
+        K::NotADirectory => "a file stands where a folder is needed".to_string(),
+        K::IsADirectory => "is a folder, not a file".to_string(),
+        K::StorageFull => "no space left on the device".to_string(),
+        K::ReadOnlyFilesystem => "the file system is read-only".to_string(),
+        _ => e.to_string(),
+    };
+    match words.find(" (os error") {
+        Some(i) => words[..i].to_string(),
+        None => words,
     }
 }

@@ -1,14 +1,99 @@
-//! The `collsim` binary: parse the command line, run it, map errors to exit status 2.
+//! The `collsim` binary: parse the command line, run it, map errors to exit statuses.
+//!
+//! Every failure ends with one `error:` line: bad input and unwritable outputs exit 2 (clap's
+//! own usage errors too), an allocation the machine cannot serve exits 2, a broken invariant of
+//! collsim itself exits 70, Ctrl-C exits 130 after removing unfinished output files.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
 
 use clap::Parser;
 
+/// The system allocator, ending the process with one `error:` line and exit status 2 when an
+/// allocation fails, where Rust would abort with a backtrace.
+struct ExitOnOutOfMemory;
+
+unsafe impl GlobalAlloc for ExitOnOutOfMemory {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            out_of_memory(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            out_of_memory(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            out_of_memory(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: ExitOnOutOfMemory = ExitOnOutOfMemory;
+
+/// Reports a failed allocation without allocating (the formatting writes straight to stderr).
+fn out_of_memory(bytes: usize) -> ! {
+    let _ = writeln!(
+        std::io::stderr(),
+        "error: out of memory: could not allocate {:.1} GB more; try fewer NPUs, a smaller \
+         --chunks, or --no-validate",
+        bytes as f64 / 1e9
+    );
+    std::process::exit(2)
+}
+
 fn main() {
-    let cli = collsim::cli::Cli::parse();
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+            .replace('\n', " ");
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("error: internal error, please report: {message}{place}");
+        std::process::exit(70);
+    }));
+    collsim::report::remove_partial_outputs_on_interrupt();
+    let cli = match collsim::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => {
+            // clap's message and tips on one line, without the usage block.
+            let rendered = err.to_string();
+            let lines: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(|l| l.trim())
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let message = lines.join("; ");
+            eprintln!("{message}; see --help");
+            std::process::exit(2);
+        }
+    };
     if let Err(err) = collsim::cli::run(cli) {
         let message = err.to_string().replace('\n', " ");
         eprintln!("error: {message}");
-        // Everything the user gave or asked for (including outputs that cannot be written) is
-        // exit 2; a broken invariant of collsim itself is 70 (EX_SOFTWARE).
         std::process::exit(match err {
             collsim::Error::Input(_) | collsim::Error::Io { .. } => 2,
             collsim::Error::Internal(_) => 70,

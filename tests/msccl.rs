@@ -181,3 +181,48 @@ fn bad_files_are_errors_naming_the_problem() {
     let err = parse_msccl("f.xml", "<algo", &c).unwrap_err().to_string();
     assert!(err.contains("f.xml"), "{err}");
 }
+
+/// Indices and offsets that name nothing were panics (a step's deps past its thread block, a
+/// depid naming no thread block) or silently simulated (offsets past the buffer, negative ids).
+#[test]
+fn indices_and_offsets_outside_the_declared_sizes_are_errors() {
+    let t = topo("ring:4");
+    let c = Collective::new(CollectiveKind::AllGather, t.active_npus(), 4 << 20, 2, None).unwrap();
+    let s = generate(Algorithm::Ring, &t, &c).unwrap();
+    let xml = msccl_xml(&s, s.collective.as_ref().unwrap(), "x").unwrap();
+    let dependent = r#"depid="0" deps="0""#;
+    assert!(xml.contains(dependent));
+    for (bad, expected) in [
+        (r#"depid="0" deps="999""#, "deps=999"),
+        (r#"depid="99" deps="0""#, "depid=99"),
+        (r#"depid="-7" deps="0""#, "depid=-7"),
+    ] {
+        let err = parse_msccl("f.xml", &xml.replacen(dependent, bad, 1), &c)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("f.xml") && err.contains(expected), "{err}");
+    }
+    let send = r#"type="s" srcbuf="o" srcoff="0""#;
+    assert!(xml.contains(send));
+    for (bad, expected) in [
+        (r#"type="s" srcbuf="o" srcoff="99""#, "srcoff=99"),
+        (r#"type="s" srcbuf="o" srcoff="-1""#, "srcoff=-1"),
+    ] {
+        let err = parse_msccl("f.xml", &xml.replacen(send, bad, 1), &c)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected) && err.contains("chunks"), "{err}");
+    }
+    let err = parse_msccl(
+        "f.xml",
+        &xml.replacen(r#"<gpu id="1""#, r#"<gpu id="7""#, 1),
+        &c,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("id 7"), "{err}");
+    let err = parse_msccl("f.xml", &xml.replacen(r#"send="1""#, r#"send="9""#, 1), &c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("send=9"), "{err}");
+}

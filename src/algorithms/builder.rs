@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use crate::collective::Collective;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
 use crate::units::Time;
+use crate::Error;
 
 const NONE: u32 = u32::MAX;
 /// Marks a writer entry that names a group of concurrent reductions instead of one transfer.
@@ -29,9 +30,16 @@ pub(crate) struct Builder<'c> {
 }
 
 impl<'c> Builder<'c> {
-    pub fn new(c: &'c Collective) -> Builder<'c> {
+    /// A builder for `c`, refused when its (rank, piece) table cannot fit in memory.
+    pub fn new(c: &'c Collective) -> Result<Builder<'c>, Error> {
         let pieces = c.piece_count() as u64;
-        Builder {
+        let cells = c.ranks() as u64 * pieces;
+        crate::memory::ensure(
+            crate::memory::bytes(cells, 4),
+            &format!("tracking {} pieces on {} NPUs", pieces, c.ranks()),
+            "try fewer NPUs or a smaller --chunks",
+        )?;
+        Ok(Builder {
             c,
             schedule: Schedule::new(),
             pieces,
@@ -40,7 +48,7 @@ impl<'c> Builder<'c> {
             free_groups: Vec::new(),
             deps: Vec::new(),
             gates: Vec::new(),
-        }
+        })
     }
 
     /// Transfers emitted so far.

@@ -70,7 +70,7 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     };
     let n = c.ranks();
     let root = c.root_rank;
-    let mut b = Builder::new(&refined);
+    let mut b = Builder::new(&refined)?;
     let total = refined.piece_count();
     let segments = c.chunks;
     let half = total / 2;

@@ -13,7 +13,13 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     let k = c.chunks;
     if c.kind == CollectiveKind::AllToAll {
         // Built without the data-flow builder: 67M transfers at 8192 NPUs, and no dependencies.
-        let mut s = Schedule::with_capacity(n as usize * (n as usize - 1) * k as usize);
+        let transfers = n as u64 * (n as u64 - 1) * k as u64;
+        crate::memory::ensure(
+            crate::memory::bytes(transfers, crate::memory::BYTES_PER_TRANSFER),
+            &format!("a direct all-to-all of {transfers} transfers"),
+            "try fewer NPUs or a smaller --chunks",
+        )?;
+        let mut s = Schedule::with_capacity(transfers as usize);
         for src in 0..n {
             for dst in (0..n).filter(|&d| d != src) {
                 let (lo, _) = c.a2a_block(src, dst);
@@ -30,7 +36,7 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
         s.collective = Some(c.clone());
         return Ok(s);
     }
-    let mut b = Builder::new(c);
+    let mut b = Builder::new(c)?;
     let all: Vec<u32> = (0..n).collect();
     let whole = (0, c.piece_count());
     let root = c.root_rank;

@@ -156,7 +156,7 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
         .enumerate()
         .map(|(i, &v)| (v, i as u32))
         .collect();
-    let mut b = Builder::new(&refined);
+    let mut b = Builder::new(&refined)?;
     let shard = match c.kind {
         CollectiveKind::Broadcast | CollectiveKind::Reduce => c.size as f64,
         _ => c.size as f64 / c.ranks() as f64,

@@ -218,7 +218,7 @@ pub(crate) fn generate(
             n: c.ranks(),
             slice_len: refined.piece_count() / slices,
             pipeline,
-            b: Builder::new(&refined),
+            b: Builder::new(&refined)?,
         };
         let ascending: Vec<usize> = (0..dims.len()).collect();
         match c.kind {
@@ -239,18 +239,18 @@ pub(crate) fn generate(
             }
             _ => all_reduce(&mut phases, c, options, plan),
         }
-        phases.b.finish()
+        Ok::<Schedule, Error>(phases.b.finish())
     };
     if !themis || c.kind != CollectiveKind::AllReduce || options.active_chunks.is_some() {
-        return Ok(build(if themis { Plan::Themis } else { Plan::Baseline }));
+        return build(if themis { Plan::Themis } else { Plan::Baseline });
     }
     // Themis reverts to the baseline when balancing does not pay. Its per-chunk fallback cannot
     // see everything (a few large chunks on heterogeneous dimensions: up to 28% slower), and its
     // offline fluid model shares a dimension fairly where the simulated links are FIFO queues
     // (it takes the baseline of 4 chunks on a ring of 2 for twice its real time), so the
     // simulator judges: the hierarchical schedule is kept unless Themis's is faster.
-    let baseline = build(Plan::Baseline);
-    let balanced = build(Plan::Themis);
+    let baseline = build(Plan::Baseline)?;
+    let balanced = build(Plan::Themis)?;
     let time = |s: &Schedule| {
         sim::simulate(topology, s, &SimOptions::default(), &mut ()).map(|r| r.finish)
     };

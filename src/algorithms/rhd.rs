@@ -26,7 +26,7 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
         ..c.clone()
     };
     let whole = (0, refined.piece_count());
-    let mut b = Builder::new(&refined);
+    let mut b = Builder::new(&refined)?;
     let all: Vec<u32> = (0..n).collect();
     match c.kind {
         CollectiveKind::AllReduce if n == pow2 => {

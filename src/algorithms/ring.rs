@@ -17,7 +17,7 @@ pub fn generate(c: &Collective, bidirectional: bool) -> Result<Schedule, Error> 
     let all: Vec<u32> = (0..n).collect();
     let whole = (0, refined.piece_count());
     let segments = refined.chunks;
-    let mut b = Builder::new(&refined);
+    let mut b = Builder::new(&refined)?;
     match c.kind {
         CollectiveKind::AllReduce => {
             ring_exchange(&mut b, &all, whole, segments, bidirectional, Op::Reduce);

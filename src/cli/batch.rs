@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Format, MultiDimArgs, TimeModelArg, TopologyArgs};
+use super::{Format, MultiDimArgs, OutArgs, TimeModelArg, TopologyArgs};
 use crate::algorithms::Algorithm;
 use crate::collective::CollectiveKind;
 use crate::experiment::{
@@ -31,7 +31,7 @@ pub struct SweepArgs {
     pub algorithms: String,
     /// Chunk counts per NPU, comma-separated [default: each algorithm's own (1, or forestcoll's
     /// choice), or the system file's preferred-dataset-splits]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub chunks: Option<String>,
     /// Seeds, comma-separated (each run once per seed) [default: each algorithm's own]
     #[arg(long)]
@@ -48,9 +48,9 @@ pub struct SweepArgs {
 /// Settings shared by the batch commands (sweep, run).
 #[derive(Args, Debug)]
 pub struct BatchArgs {
-    /// Results folder: summary.csv and figures
-    #[arg(long, short = 'o')]
-    pub out: Option<PathBuf>,
+    // Results folder: summary.csv and figures
+    #[command(flatten)]
+    pub output: OutArgs,
     /// Run only share I of N (0 <= I < N) of the runs, for job arrays; join with `collsim merge`
     #[arg(long)]
     pub shard: Option<String>,
@@ -84,9 +84,12 @@ pub struct MergeArgs {
     /// The shards' results folders
     #[arg(required = true)]
     pub shards: Vec<PathBuf>,
-    /// Where the merged results go
+    /// Where the merged results go (never one of the shards)
     #[arg(long, short = 'o')]
     pub out: PathBuf,
+    /// Write into a non-empty --out folder, first removing what collsim wrote there before
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub(super) fn sweep(args: SweepArgs) -> Result<(), Error> {
@@ -94,11 +97,9 @@ pub(super) fn sweep(args: SweepArgs) -> Result<(), Error> {
     let sizes = parse_size_list(&args.sizes).map_err(|e| Error::input(format!("--sizes: {e}")))?;
     let chunks = match &args.chunks {
         Some(list) => parse_list("--chunks", list, |c| {
-            c.parse::<u32>()
-                .ok()
-                .filter(|&c| c >= 1)
+            super::chunk_count(c)
                 .map(Some)
-                .ok_or_else(|| Error::input(format!("'{c}' is not a chunk count of 1 or more")))
+                .map_err(|e| Error::input(format!("'{c}': {e}")))
         })?,
         None => vec![system.chunks],
     };
@@ -137,9 +138,9 @@ pub(super) fn sweep(args: SweepArgs) -> Result<(), Error> {
 pub(super) fn run_file(mut args: RunFileArgs) -> Result<(), Error> {
     let (mut experiment, text) = Experiment::load(&args.experiment)?;
     experiment.heatmaps |= args.heatmaps;
-    if args.batch.out.is_none() {
+    if args.batch.output.out.is_none() {
         let stem = args.experiment.file_stem().unwrap_or("experiment".as_ref());
-        args.batch.out = Some(PathBuf::from("results").join(stem));
+        args.batch.output.out = Some(PathBuf::from("results").join(stem));
     }
     let base = args
         .experiment
@@ -161,6 +162,7 @@ fn run_experiment(
         experiment.synth.trials = args.trials;
     }
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let out = args.output.prepare()?;
     let result = run_batch(&experiment, shard)?;
     if result.rows.is_empty() {
         let why = result
@@ -183,8 +185,8 @@ fn run_experiment(
             s.reason
         );
     }
-    if let Some(dir) = &args.out {
-        write_batch(dir, &experiment, source, &result, shard)?;
+    if let Some(out) = out {
+        write_batch(out, &experiment, source, &result, shard)?;
     }
     match args.format {
         Format::Csv => {
@@ -195,7 +197,7 @@ fn run_experiment(
         }
         Format::Text => print_table(&result.rows),
     }
-    if let Some(dir) = &args.out {
+    if let Some(dir) = &args.output.out {
         eprintln!(
             "wrote {} run(s) to {}{}",
             result.rows.len(),
@@ -245,7 +247,7 @@ fn print_table(rows: &[(usize, crate::report::Summary)]) {
 }
 
 pub(super) fn merge_shards(args: MergeArgs) -> Result<(), Error> {
-    let runs = merge(&args.shards, &args.out)?;
+    let runs = merge(&args.shards, &args.out, args.force)?;
     eprintln!(
         "merged {} shard(s), {runs} run(s), into {}",
         args.shards.len(),

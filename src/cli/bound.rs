@@ -21,6 +21,13 @@ pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
     let request = args.collective.request()?;
     let c = request.resolve(&topology)?;
     let b = bound::bounds(&topology, &c, None);
+    if !b.total().fits() {
+        return Err(Error::input(format!(
+            "the lower bound of {} passes the largest time collsim represents (2^64 ps, about \
+             213 days): give a smaller size, faster links or shorter latencies",
+            c.describe()
+        )));
+    }
     let cut = b.cut.map(|t| t.ns_string()).unwrap_or_default();
     match args.format {
         Format::Csv => {

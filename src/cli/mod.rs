@@ -109,7 +109,7 @@ pub struct CollectiveArgs {
     pub size: Option<String>,
     /// Pieces each NPU's data is split into for pipelining (forestcoll: pieces per tree)
     /// [default: 1, the system file's preferred-dataset-splits, or forestcoll's own choice]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = chunk_count)]
     pub chunks: Option<u32>,
     /// Participating NPUs (a communicator), e.g. 0,2,4,6 or 0-7; with several collectives, one
     /// communicator each separated by ';' (e.g. '0-15;16-31') [default: all]
@@ -387,5 +387,36 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => batch::run_file(args),
         Command::Merge(args) => batch::merge_shards(args),
         Command::Train(args) => train::train(args),
+    }
+}
+
+/// Where a command's results folder goes; checked before anything runs.
+#[derive(Args, Debug, Default)]
+pub struct OutArgs {
+    /// Results folder (made if missing; must be empty unless --force)
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// Write into a non-empty --out folder, first removing what collsim wrote there before
+    #[arg(long, requires = "out")]
+    pub force: bool,
+}
+
+impl OutArgs {
+    /// The results folder, ready to write, or None without --out.
+    pub fn prepare(&self) -> Result<Option<crate::report::OutputDir>, Error> {
+        self.out
+            .as_deref()
+            .map(|dir| crate::report::OutputDir::prepare(dir, self.force))
+            .transpose()
+    }
+}
+
+/// `--chunks`: a count of at least 1, named as such (not clap's "unexpected argument '-1'").
+pub(crate) fn chunk_count(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<i128>() {
+        Ok(n) if n < 1 => Err(format!("{n} is too small: at least 1")),
+        Ok(n) if n > u32::MAX as i128 => Err(format!("{n} is too large: at most {}", u32::MAX)),
+        Ok(n) => Ok(n as u32),
+        Err(_) => Err("expected a whole number of chunks, at least 1".to_string()),
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{
-    CollectiveArgs, ForestArgs, Format, MultiDimArgs, Progress, SynthArgs, TimeModelArg,
+    CollectiveArgs, ForestArgs, Format, MultiDimArgs, OutArgs, Progress, SynthArgs, TimeModelArg,
     TopologyArgs,
 };
 use crate::algorithms::Algorithm;
@@ -36,9 +36,9 @@ pub struct RunArgs {
     /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
     #[arg(long)]
     pub reduce_bandwidth: Option<String>,
-    /// Results folder: summary.csv, transfers.csv, links.csv (and schedule.json when synthesized)
-    #[arg(long, short = 'o')]
-    pub out: Option<PathBuf>,
+    // Results folder: summary.csv, transfers.csv, links.csv (and schedule.json when synthesized)
+    #[command(flatten)]
+    pub output: OutArgs,
     /// stdout: a human summary (text) or the summary.csv header and row (csv)
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -107,8 +107,8 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
                 parse_bandwidth(s).map_err(|e| Error::input(format!("--reduce-bandwidth: {e}")))
             })
             .transpose()?,
-        record_transfers: args.out.is_some(),
-        record_busy_intervals: args.out.is_some(),
+        record_transfers: args.output.out.is_some(),
+        record_busy_intervals: args.output.out.is_some(),
         ..system.sim_options(args.time_model.into())
     })
 }
@@ -139,6 +139,7 @@ fn run_and_report(
         trees: forest.trees,
     };
     let topology = topology.build()?;
+    let out = args.output.prepare()?;
     let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
     if let Some(path) = &args.msccl {
         let claim = outcome.schedule.collective.as_ref().ok_or_else(|| {
@@ -147,7 +148,7 @@ fn run_and_report(
         let name = format!("collsim-{}-{}", outcome.summary.algorithm, claim.kind);
         write_msccl(&outcome.schedule, claim, &name, path)?;
     }
-    if let Some(dir) = &args.out {
+    if let Some(out) = out {
         let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
             if produced {
                 write_schedule_json(&outcome.schedule, &out.file("schedule.json"))?;
@@ -158,7 +159,7 @@ fn run_and_report(
             HeatmapArg::Bytes => HeatMetric::Bytes,
             HeatmapArg::Busy => HeatMetric::Busy,
         };
-        experiment::write_outputs(&topology, &outcome, dir, metric, &extra)?;
+        experiment::write_outputs(&topology, &outcome, out, metric, &extra)?;
     }
     match args.format {
         Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),

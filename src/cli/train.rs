@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{ForestArgs, Format, MultiDimArgs, TimeModelArg, TopologyArgs};
+use super::{chunk_count, ForestArgs, Format, MultiDimArgs, OutArgs, TimeModelArg, TopologyArgs};
 use crate::algorithms::Algorithm;
 use crate::report::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER};
 use crate::synth::SynthOptions;
@@ -29,7 +29,7 @@ pub struct TrainArgs {
     pub seed: u64,
     /// Chunks each collective is cut into [default: 1 (forestcoll: its own pieces per tree), or
     /// the system file's preferred-dataset-splits]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = chunk_count)]
     pub chunks: Option<u32>,
     #[command(flatten)]
     pub forest: ForestArgs,
@@ -39,9 +39,9 @@ pub struct TrainArgs {
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
     #[arg(long, value_enum, default_value = "exact")]
     pub time_model: TimeModelArg,
-    /// Results folder: breakdown.csv and breakdown.png/.svg
-    #[arg(long, short = 'o')]
-    pub out: Option<PathBuf>,
+    // Results folder: breakdown.csv and breakdown.png/.svg
+    #[command(flatten)]
+    pub output: OutArgs,
     /// stdout: a table (text) or breakdown.csv (csv)
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -52,6 +52,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let workload = load_workload(&args.workload)?;
     let algorithms = parse_list("--algorithm", &args.algorithm, Algorithm::parse)?;
+    let out = args.output.prepare()?;
     let options = TrainOptions {
         algorithm: algorithms[0],
         sim: system.sim_options(args.time_model.into()),
@@ -68,8 +69,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             eprintln!("note: {note}");
         }
     }
-    if let Some(dir) = &args.out {
-        let mut out = crate::report::OutputDir::create(dir)?;
+    if let Some(mut out) = out {
         write_breakdown_csv(&rows, &out.file("breakdown.csv"))?;
         let title = format!(
             "{} on {}: one training iteration",

@@ -161,17 +161,16 @@ pub struct Source<'a> {
     pub base: &'a Path,
 }
 
-/// Writes a batch's results into `dir`: `summary.csv`, `skipped.csv`, `batch.json`, the
+/// Writes a batch's results into `out`: `summary.csv`, `skipped.csv`, `batch.json`, the
 /// experiment file when there is one, per-run link loads for heat maps, and (for a whole batch,
 /// not a shard) the figures.
 pub fn write_batch(
-    dir: &Path,
+    mut out: OutputDir,
     exp: &Experiment,
     source: Option<Source>,
     result: &BatchResult,
     shard: Option<Shard>,
 ) -> Result<(), Error> {
-    let mut out = OutputDir::create(dir)?;
     let rows: Vec<RunRow> = result
         .rows
         .iter()
@@ -209,9 +208,20 @@ pub fn write_batch(
 
 /// Joins the results folders of a batch's shards into `out`, checks that every run is there
 /// exactly once, and draws the batch's figures.
-pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
+pub fn merge(dirs: &[PathBuf], out_dir: &Path, force: bool) -> Result<usize, Error> {
     if dirs.is_empty() {
         return Err(Error::input("merge: give the shards' results folders"));
+    }
+    let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if let Some(input) = dirs.iter().find(|d| same(d, out_dir)) {
+        return Err(Error::input(format!(
+            "merge: --out {} is one of the shards ({}); give a new folder",
+            out_dir.display(),
+            input.display()
+        )));
     }
     let mut info: Option<BatchInfo> = None;
     let mut source: Option<String> = None;
@@ -302,7 +312,7 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path) -> Result<usize, Error> {
             if missing.len() > 8 { ", ..." } else { "" }
         )));
     }
-    let mut out = OutputDir::create(out_dir)?;
+    let mut out = OutputDir::prepare(out_dir, force)?;
     // Rows are written back as CSV records, quoted as they were (topology names hold commas).
     let path = out.file("summary.csv");
     let csv_error = |e: csv::Error| Error::io(path.display(), std::io::Error::other(e.to_string()));

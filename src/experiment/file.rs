@@ -189,6 +189,13 @@ impl Experiment {
         nonempty("topologies", raw.topologies.len())?;
         nonempty("collectives", raw.collectives.len())?;
         nonempty("algorithms", raw.algorithms.len())?;
+        let raw_specs: Vec<String> = raw
+            .topologies
+            .iter()
+            .map(|t| match t {
+                RawTopology::Spec(spec) | RawTopology::Full { spec, .. } => spec.clone(),
+            })
+            .collect();
         let topologies = raw
             .topologies
             .into_iter()
@@ -230,6 +237,13 @@ impl Experiment {
                 entry
             })
             .collect();
+        let topologies: Vec<TopologyEntry> = topologies;
+        let shown: Vec<&str> = topologies
+            .iter()
+            .zip(&raw_specs)
+            .map(|(t, spec)| t.name.as_deref().unwrap_or(spec))
+            .collect();
+        same_name("topologies", &shown).map_err(|e| field("topologies", e))?;
         let collectives = raw
             .collectives
             .iter()
@@ -266,7 +280,10 @@ impl Experiment {
                     }
                 })
             })
-            .collect::<Result<_, Error>>()?;
+            .collect::<Result<Vec<AlgorithmEntry>, Error>>()?;
+        let labels: Vec<String> = algorithms.iter().map(AlgorithmEntry::label).collect();
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        same_name("algorithms", &labels).map_err(|e| field("algorithms", e))?;
         let sizes = match raw.sizes {
             RawSizes::One(v) => v.sizes(),
             RawSizes::Many(list) => list
@@ -352,6 +369,20 @@ struct RawExperiment {
     system: Option<String>,
     active_chunks: Option<u32>,
     intra_dimension: Option<String>,
+}
+
+/// Two entries of one list shown under one name would share a row key and a figure series: one
+/// of them would silently vanish from the figures.
+fn same_name(list: &str, names: &[&str]) -> Result<(), String> {
+    for (j, b) in names.iter().enumerate() {
+        if let Some(i) = names[..j].iter().position(|a| a == b) {
+            return Err(format!(
+                "{list}[{i}] and {list}[{j}] are both named '{b}'; give one of them a different \
+                 `name:`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]

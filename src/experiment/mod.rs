@@ -376,15 +376,14 @@ fn file_label(path: &Path) -> String {
 }
 
 /// Writes `summary.csv`, `transfers.csv`, `links.csv`, `utilization.csv` and the figures of one
-/// run into `dir` (the heat map of `metric`), and whatever `extra` adds, all committed together.
+/// run into `out` (the heat map of `metric`), and whatever `extra` adds, all committed together.
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
-    dir: &Path,
+    mut out: OutputDir,
     metric: HeatMetric,
     extra: &dyn Fn(&mut OutputDir) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let mut out = OutputDir::create(dir)?;
     extra(&mut out)?;
     report::write_transfers_csv(
         &outcome.schedule,

@@ -200,15 +200,61 @@ impl Summary {
 }
 
 /// A results folder whose files are written under temporary names and renamed into place only when
-/// the whole run succeeded, so a failed run never leaves a folder that looks complete.
+/// the whole run succeeded, so a failed or interrupted run never leaves a folder that looks
+/// complete. It is prepared before the run, so a folder that cannot be written is found at once.
 pub struct OutputDir {
     dir: PathBuf,
     pending: Vec<(PathBuf, PathBuf)>,
 }
 
+/// The file in a results folder listing what collsim wrote there, so `--force` removes exactly
+/// that before writing again.
+pub const MANIFEST: &str = ".collsim-manifest";
+
+/// Temporary files of every open [`OutputDir`], removed on Ctrl-C.
+static PENDING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// On Ctrl-C (or SIGTERM), removes the temporary files of unfinished outputs and exits with 130.
+pub fn remove_partial_outputs_on_interrupt() {
+    // A second handler cannot be installed (tests run many commands in one process): the first
+    // one already does this.
+    let _ = ctrlc::set_handler(|| {
+        let pending = PENDING.lock().map(|p| p.clone()).unwrap_or_default();
+        for path in pending {
+            let _ = std::fs::remove_file(path);
+        }
+        eprintln!("error: interrupted; unfinished output files removed");
+        std::process::exit(130);
+    });
+}
+
 impl OutputDir {
-    pub fn create(dir: &Path) -> Result<OutputDir, Error> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+    /// Checks that `dir` can take the results before anything runs: it must be a folder (made if
+    /// missing), writable, and empty unless `force`, which removes what collsim wrote there.
+    pub fn prepare(dir: &Path, force: bool) -> Result<OutputDir, Error> {
+        let shown = dir.display();
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::input(format!(
+                "{shown}: is a file; --out names the folder the results go to"
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(&shown, e))?;
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(&shown, e))?
+            .filter_map(|e| e.ok())
+            .count();
+        if entries > 0 {
+            if !force {
+                return Err(Error::input(format!(
+                    "{shown}: the folder is not empty; give --force to replace what collsim \
+                     wrote there, or another folder"
+                )));
+            }
+            remove_previous_outputs(dir)?;
+        }
+        let probe = dir.join(".collsim-write-test");
+        std::fs::write(&probe, b"").map_err(|e| Error::io(&shown, e))?;
+        let _ = std::fs::remove_file(&probe);
         Ok(OutputDir {
             dir: dir.to_path_buf(),
             pending: Vec::new(),
@@ -234,16 +280,27 @@ impl OutputDir {
             Some((stem, ext)) => parent.join(format!(".{stem}.partial.{ext}")),
             None => parent.join(format!(".{file}.partial")),
         };
+        if let Ok(mut pending) = PENDING.lock() {
+            pending.push(tmp.clone());
+        }
         self.pending.push((tmp.clone(), real));
         tmp
     }
 
-    /// Moves every written file into place (summary files last, by call order).
+    /// Moves every written file into place (summary files last, by call order) and records them
+    /// in the manifest.
     pub fn commit(mut self) -> Result<(), Error> {
-        for (tmp, real) in std::mem::take(&mut self.pending) {
-            std::fs::rename(&tmp, &real).map_err(|e| Error::io(real.display(), e))?;
+        let pending = std::mem::take(&mut self.pending);
+        let mut manifest = String::new();
+        for (tmp, real) in &pending {
+            std::fs::rename(tmp, real).map_err(|e| Error::io(real.display(), e))?;
+            if let Ok(relative) = real.strip_prefix(&self.dir) {
+                manifest += &format!("{}\n", relative.display());
+            }
         }
-        Ok(())
+        forget_pending(&pending);
+        let path = self.dir.join(MANIFEST);
+        std::fs::write(&path, manifest).map_err(|e| Error::io(path.display(), e))
     }
 }
 
@@ -252,7 +309,48 @@ impl Drop for OutputDir {
         for (tmp, _) in &self.pending {
             let _ = std::fs::remove_file(tmp);
         }
+        forget_pending(&self.pending);
     }
+}
+
+fn forget_pending(files: &[(PathBuf, PathBuf)]) {
+    if let Ok(mut pending) = PENDING.lock() {
+        pending.retain(|p| !files.iter().any(|(tmp, _)| tmp == p));
+    }
+}
+
+/// Removes the files a previous run listed in `dir`'s manifest, and the folders that leaves
+/// empty. Files collsim did not write stay.
+fn remove_previous_outputs(dir: &Path) -> Result<(), Error> {
+    let manifest = dir.join(MANIFEST);
+    let Ok(text) = std::fs::read_to_string(&manifest) else {
+        return Ok(());
+    };
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let relative = Path::new(line);
+        // Only paths inside the folder: a tampered manifest must not reach elsewhere.
+        if relative.is_absolute()
+            || relative
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            continue;
+        }
+        let path = dir.join(relative);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path.display(), e)),
+        }
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| *p != dir) {
+            if std::fs::remove_dir(p).is_err() {
+                break;
+            }
+            parent = p.parent();
+        }
+    }
+    std::fs::remove_file(&manifest).map_err(|e| Error::io(manifest.display(), e))
 }
 
 pub(crate) fn writer(path: &Path) -> Result<BufWriter<File>, Error> {
@@ -378,10 +476,34 @@ mod tests {
     fn uncommitted_output_leaves_nothing_behind() {
         let dir = std::env::temp_dir().join(format!("collsim-out-{}", std::process::id()));
         {
-            let mut out = OutputDir::create(&dir).unwrap();
+            let mut out = OutputDir::prepare(&dir, false).unwrap();
             std::fs::write(out.file("summary.csv"), "x").unwrap();
         }
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_used_folder_needs_force_which_removes_only_what_collsim_wrote() {
+        let dir = std::env::temp_dir().join(format!("collsim-force-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut out = OutputDir::prepare(&dir, false).unwrap();
+        std::fs::write(out.file("runs/3/link_bytes.csv"), "old").unwrap();
+        std::fs::write(out.file("summary.csv"), "old").unwrap();
+        out.commit().unwrap();
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let err = OutputDir::prepare(&dir, false).err().unwrap().to_string();
+        assert!(
+            err.contains("--force") && err.contains("not empty"),
+            "{err}"
+        );
+        let out = OutputDir::prepare(&dir, true).unwrap();
+        assert!(!dir.join("summary.csv").exists() && !dir.join("runs").exists());
+        assert!(dir.join("notes.txt").exists());
+        drop(out);
+        let file = dir.join("notes.txt");
+        let err = OutputDir::prepare(&file, true).err().unwrap().to_string();
+        assert!(err.contains("is a file"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

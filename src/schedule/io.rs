@@ -238,6 +238,12 @@ fn read_csv(file: &str, reader: File) -> Result<(Vec<RawTransfer>, Option<Claim>
         .headers()
         .map_err(|e| Error::input(format!("{file}: {e}")))?
         .clone();
+    if headers.iter().all(|h| h.is_empty()) {
+        return Err(Error::input(format!(
+            "{file}: the file is empty; a schedule CSV starts with the header \
+             id,src,dst,bytes,deps"
+        )));
+    }
     let column = |name: &str| headers.iter().position(|h| h == name);
     for h in headers.iter() {
         if !REQUIRED.contains(&h) && !OPTIONAL.contains(&h) {

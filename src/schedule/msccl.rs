@@ -487,8 +487,13 @@ fn render(
 struct ReadStep {
     kind: String,
     order: Option<u64>,
+    /// The source buffer and offset as written (checked against the buffer's chunks).
+    src: Option<(Buffer, i64)>,
     dst: (Buffer, u32),
+    raw_dstoff: i64,
     count: u32,
+    /// (depid, deps) as written; `dep` once checked.
+    raw_dep: (i64, i64),
     dep: Option<(usize, usize)>,
 }
 
@@ -582,12 +587,19 @@ pub fn parse_msccl(file: &str, text: &str, c: &Collective) -> Result<Schedule, E
                             Error::input(format!("{file}: unknown buffer '{dstbuf}'"))
                         })?;
                         let dstoff: i64 = field(file, "step", &attrs, "dstoff")?;
+                        let src = match attrs.get("srcbuf").and_then(|b| Buffer::parse(b)) {
+                            Some(b) => Some((b, field(file, "step", &attrs, "srcoff")?)),
+                            None => None,
+                        };
                         tb.steps.push(ReadStep {
                             order: attrs.get(ORDER_ATTRIBUTE).and_then(|v| v.parse().ok()),
                             kind: field(file, "step", &attrs, "type")?,
-                            dst: (dst, dstoff.max(0) as u32),
+                            src,
+                            dst: (dst, dstoff.clamp(0, u32::MAX as i64) as u32),
+                            raw_dstoff: dstoff,
                             count: field(file, "step", &attrs, "cnt")?,
-                            dep: (depid >= 0).then_some((depid as usize, deps.max(0) as usize)),
+                            raw_dep: (depid, deps),
+                            dep: None,
                         });
                     }
                     _ => {}
@@ -644,7 +656,102 @@ pub fn parse_msccl(file: &str, text: &str, c: &Collective) -> Result<Schedule, E
     };
     let layout = Layout { c };
     gpus.sort_by_key(|g| g.0);
+    check_indices(file, c, &layout, &mut gpus)?;
     build_schedule(file, c, &layout, &gpus)
+}
+
+/// Checks every index and offset of the file against its declared sizes: GPU ids, the peers of
+/// thread blocks, step dependencies, and buffer offsets; fills in each step's checked `dep`.
+fn check_indices(
+    file: &str,
+    c: &Collective,
+    layout: &Layout,
+    gpus: &mut [(u32, Vec<ReadBlock>)],
+) -> Result<(), Error> {
+    let n = c.ranks();
+    if let Some((id, _)) = gpus.iter().find(|(id, _)| *id >= n) {
+        return Err(Error::input(format!(
+            "{file}: <gpu> id {id} is outside 0..{} (ngpus={n})",
+            n - 1
+        )));
+    }
+    // Sorted, in range and as many as ngpus: a repeat is the only way to miss an id.
+    if let Some(w) = gpus.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::input(format!(
+            "{file}: <gpu> id {} appears twice",
+            w[0].0
+        )));
+    }
+    let (i_chunks, o_chunks) = layout.chunks();
+    let size_of = |b: Buffer| match b {
+        Buffer::Input => Some(i_chunks as i64),
+        Buffer::Output => Some(o_chunks as i64),
+        _ => None,
+    };
+    for (gpu, blocks) in gpus.iter_mut() {
+        let gpu = *gpu;
+        let block_steps: Vec<usize> = blocks.iter().map(|b| b.steps.len()).collect();
+        for (b, tb) in blocks.iter_mut().enumerate() {
+            for (peer, what) in [(tb.send, "send"), (tb.recv, "recv")] {
+                if peer != -1 && (peer < 0 || peer >= n as i64 || peer == gpu as i64) {
+                    return Err(Error::input(format!(
+                        "{file}: GPU {gpu} thread block {b}: {what}={peer} names no other GPU \
+                         (-1 or 0..{} but {gpu})",
+                        n - 1
+                    )));
+                }
+            }
+            for (s, step) in tb.steps.iter_mut().enumerate() {
+                let at = format!("{file}: GPU {gpu} thread block {b} step {s}");
+                let (depid, deps) = step.raw_dep;
+                step.dep = match depid {
+                    -1 => None,
+                    d if d < 0 || d as usize >= block_steps.len() => {
+                        return Err(Error::input(format!(
+                            "{at}: depid={d} names no thread block (GPU {gpu} has {})",
+                            block_steps.len()
+                        )))
+                    }
+                    d => {
+                        let steps = block_steps[d as usize];
+                        if deps < 0 || deps as usize >= steps {
+                            return Err(Error::input(format!(
+                                "{at}: deps={deps} names no step of thread block {d} (it has \
+                                 {steps})"
+                            )));
+                        }
+                        Some((d as usize, deps as usize))
+                    }
+                };
+                if step.kind == "nop" {
+                    continue;
+                }
+                if step.count == 0 {
+                    return Err(Error::input(format!("{at}: cnt=0 moves nothing")));
+                }
+                let places = [
+                    ("src", step.src),
+                    ("dst", Some((step.dst.0, step.raw_dstoff))),
+                ];
+                for (end, place) in places {
+                    let Some((buffer, offset)) = place else {
+                        continue;
+                    };
+                    let Some(size) = size_of(buffer) else {
+                        continue;
+                    };
+                    if offset < 0 || offset + step.count as i64 > size {
+                        return Err(Error::input(format!(
+                            "{at}: {end}off={offset} cnt={} leaves the {} buffer of {size} chunks",
+                            step.count,
+                            buffer.name()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Pairs sends with receives per connection and turns step dependencies into transfer ones.

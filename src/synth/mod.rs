@@ -415,7 +415,10 @@ fn synthesize_on(
         plan(net, &forward, options, Direction::Forward)?
     };
 
-    let mut builders: Vec<Builder> = collectives.iter().map(Builder::new).collect();
+    let mut builders: Vec<Builder> = collectives
+        .iter()
+        .map(Builder::new)
+        .collect::<Result<_, _>>()?;
     let ranks: Vec<Vec<u32>> = collectives
         .iter()
         .map(|c| {
@@ -514,6 +517,11 @@ fn stream_forward(
     // Every NPU but the first holder receives every chunk once; each send but the first hops
     // depends on one earlier send.
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
+    crate::memory::ensure(
+        crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER),
+        &format!("a synthesized schedule of {expected} transfers"),
+        "try fewer NPUs, or --no-validate",
+    )?;
     let mut schedule = Schedule::with_capacity_for_data(expected, expected);
     let mut emit = |s: &Send| {
         let link = net.links[s.link as usize];

@@ -21,7 +21,21 @@ pub enum DimKind {
     Switch,
 }
 
+/// The most NPUs a built-in topology may have.
+pub const MAX_NPUS: u64 = 1 << 30;
+
 impl DimKind {
+    /// Directed links one group of `n` NPUs of this kind has.
+    fn links_per_group(self, n: u64) -> u64 {
+        match self {
+            DimKind::Ring if n == 2 => 2,
+            DimKind::Ring | DimKind::Switch => 2 * n,
+            DimKind::UniRing => n,
+            DimKind::Line => 2 * (n - 1),
+            DimKind::FullyConnected => n * (n - 1),
+        }
+    }
+
     /// Parses ASTRA-sim and collsim names (case-insensitive).
     pub fn parse(name: &str) -> Option<DimKind> {
         match name.to_ascii_lowercase().as_str() {
@@ -98,11 +112,16 @@ pub fn multi_dim(name: impl Into<String>, dims: Vec<Dim>) -> Result<Topology, Er
         }
         npus *= dim.size as u64;
     }
-    if npus > (1u64 << 30) {
+    if npus > MAX_NPUS {
         return Err(Error::input(format!(
-            "topology {name}: {npus} NPUs is too many"
+            "topology {name}: {npus} NPUs is too many (at most {MAX_NPUS})"
         )));
     }
+    let link_count: u64 = dims
+        .iter()
+        .map(|d| npus / d.size as u64 * d.kind.links_per_group(d.size as u64))
+        .sum();
+    ensure_topology_fits(&name, npus, link_count)?;
     let npus = npus as u32;
     let strides = strides(&dims);
     let mut links = Vec::new();
@@ -210,6 +229,15 @@ pub fn dgx1(bandwidth: Bandwidth, latency: Time) -> Result<Topology, Error> {
 /// A DragonFly: `groups` groups of `per_group` NPUs, fully connected inside a group, and one global
 /// link between every pair of groups (group `g`'s link to group `h` leaves from its NPU
 /// `h mod per_group`, skipping its own index).
+/// Refuses a topology whose nodes and links cannot fit in memory.
+fn ensure_topology_fits(name: &str, npus: u64, links: u64) -> Result<(), Error> {
+    crate::memory::ensure(
+        crate::memory::bytes(links.saturating_add(npus), crate::memory::BYTES_PER_LINK),
+        &format!("topology {name} ({npus} NPUs, {links} links)"),
+        "try fewer NPUs",
+    )
+}
+
 pub fn dragonfly(
     groups: u32,
     per_group: u32,
@@ -222,7 +250,15 @@ pub fn dragonfly(
             "topology {name}: sizes must be positive"
         )));
     }
-    let npus = groups * per_group;
+    let npus = groups as u64 * per_group as u64;
+    if npus > MAX_NPUS {
+        return Err(Error::input(format!(
+            "topology {name}: {npus} NPUs is too many (at most {MAX_NPUS})"
+        )));
+    }
+    let (g, a) = (groups as u64, per_group as u64);
+    ensure_topology_fits(&name, npus, g * a * (a - 1) + g * (g - 1))?;
+    let npus = npus as u32;
     let mut links = Vec::new();
     let mut push = |a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)| {
         for (src, dst) in [(a, b), (b, a)] {

@@ -280,6 +280,36 @@ struct GraphFile {
 
 fn from_graph(file: &str, g: GraphFile) -> Result<Topology, Error> {
     let mut links = Vec::with_capacity(g.links.len() * 2);
+    // Checked here, where the file's own list indices are known (links[3], not directed link 7).
+    let nodes = g.npus as u64 + g.switches as u64;
+    let mut first_of: std::collections::HashMap<(NodeId, NodeId), usize> =
+        std::collections::HashMap::with_capacity(g.links.len() * 2);
+    for (i, l) in g.links.iter().enumerate() {
+        for (field, v) in [("src", l.src), ("dst", l.dst)] {
+            if v as u64 >= nodes {
+                return Err(Error::input(format!(
+                    "{file}: links[{i}].{field} = {v} names no node (nodes are 0..{}: npus then \
+                     switches)",
+                    nodes.saturating_sub(1)
+                )));
+            }
+        }
+        if l.src == l.dst {
+            return Err(Error::input(format!(
+                "{file}: links[{i}] connects node {} to itself",
+                l.src
+            )));
+        }
+        let directions = [(l.src, l.dst), (l.dst, l.src)];
+        for &(a, b) in &directions[..if l.bidirectional { 2 } else { 1 }] {
+            if let Some(j) = first_of.insert((a, b), i) {
+                return Err(Error::input(format!(
+                    "{file}: links[{j}] and links[{i}] both connect {a} -> {b}; merge them into \
+                     one link with the summed bandwidth"
+                )));
+            }
+        }
+    }
     for (i, l) in g.links.iter().enumerate() {
         let bandwidth = quantity(
             file,

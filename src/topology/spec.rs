@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind};
+use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind, MAX_NPUS};
 use super::{load_topology_file, NodeId, Topology};
 use crate::units::{parse_bandwidth, parse_list, parse_time, Bandwidth, Time};
 use crate::Error;
@@ -137,8 +137,11 @@ fn per_dim<T: Copy>(
 
 fn parse_shape(text: &str, spec: &str) -> Result<Vec<u32>, Error> {
     text.split('x')
-        .map(|s| match s.trim().parse::<u32>() {
-            Ok(n) if n >= 1 => Ok(n),
+        .map(|s| match s.trim().parse::<u64>() {
+            Ok(n) if n > MAX_NPUS => Err(Error::input(format!(
+                "topology '{spec}': dimension size {n} is too large: at most {MAX_NPUS}"
+            ))),
+            Ok(n) if n >= 1 => Ok(n as u32),
             _ => Err(Error::input(format!(
                 "topology '{spec}': '{s}' is not a positive dimension size"
             ))),
@@ -157,9 +160,19 @@ pub fn parse_inline(
     let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
     let kinds: Vec<(DimKind, u32)> = match kind {
         "ring" | "uring" | "fc" | "switch" => {
-            let n: u32 = arg.parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
-                Error::input(format!("topology '{spec}': expected {kind}:N with N >= 1"))
-            })?;
+            let n = match arg.parse::<u64>() {
+                Ok(n) if n > MAX_NPUS => {
+                    return Err(Error::input(format!(
+                        "topology '{spec}': {n} NPUs is too large: at most {MAX_NPUS}"
+                    )))
+                }
+                Ok(n) if n >= 1 => n as u32,
+                _ => {
+                    return Err(Error::input(format!(
+                        "topology '{spec}': expected {kind}:N with N >= 1"
+                    )))
+                }
+            };
             let dim_kind = match kind {
                 "ring" => DimKind::Ring,
                 "uring" => DimKind::UniRing,
@@ -190,8 +203,13 @@ pub fn parse_inline(
                 let item = item.trim();
                 let split = item.find(|c: char| c.is_ascii_digit()).unwrap_or(item.len());
                 let kind = DimKind::parse(&item[..split]);
-                let n = item[split..].parse::<u32>().ok().filter(|&n| n >= 1);
-                kind.zip(n).ok_or_else(|| {
+                let n = item[split..].parse::<u64>().ok().filter(|&n| n >= 1);
+                if let Some(n) = n.filter(|&n| n > MAX_NPUS) {
+                    return Err(Error::input(format!(
+                        "topology '{spec}': dimension size {n} is too large: at most {MAX_NPUS}"
+                    )));
+                }
+                kind.zip(n.map(|n| n as u32)).ok_or_else(|| {
                     Error::input(format!(
                         "topology '{spec}': '{item}' should be a dimension like ring4, fc8, switch16"
                     ))

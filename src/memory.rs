@@ -1,0 +1,110 @@
+//! A guard against runs that cannot fit in memory: the big structures (topologies, schedules)
+//! are estimated before they are built and refused with the estimate against what the machine
+//! has, rather than failing half-way with an allocation abort.
+
+use crate::Error;
+
+/// Bytes a run holds per transfer at least: the transfer itself (16 B), its dependency and piece
+/// entries, and the simulator's per-transfer state.
+pub const BYTES_PER_TRANSFER: u64 = 48;
+
+/// Bytes a topology holds per link at least: the link, its adjacency entries and routing state.
+pub const BYTES_PER_LINK: u64 = 64;
+
+/// Bytes this process can still allocate: the machine's available memory, or less under an
+/// address-space limit (`ulimit -v`). None where the system does not say (not Linux).
+pub fn available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let machine = kib_field(&meminfo, "MemAvailable:")?;
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+            line.split_whitespace().nth(3)?.parse::<u64>().ok()
+        });
+    let headroom = limit.map(|limit| {
+        let used = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| kib_field(&s, "VmSize:"))
+            .unwrap_or(0);
+        limit.saturating_sub(used)
+    });
+    Some(headroom.map_or(machine, |h| h.min(machine)))
+}
+
+/// `field` of a /proc file whose values are in kB, in bytes.
+fn kib_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line[field.len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// Refuses `what` when the `needed` bytes pass what is available, naming both and `advice`.
+pub fn ensure(needed: u64, what: &str, advice: &str) -> Result<(), Error> {
+    ensure_within(needed, available(), what, advice)
+}
+
+fn ensure_within(
+    needed: u64,
+    available: Option<u64>,
+    what: &str,
+    advice: &str,
+) -> Result<(), Error> {
+    match available {
+        Some(have) if needed > have => Err(Error::input(format!(
+            "{what} needs about {} of memory; {} available; {advice}",
+            in_words(needed),
+            in_words(have)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes in decimal units with one decimal, as a person would say them ("640.0 GB").
+fn in_words(bytes: u64) -> String {
+    let b = bytes as f64;
+    match b {
+        b if b >= 1e12 => format!("{:.1} TB", b / 1e12),
+        b if b >= 1e9 => format!("{:.1} GB", b / 1e9),
+        b => format!("{:.1} MB", b / 1e6),
+    }
+}
+
+/// Multiplies counts of things by their size, saturating: an estimate too large to count is
+/// simply too large.
+pub fn bytes(count: u64, each: u64) -> u64 {
+    count.saturating_mul(each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_reports_some_memory() {
+        if cfg!(target_os = "linux") {
+            assert!(available().is_some_and(|b| b > 0));
+        }
+    }
+
+    #[test]
+    fn estimates_past_the_memory_are_refused_with_both_figures() {
+        let err = ensure_within(
+            640_000_000_000,
+            Some(22_000_000_000),
+            "the schedule",
+            "try less",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("640.0 GB") && err.contains("22.0 GB"), "{err}");
+        assert!(err.contains("try less"), "{err}");
+        assert!(ensure_within(1 << 20, Some(1 << 30), "x", "y").is_ok());
+        assert!(ensure_within(u64::MAX, None, "x", "y").is_ok());
+        assert_eq!(bytes(u64::MAX, 2), u64::MAX);
+    }
+}
