@@ -38,8 +38,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// An input error. Its message is one line: line breaks in quoted input are shown as `\n`.
     pub fn input(message: impl Into<String>) -> Error {
-        Error::Input(message.into())
+        let message: String = message.into();
+        if message.contains(['\n', '\r']) {
+            Error::Input(message.replace('\n', "\\n").replace('\r', "\\r"))
+        } else {
+            Error::Input(message)
+        }
     }
 
     /// A failure to read or write `path`, reported as exit status 2 like any input error.

@@ -1,0 +1,237 @@
+//! Never a wrong number: every input past what collsim can represent or hold ends with exit
+//! status 2 and one `error:` line, before anything runs or is written (issue "never a wrong
+//! number"); outputs are never half-written or written over without `--force`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn collsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args(args)
+        .output()
+        .expect("collsim runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("collsim-wrong-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `args` and asserts exit 2 with exactly one line on stderr, an `error:` line holding
+/// every one of `words`; returns that line.
+fn refused(args: &[&str], words: &[&str]) -> String {
+    let out = collsim(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{args:?}: {stderr}");
+    for w in words {
+        assert!(lines[0].contains(w), "{args:?}: '{w}' not in {stderr}");
+    }
+    assert!(out.stdout.is_empty(), "{args:?} printed a result");
+    lines[0].to_string()
+}
+
+#[test]
+fn sizes_bandwidths_and_latencies_past_their_range_are_refused() {
+    let ring = ["simulate", "-t", "ring:8", "-c", "all-reduce", "-a", "ring"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        ring.iter().chain(extra).copied().collect()
+    };
+    // The table's rows: each printed a plausible time with exit 0.
+    refused(&with(&["--size", "18446744073709551615"]), &["2^64 ps"]);
+    refused(&with(&["--size", "100GB", "--bandwidth", "1B/s"]), &["2^64 ps"]);
+    refused(&with(&["--size", "1GB", "--latency", "1e30s"]), &["too large", "--latency"]);
+    refused(&with(&["--size", "1GB", "--latency", "1e7s"]), &["2^64 ps"]);
+    // Each type's limits.
+    refused(&with(&["--size", "18446744073709551616"]), &["too large", "--size"]);
+    refused(&with(&["--size", "1GB", "--bandwidth", "1e-300GB/s"]), &["too small"]);
+    refused(&with(&["--size", "1GB", "--bandwidth", "1e400GB/s"]), &["too large"]);
+    refused(&with(&["--size", "1GB", "--latency", "18446745s"]), &["too large"]);
+    refused(
+        &["bound", "-t", "ring:8", "-c", "all-reduce", "--size", "1TB", "--bandwidth", "1B/s"],
+        &["lower bound", "2^64 ps"],
+    );
+}
+
+#[test]
+fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
+    let base = ["simulate", "-t", "ring:8", "-c", "all-reduce", "--size", "1GB", "-a", "ring"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra).copied().collect()
+    };
+    refused(&with(&["--chunks", "1000000000"]), &["8000000000 pieces"]);
+    refused(&with(&["--chunks", "-1"]), &["too small"]);
+    // Pieces of 0 bytes.
+    refused(
+        &["simulate", "-t", "ring:8", "-c", "all-gather", "--size", "16", "--chunks", "4", "-a", "ring"],
+        &["32 pieces"],
+    );
+    refused(
+        &["simulate", "-t", "switch:99999999999", "-c", "all-reduce", "--size", "1GB", "-a", "ring"],
+        &["too large"],
+    );
+}
+
+#[test]
+fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
+    for (args, words) in [
+        (
+            vec!["simulate", "-t", "switch:100000", "-c", "all-to-all", "-a", "direct", "--size", "1TB"],
+            vec!["pieces"],
+        ),
+        (
+            vec!["simulate", "-t", "switch:40000", "-c", "all-to-all", "-a", "direct", "--size", "1TB"],
+            vec!["needs about", "available"],
+        ),
+        (
+            vec!["synthesize", "-t", "mesh:300x300", "-c", "all-gather", "--size", "1GB"],
+            vec!["needs about", "available"],
+        ),
+        (
+            vec!["simulate", "-t", "dragonfly:1000x1000", "-c", "all-reduce", "--size", "1GB", "-a", "ring"],
+            vec!["needs about"],
+        ),
+        (
+            vec![
+                "simulate", "-t", "ring:4096", "-c", "all-reduce", "--size", "1TB", "-a", "ring",
+                "--chunks", "100000",
+            ],
+            vec!["needs about"],
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        refused(&args, &words);
+        assert!(started.elapsed().as_secs() < 20, "{args:?} ran before refusing");
+    }
+}
+
+#[test]
+fn schedule_files_whose_bytes_pass_u64_are_refused() {
+    let dir = scratch("bytes");
+    let file = dir.join("big.csv");
+    std::fs::write(
+        &file,
+        "id,src,dst,bytes,deps\n0,0,1,18446744073709551615,\n1,0,1,18446744073709551615,0\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    refused(
+        &["simulate", "-t", "ring:8", "--bandwidth", "1000000TB/s", "--schedule", f],
+        &["2^64"],
+    );
+    let empty = dir.join("empty.csv");
+    std::fs::write(&empty, "").unwrap();
+    refused(
+        &["simulate", "-t", "ring:8", "--schedule", empty.to_str().unwrap()],
+        &["empty"],
+    );
+}
+
+#[test]
+fn outputs_are_checked_before_the_run_and_never_written_over() {
+    let dir = scratch("out");
+    let run = |out: &str, force: bool| {
+        let mut args = vec![
+            "simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out",
+            out,
+        ];
+        if force {
+            args.push("--force");
+        }
+        collsim(&args)
+    };
+    // A file where the folder should be, and a folder that cannot be made.
+    let file = dir.join("file");
+    std::fs::write(&file, "keep").unwrap();
+    let args_file = file.to_str().unwrap();
+    refused(
+        &["simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out", args_file],
+        &["is a file", args_file],
+    );
+    let below_file = file.join("sub");
+    refused(
+        &[
+            "simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out",
+            below_file.to_str().unwrap(),
+        ],
+        &["file"],
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    // A used folder needs --force; --force keeps what collsim did not write.
+    let results = dir.join("results");
+    let r = results.to_str().unwrap();
+    assert!(run(r, false).status.success());
+    std::fs::write(results.join("mine.txt"), "mine").unwrap();
+    let out = run(r, false);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert!(run(r, true).status.success());
+    assert!(results.join("mine.txt").exists() && results.join("summary.csv").exists());
+    let hidden: Vec<_> = std::fs::read_dir(&results)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
+        .collect();
+    assert!(hidden.is_empty(), "partial files left: {hidden:?}");
+    // merge never writes into one of its inputs.
+    refused(&["merge", r, "--out", r, "--force"], &["one of the shards"]);
+}
+
+#[test]
+fn experiment_entries_shown_under_one_name_are_an_error_naming_both() {
+    let dir = scratch("names");
+    let file = dir.join("exp.yaml");
+    std::fs::write(
+        &file,
+        "topologies: [ring:8, {spec: 'ring:8', bandwidth: 10GB/s}]\ncollectives: [all-reduce]\n\
+         sizes: [1MB]\nalgorithms: [ring]\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    refused(
+        &["run", file.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &["topologies[0]", "topologies[1]", "ring:8"],
+    );
+}
+
+#[test]
+fn runs_are_byte_identical_across_thread_counts() {
+    let dir = scratch("threads");
+    let run = |threads: &str| {
+        let out = dir.join(format!("t{threads}"));
+        let status = Command::new(env!("CARGO_BIN_EXE_collsim"))
+            .env("RAYON_NUM_THREADS", threads)
+            .args([
+                "synthesize", "-t", "mesh:4x4", "-c", "all-gather", "--size", "4MB", "--trials", "4",
+                "--seed", "7", "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+        ["summary.csv", "transfers.csv", "links.csv", "schedule.json"]
+            .map(|f| std::fs::read(out.join(f)).unwrap())
+    };
+    // Everything but the synthesis wall time (summary.csv's synthesis_ms, DESIGN.md's column).
+    let without_wall_time = |csv: &[u8]| -> Vec<String> {
+        let text = String::from_utf8(csv.to_vec()).unwrap();
+        let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+        let col = header.iter().position(|h| *h == "synthesis_ms").unwrap();
+        text.lines()
+            .map(|l| {
+                let mut cells: Vec<&str> = l.split(',').collect();
+                cells.remove(col);
+                cells.join(",")
+            })
+            .collect()
+    };
+    let (one, two) = (run("1"), run("2"));
+    assert_eq!(without_wall_time(&one[0]), without_wall_time(&two[0]));
+    for (a, b) in one.iter().zip(&two).skip(1) {
+        assert!(a == b, "outputs differ between 1 and 2 threads");
+    }
+}
