@@ -124,8 +124,43 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
             .iter()
             .copied()
             .fold(group_bound(topology, c), f64::max)
+            .max(crossing_bound(topology, c, budget))
     };
     Some(seconds(secs))
+}
+
+/// All-reduce: every piece must cross every cut that separates participants once each way (a
+/// participant on each side needs the other side's contribution), so `size` bytes cross each
+/// way: `size / λ`, with λ the least capacity, either way, of such a cut. λ is the least max-flow
+/// between the first participant and any other, in either direction (2(n-1) max-flows; 0 when
+/// that passes `budget`). Capacities are rounded up, which can only lower the bound. Seconds.
+fn crossing_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> f64 {
+    let work =
+        2 * (c.npus.len() as u64) * (topology.nodes() as u64 + topology.links().len() as u64);
+    if budget.is_some_and(|b| work > b) {
+        return 0.0;
+    }
+    let widest = topology
+        .links()
+        .iter()
+        .map(|l| l.bandwidth.as_bytes_per_sec())
+        .fold(0.0, f64::max);
+    let unit = (widest / 1e9).max(1e6);
+    let mut net = crate::flow::FlowNetwork::new(topology.nodes() as usize);
+    for l in topology.links() {
+        let cap = (l.bandwidth.as_bytes_per_sec() / unit).ceil().max(1.0) as crate::flow::Cap;
+        net.add_arc(l.src, l.dst, cap);
+    }
+    let first = c.npus[0];
+    let mut lambda = crate::flow::INFINITE;
+    for &v in &c.npus[1..] {
+        lambda = lambda.min(net.max_flow(&[first], &[v], lambda));
+        lambda = lambda.min(net.max_flow(&[v], &[first], lambda));
+    }
+    if lambda <= 0 || lambda >= crate::flow::INFINITE {
+        return 0.0;
+    }
+    c.size as f64 / (lambda as f64 * unit)
 }
 
 /// All-reduce: for a partition of the participants into `g >= 2` groups, some group takes in (and
@@ -347,6 +382,39 @@ mod tests {
 
     fn collective(kind: CollectiveKind, n: u32) -> Collective {
         Collective::new(kind, (0..n).collect(), 1 << 30, 1, None).unwrap()
+    }
+
+    #[test]
+    fn all_reduce_pushes_the_whole_buffer_each_way_across_a_thin_bridge() {
+        // Two fully connected groups of 4 (100 GB/s links) joined by one 1 GB/s link each way:
+        // every piece crosses the bridge both ways, so 1 GiB takes at least 1.074 s.
+        use crate::units::Bandwidth;
+        let (fast, thin) = (Bandwidth::gb_per_sec(100.0), Bandwidth::gb_per_sec(1.0));
+        let mut links = Vec::new();
+        let mut link = |src, dst, bandwidth| {
+            links.push(crate::topology::Link {
+                src,
+                dst,
+                latency: Time::from_ns(1),
+                bandwidth,
+                dim: None,
+            })
+        };
+        for group in [0u32, 4] {
+            for a in group..group + 4 {
+                for b in (group..group + 4).filter(|&b| b != a) {
+                    link(a, b, fast);
+                }
+            }
+        }
+        link(3, 4, thin);
+        link(4, 3, thin);
+        let t = Topology::from_parts("bridge".into(), 8, 0, links, Vec::new(), Vec::new()).unwrap();
+        let c = collective(CollectiveKind::AllReduce, 8);
+        let want = (1u64 << 30) as f64 / 1e9;
+        assert!((crossing_bound(&t, &c, None) - want).abs() < 1e-9 * want);
+        let cut = cut_bound(&t, &c, None).unwrap();
+        assert!(cut.ps() as f64 >= want * 1e12 * (1.0 - 1e-9), "{cut}");
     }
 
     #[test]

@@ -86,7 +86,13 @@ fn main() {
                 .map(|l| l.trim())
                 .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
                 .collect();
-            let message = lines.join("; ");
+            let mut message = String::new();
+            for line in lines {
+                if !message.is_empty() {
+                    message += if message.ends_with(':') { " " } else { "; " };
+                }
+                message += line;
+            }
             eprintln!("{message}; see --help");
             std::process::exit(2);
         }

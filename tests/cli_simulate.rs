@@ -616,3 +616,30 @@ fn a_schedule_file_claiming_a_collective_is_validated() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+#[test]
+fn no_transfers_leaves_the_per_transfer_table_out() {
+    let dir = scratch("no-transfers");
+    let out = dir.join("r");
+    let run = collsim(&[
+        "simulate",
+        "-t",
+        "ring:8",
+        "-c",
+        "all-gather",
+        "--size",
+        "1MB",
+        "-a",
+        "ring",
+        "--no-transfers",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.join("summary.csv").exists() && out.join("links.csv").exists());
+    assert!(!out.join("transfers.csv").exists());
+}

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use collsim::algorithms::{generate, Algorithm};
 use collsim::collective::{Collective, CollectiveKind};
 use collsim::experiment::Experiment;
-use collsim::schedule::{load_schedule_file, msccl_xml, parse_msccl, write_schedule_csv, write_schedule_json};
+use collsim::schedule::{
+    load_schedule_file, msccl_xml, parse_msccl, write_schedule_csv, write_schedule_json,
+};
 use collsim::topology::TopologyOptions;
 use collsim::units::{parse_bandwidth, parse_bytes, parse_size_list, parse_time};
 use collsim::Error;
@@ -27,8 +29,22 @@ fn read(path: &str) -> String {
 /// repeated. Tokens are the values parsers meet at their limits.
 fn mutated(seed: String) -> impl Strategy<Value = String> {
     const TOKENS: [&str; 16] = [
-        "-1", "0", "18446744073709551616", "1e400", "NaN", "-", ":", ",", "\n", "{", "]", "\"",
-        "99999999999", "1e-300", "x", "..",
+        "-1",
+        "0",
+        "18446744073709551616",
+        "1e400",
+        "NaN",
+        "-",
+        ":",
+        ",",
+        "\n",
+        "{",
+        "]",
+        "\"",
+        "99999999999",
+        "1e-300",
+        "x",
+        "..",
     ];
     let len = seed.len().max(1);
     prop::collection::vec((0..len, 0..4u8, 0..TOKENS.len(), any::<char>()), 1..6).prop_map(

@@ -43,23 +43,61 @@ fn sizes_bandwidths_and_latencies_past_their_range_are_refused() {
     };
     // The table's rows: each printed a plausible time with exit 0.
     refused(&with(&["--size", "18446744073709551615"]), &["2^64 ps"]);
-    refused(&with(&["--size", "100GB", "--bandwidth", "1B/s"]), &["2^64 ps"]);
-    refused(&with(&["--size", "1GB", "--latency", "1e30s"]), &["too large", "--latency"]);
+    refused(
+        &with(&["--size", "100GB", "--bandwidth", "1B/s"]),
+        &["2^64 ps"],
+    );
+    refused(
+        &with(&["--size", "1GB", "--latency", "1e30s"]),
+        &["too large", "--latency"],
+    );
     refused(&with(&["--size", "1GB", "--latency", "1e7s"]), &["2^64 ps"]);
     // Each type's limits.
-    refused(&with(&["--size", "18446744073709551616"]), &["too large", "--size"]);
-    refused(&with(&["--size", "1GB", "--bandwidth", "1e-300GB/s"]), &["too small"]);
-    refused(&with(&["--size", "1GB", "--bandwidth", "1e400GB/s"]), &["too large"]);
-    refused(&with(&["--size", "1GB", "--latency", "18446745s"]), &["too large"]);
     refused(
-        &["bound", "-t", "ring:8", "-c", "all-reduce", "--size", "1TB", "--bandwidth", "1B/s"],
+        &with(&["--size", "18446744073709551616"]),
+        &["too large", "--size"],
+    );
+    refused(
+        &with(&["--size", "1GB", "--bandwidth", "1e-300GB/s"]),
+        &["too small"],
+    );
+    refused(
+        &with(&["--size", "1GB", "--bandwidth", "1e400GB/s"]),
+        &["too large"],
+    );
+    refused(
+        &with(&["--size", "1GB", "--latency", "18446745s"]),
+        &["too large"],
+    );
+    refused(
+        &[
+            "bound",
+            "-t",
+            "ring:8",
+            "-c",
+            "all-reduce",
+            "--size",
+            "1TB",
+            "--bandwidth",
+            "1B/s",
+        ],
         &["lower bound", "2^64 ps"],
     );
 }
 
 #[test]
 fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
-    let base = ["simulate", "-t", "ring:8", "-c", "all-reduce", "--size", "1GB", "-a", "ring"];
+    let base = [
+        "simulate",
+        "-t",
+        "ring:8",
+        "-c",
+        "all-reduce",
+        "--size",
+        "1GB",
+        "-a",
+        "ring",
+    ];
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         base.iter().chain(extra).copied().collect()
     };
@@ -67,11 +105,33 @@ fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
     refused(&with(&["--chunks", "-1"]), &["too small"]);
     // Pieces of 0 bytes.
     refused(
-        &["simulate", "-t", "ring:8", "-c", "all-gather", "--size", "16", "--chunks", "4", "-a", "ring"],
+        &[
+            "simulate",
+            "-t",
+            "ring:8",
+            "-c",
+            "all-gather",
+            "--size",
+            "16",
+            "--chunks",
+            "4",
+            "-a",
+            "ring",
+        ],
         &["32 pieces"],
     );
     refused(
-        &["simulate", "-t", "switch:99999999999", "-c", "all-reduce", "--size", "1GB", "-a", "ring"],
+        &[
+            "simulate",
+            "-t",
+            "switch:99999999999",
+            "-c",
+            "all-reduce",
+            "--size",
+            "1GB",
+            "-a",
+            "ring",
+        ],
         &["too large"],
     );
 }
@@ -80,32 +140,82 @@ fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
 fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
     for (args, words) in [
         (
-            vec!["simulate", "-t", "switch:100000", "-c", "all-to-all", "-a", "direct", "--size", "1TB"],
+            vec![
+                "simulate",
+                "-t",
+                "switch:100000",
+                "-c",
+                "all-to-all",
+                "-a",
+                "direct",
+                "--size",
+                "1TB",
+            ],
             vec!["pieces"],
         ),
         (
-            vec!["simulate", "-t", "switch:40000", "-c", "all-to-all", "-a", "direct", "--size", "1TB"],
+            vec![
+                "simulate",
+                "-t",
+                "switch:40000",
+                "-c",
+                "all-to-all",
+                "-a",
+                "direct",
+                "--size",
+                "1TB",
+            ],
             vec!["needs about", "available"],
         ),
         (
-            vec!["synthesize", "-t", "mesh:300x300", "-c", "all-gather", "--size", "1GB"],
+            vec![
+                "synthesize",
+                "-t",
+                "mesh:300x300",
+                "-c",
+                "all-gather",
+                "--size",
+                "1GB",
+            ],
             vec!["needs about", "available"],
         ),
         (
-            vec!["simulate", "-t", "dragonfly:1000x1000", "-c", "all-reduce", "--size", "1GB", "-a", "ring"],
+            vec![
+                "simulate",
+                "-t",
+                "dragonfly:1000x1000",
+                "-c",
+                "all-reduce",
+                "--size",
+                "1GB",
+                "-a",
+                "ring",
+            ],
             vec!["needs about"],
         ),
         (
             vec![
-                "simulate", "-t", "ring:4096", "-c", "all-reduce", "--size", "1TB", "-a", "ring",
-                "--chunks", "100000",
+                "simulate",
+                "-t",
+                "ring:4096",
+                "-c",
+                "all-reduce",
+                "--size",
+                "1TB",
+                "-a",
+                "ring",
+                "--chunks",
+                "100000",
             ],
             vec!["needs about"],
         ),
     ] {
         let started = std::time::Instant::now();
         refused(&args, &words);
-        assert!(started.elapsed().as_secs() < 20, "{args:?} ran before refusing");
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "{args:?} ran before refusing"
+        );
     }
 }
 
@@ -120,13 +230,27 @@ fn schedule_files_whose_bytes_pass_u64_are_refused() {
     .unwrap();
     let f = file.to_str().unwrap();
     refused(
-        &["simulate", "-t", "ring:8", "--bandwidth", "1000000TB/s", "--schedule", f],
+        &[
+            "simulate",
+            "-t",
+            "ring:8",
+            "--bandwidth",
+            "1000000TB/s",
+            "--schedule",
+            f,
+        ],
         &["2^64"],
     );
     let empty = dir.join("empty.csv");
     std::fs::write(&empty, "").unwrap();
     refused(
-        &["simulate", "-t", "ring:8", "--schedule", empty.to_str().unwrap()],
+        &[
+            "simulate",
+            "-t",
+            "ring:8",
+            "--schedule",
+            empty.to_str().unwrap(),
+        ],
         &["empty"],
     );
 }
@@ -136,7 +260,16 @@ fn outputs_are_checked_before_the_run_and_never_written_over() {
     let dir = scratch("out");
     let run = |out: &str, force: bool| {
         let mut args = vec![
-            "simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out",
+            "simulate",
+            "-t",
+            "ring:4",
+            "-c",
+            "all-gather",
+            "--size",
+            "1MB",
+            "-a",
+            "ring",
+            "--out",
             out,
         ];
         if force {
@@ -149,13 +282,34 @@ fn outputs_are_checked_before_the_run_and_never_written_over() {
     std::fs::write(&file, "keep").unwrap();
     let args_file = file.to_str().unwrap();
     refused(
-        &["simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out", args_file],
+        &[
+            "simulate",
+            "-t",
+            "ring:4",
+            "-c",
+            "all-gather",
+            "--size",
+            "1MB",
+            "-a",
+            "ring",
+            "--out",
+            args_file,
+        ],
         &["is a file", args_file],
     );
     let below_file = file.join("sub");
     refused(
         &[
-            "simulate", "-t", "ring:4", "-c", "all-gather", "--size", "1MB", "-a", "ring", "--out",
+            "simulate",
+            "-t",
+            "ring:4",
+            "-c",
+            "all-gather",
+            "--size",
+            "1MB",
+            "-a",
+            "ring",
+            "--out",
             below_file.to_str().unwrap(),
         ],
         &["file"],
@@ -193,7 +347,12 @@ fn experiment_entries_shown_under_one_name_are_an_error_naming_both() {
     .unwrap();
     let out = dir.join("out");
     refused(
-        &["run", file.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &["topologies[0]", "topologies[1]", "ring:8"],
     );
 }
@@ -206,13 +365,27 @@ fn runs_are_byte_identical_across_thread_counts() {
         let status = Command::new(env!("CARGO_BIN_EXE_collsim"))
             .env("RAYON_NUM_THREADS", threads)
             .args([
-                "synthesize", "-t", "mesh:4x4", "-c", "all-gather", "--size", "4MB", "--trials", "4",
-                "--seed", "7", "--out",
+                "synthesize",
+                "-t",
+                "mesh:4x4",
+                "-c",
+                "all-gather",
+                "--size",
+                "4MB",
+                "--trials",
+                "4",
+                "--seed",
+                "7",
+                "--out",
             ])
             .arg(&out)
             .output()
             .unwrap();
-        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
         ["summary.csv", "transfers.csv", "links.csv", "schedule.json"]
             .map(|f| std::fs::read(out.join(f)).unwrap())
     };

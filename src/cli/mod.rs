@@ -352,12 +352,23 @@ impl From<TimeModelArg> for TimeModel {
 
 /// Shows a progress line on stderr for long simulations when stderr is a terminal.
 pub(crate) struct Progress {
-    pub(crate) shown: bool,
+    shown: bool,
+    lines: crate::report::ProgressLines,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress {
+            shown: false,
+            lines: crate::report::ProgressLines::new("simulating", "transfers"),
+        }
+    }
 }
 
 impl Observer for Progress {
     fn progress(&mut self, completed: u64, total: u64) {
         use std::io::IsTerminal;
+        self.lines.update(completed, total);
         if std::io::stderr().is_terminal() && total > 0 {
             eprint!(
                 "\r  simulating: {completed}/{total} transfers ({:.0}%)",
@@ -397,7 +408,7 @@ pub struct OutArgs {
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
     /// Write into a non-empty --out folder, first removing what collsim wrote there before
-    #[arg(long, requires = "out")]
+    #[arg(long)]
     pub force: bool,
 }
 

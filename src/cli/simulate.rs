@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// What the heat map of --out shows per link: bytes carried, or busy fraction
     #[arg(long, value_enum, default_value = "bytes")]
     pub heatmap: HeatmapArg,
+    /// Leave transfers.csv (one row per transfer; hundreds of MB for millions of transfers) out
+    /// of --out
+    #[arg(long, requires = "out")]
+    pub no_transfers: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +111,7 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
                 parse_bandwidth(s).map_err(|e| Error::input(format!("--reduce-bandwidth: {e}")))
             })
             .transpose()?,
-        record_transfers: args.output.out.is_some(),
+        record_transfers: args.output.out.is_some() && !args.no_transfers,
         record_busy_intervals: args.output.out.is_some(),
         ..system.sim_options(args.time_model.into())
     })
@@ -140,7 +144,9 @@ fn run_and_report(
     };
     let topology = topology.build()?;
     let out = args.output.prepare()?;
-    let outcome = experiment::execute(&topology, &spec, &mut Progress { shown: false })?;
+    let heartbeat = crate::report::Heartbeat::start("running");
+    let outcome = experiment::execute(&topology, &spec, &mut Progress::new())?;
+    drop(heartbeat);
     if let Some(path) = &args.msccl {
         let claim = outcome.schedule.collective.as_ref().ok_or_else(|| {
             Error::input("--msccl: the schedule must implement one collective (give --collective)")
@@ -159,7 +165,10 @@ fn run_and_report(
             HeatmapArg::Bytes => HeatMetric::Bytes,
             HeatmapArg::Busy => HeatMetric::Busy,
         };
-        experiment::write_outputs(&topology, &outcome, out, metric, &extra)?;
+        let tables = experiment::Tables {
+            transfers: !args.no_transfers,
+        };
+        experiment::write_outputs(&topology, &outcome, out, metric, tables, &extra)?;
     }
     match args.format {
         Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),

@@ -63,7 +63,9 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         chunks: args.chunks.or(system.chunks),
         trees: args.forest.trees,
     };
+    let heartbeat = crate::report::Heartbeat::start("training iteration");
     let rows = compare(&topology, &workload, &algorithms, &options)?;
+    drop(heartbeat);
     for row in &rows {
         for note in &row.notes {
             eprintln!("note: {note}");

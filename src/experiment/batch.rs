@@ -87,6 +87,8 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         .filter(|p| shard.is_none_or(|s| s.takes(p.index)))
         .collect();
     let bar = report::progress_bar(mine.len() as u64, &exp.name, "runs");
+    let lines = report::ProgressLines::new(&exp.name, "runs");
+    let finished = std::sync::atomic::AtomicU64::new(0);
     if mine.len() < 2 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -95,6 +97,8 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         .map(|plan| {
             let outcome = run_one(exp, &topologies[plan.topology], plan);
             bar.inc(1);
+            let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            lines.update(done, mine.len() as u64);
             outcome.map_err(|e| e.to_string())
         })
         .collect();

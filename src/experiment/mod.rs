@@ -375,21 +375,32 @@ fn file_label(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// Writes `summary.csv`, `transfers.csv`, `links.csv`, `utilization.csv` and the figures of one
-/// run into `out` (the heat map of `metric`), and whatever `extra` adds, all committed together.
+/// Which of the optional tables a run's results folder holds.
+#[derive(Clone, Copy, Debug)]
+pub struct Tables {
+    /// `transfers.csv`: one row per transfer.
+    pub transfers: bool,
+}
+
+/// Writes `summary.csv`, `transfers.csv` (when `tables` says), `links.csv`, `utilization.csv` and
+/// the figures of one run into `out` (the heat map of `metric`), and whatever `extra` adds, all
+/// committed together.
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
     mut out: OutputDir,
     metric: HeatMetric,
+    tables: Tables,
     extra: &dyn Fn(&mut OutputDir) -> Result<(), Error>,
 ) -> Result<(), Error> {
     extra(&mut out)?;
-    report::write_transfers_csv(
-        &outcome.schedule,
-        &outcome.result,
-        &out.file("transfers.csv"),
-    )?;
+    if tables.transfers {
+        report::write_transfers_csv(
+            &outcome.schedule,
+            &outcome.result,
+            &out.file("transfers.csv"),
+        )?;
+    }
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
     let title = outcome.summary.title();
     let heatmap = Heatmap::new(topology, &outcome.result, metric, &title);

@@ -436,6 +436,100 @@ pub(crate) fn save_figure(
     plot::save_svg(figure, &out.file(&format!("{stem}.svg")))
 }
 
+/// Progress as plain lines on stderr when it is not a terminal (a Slurm log, `2>log`), where a
+/// bar cannot be drawn: nothing for the first 2 s, then a line at most every 5 s.
+pub struct ProgressLines {
+    label: String,
+    what: String,
+    started: std::time::Instant,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    enabled: bool,
+}
+
+impl ProgressLines {
+    pub fn new(label: &str, what: &str) -> ProgressLines {
+        use std::io::IsTerminal;
+        ProgressLines {
+            label: label.to_string(),
+            what: what.to_string(),
+            started: std::time::Instant::now(),
+            last: std::sync::Mutex::new(None),
+            enabled: !std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Reports `done` of `total`, if a line is due.
+    pub fn update(&self, done: u64, total: u64) {
+        if !self.enabled {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        let due = match *last {
+            None => elapsed >= 2.0,
+            Some(t) => now.duration_since(t).as_secs_f64() >= 5.0,
+        };
+        if due && total > 0 {
+            *last = Some(now);
+            eprintln!(
+                "progress: {}: {done}/{total} {} ({:.0}%), {elapsed:.1} s",
+                self.label,
+                self.what,
+                100.0 * done as f64 / total as f64
+            );
+        }
+    }
+}
+
+/// While alive, and when stderr is not a terminal, prints `progress: <label>, N s` every 5 s
+/// after the first 2 s: the phases that count nothing (synthesis, tree packing, scheduling) are
+/// not silent in a log either.
+pub struct Heartbeat {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    pub fn start(label: &str) -> Heartbeat {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() {
+            return Heartbeat {
+                stop: None,
+                thread: None,
+            };
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let label = label.to_string();
+        let thread = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let mut wait = std::time::Duration::from_secs(2);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
+                eprintln!(
+                    "progress: {label}, {:.0} s",
+                    started.elapsed().as_secs_f64()
+                );
+                wait = std::time::Duration::from_secs(5);
+            }
+        });
+        Heartbeat {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// A progress bar on stderr (drawn only when stderr is a terminal) counting `what`.
 pub(crate) fn progress_bar(len: u64, message: &str, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
