@@ -157,7 +157,7 @@ fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
             vec![
                 "simulate",
                 "-t",
-                "switch:40000",
+                "switch:65000",
                 "-c",
                 "all-to-all",
                 "-a",
