@@ -1,21 +1,12 @@
 //! Whole-command behaviour of `collsim simulate`: closed forms in the exact time model, output files,
 //! determinism, and bad input (exit status 2, one `error:` line, nothing left behind).
 
+mod common;
+use common::collsim;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
-}
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("collsim-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("collsim-cli", name)
 }
 
 /// Runs `simulate --format csv` and returns the summary row as a header -> value map.

@@ -2,21 +2,13 @@
 //! status 2 and one `error:` line, before anything runs or is written (issue "never a wrong
 //! number"); outputs are never half-written or written over without `--force`.
 
+mod common;
+use common::collsim;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
-}
+use std::process::Command;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("collsim-wrong-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("collsim-wrong", name)
 }
 
 /// Runs `args` and asserts exit 2 with exactly one line on stderr, an `error:` line holding
@@ -258,62 +250,31 @@ fn schedule_files_whose_bytes_pass_u64_are_refused() {
 #[test]
 fn outputs_are_checked_before_the_run_and_never_written_over() {
     let dir = scratch("out");
-    let run = |out: &str, force: bool| {
-        let mut args = vec![
-            "simulate",
-            "-t",
-            "ring:4",
-            "-c",
-            "all-gather",
-            "--size",
-            "1MB",
-            "-a",
-            "ring",
-            "--out",
-            out,
-        ];
+    let args = |out: &str, force: bool| {
+        let mut args: Vec<String> = "simulate -t ring:4 -c all-gather --size 1MB -a ring --out"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        args.push(out.to_string());
         if force {
-            args.push("--force");
+            args.push("--force".to_string());
         }
-        collsim(&args)
+        args
+    };
+    let run = |out: &str, force: bool| {
+        let args = args(out, force);
+        collsim(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let refused_out = |out: &str, words: &[&str]| {
+        let args = args(out, false);
+        refused(&args.iter().map(String::as_str).collect::<Vec<_>>(), words)
     };
     // A file where the folder should be, and a folder that cannot be made.
     let file = dir.join("file");
     std::fs::write(&file, "keep").unwrap();
-    let args_file = file.to_str().unwrap();
-    refused(
-        &[
-            "simulate",
-            "-t",
-            "ring:4",
-            "-c",
-            "all-gather",
-            "--size",
-            "1MB",
-            "-a",
-            "ring",
-            "--out",
-            args_file,
-        ],
-        &["is a file", args_file],
-    );
-    let below_file = file.join("sub");
-    refused(
-        &[
-            "simulate",
-            "-t",
-            "ring:4",
-            "-c",
-            "all-gather",
-            "--size",
-            "1MB",
-            "-a",
-            "ring",
-            "--out",
-            below_file.to_str().unwrap(),
-        ],
-        &["file"],
-    );
+    let file_name = file.to_str().unwrap();
+    refused_out(file_name, &["is a file", file_name]);
+    refused_out(file.join("sub").to_str().unwrap(), &["file"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
     // A used folder needs --force; --force keeps what collsim did not write.
     let results = dir.join("results");
