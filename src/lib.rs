@@ -58,7 +58,7 @@ impl Error {
 }
 
 /// An I/O error in words: "permission denied", not "Permission denied (os error 13)".
-fn io_words(e: &std::io::Error) -> String {
+pub(crate) fn io_words(e: &std::io::Error) -> String {
     use std::io::ErrorKind as K;
     let words = match e.kind() {
         K::NotFound => "no such file or folder".to_string(),

@@ -66,8 +66,12 @@ const WITHOUT_EFFECT: [&str; 15] = [
 /// Reads an ASTRA-sim system file (JSON, or the 1.x text form).
 pub fn load_system(path: &Path) -> Result<SystemConfig, Error> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::input(format!("{shown}: cannot read system file: {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{shown}: cannot read system file: {}",
+            crate::io_words(&e)
+        ))
+    })?;
     let value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?
     } else {

@@ -37,8 +37,12 @@ struct RawTransfer {
 /// Reads a schedule from `.csv` or `.json` (chosen by extension).
 pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
     let shown = path.display().to_string();
-    let file = File::open(path)
-        .map_err(|e| Error::input(format!("{shown}: cannot open schedule: {e}")))?;
+    let file = File::open(path).map_err(|e| {
+        Error::input(format!(
+            "{shown}: cannot open schedule: {}",
+            crate::io_words(&e)
+        ))
+    })?;
     let (raw, claim) = match path.extension().and_then(|e| e.to_str()) {
         Some("csv") => read_csv(&shown, file)?,
         Some("json") => read_json(&shown, file)?,

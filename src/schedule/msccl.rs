@@ -540,8 +540,12 @@ fn field<T: std::str::FromStr>(
 /// line; the file gives chunks, not bytes) as a schedule claiming `c`.
 pub fn load_msccl(path: &Path, c: &Collective) -> Result<Schedule, Error> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::input(format!("{file}: cannot open schedule: {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{file}: cannot open schedule: {}",
+            crate::io_words(&e)
+        ))
+    })?;
     parse_msccl(&file, &text, c)
 }
 

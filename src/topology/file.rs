@@ -29,8 +29,9 @@ pub fn load_topology_file(path: &Path) -> Result<Topology, Error> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::input(format!(
-            "{}: cannot read topology file: {e}",
-            path.display()
+            "{}: cannot read topology file: {}",
+            path.display(),
+            crate::io_words(&e)
         ))
     })?;
     let shown = path.display().to_string();
