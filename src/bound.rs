@@ -133,24 +133,15 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
 /// participant on each side needs the other side's contribution), so `size` bytes cross each
 /// way: `size / λ`, with λ the least capacity, either way, of such a cut. λ is the least max-flow
 /// between the first participant and any other, in either direction (2(n-1) max-flows; 0 when
-/// that passes `budget`). Capacities are rounded up, which can only lower the bound. Seconds.
+/// that passes `budget`), on the same integer capacities as the cut bound. Seconds.
 fn crossing_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> f64 {
     let work =
         2 * (c.npus.len() as u64) * (topology.nodes() as u64 + topology.links().len() as u64);
     if budget.is_some_and(|b| work > b) {
         return 0.0;
     }
-    let widest = topology
-        .links()
-        .iter()
-        .map(|l| l.bandwidth.as_bytes_per_sec())
-        .fold(0.0, f64::max);
-    let unit = (widest / 1e9).max(1e6);
-    let mut net = crate::flow::FlowNetwork::new(topology.nodes() as usize);
-    for l in topology.links() {
-        let cap = (l.bandwidth.as_bytes_per_sec() / unit).ceil().max(1.0) as crate::flow::Cap;
-        net.add_arc(l.src, l.dst, cap);
-    }
+    let capacities = Network::new(topology, false);
+    let (mut net, _) = capacities.flow_network(&[]);
     let first = c.npus[0];
     let mut lambda = crate::flow::INFINITE;
     for &v in &c.npus[1..] {
@@ -160,7 +151,7 @@ fn crossing_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> f
     if lambda <= 0 || lambda >= crate::flow::INFINITE {
         return 0.0;
     }
-    c.size as f64 / (lambda as f64 * unit)
+    c.size as f64 / (lambda as f64 * capacities.unit_bps)
 }
 
 /// All-reduce: for a partition of the participants into `g >= 2` groups, some group takes in (and

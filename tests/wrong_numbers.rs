@@ -11,6 +11,19 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch("collsim-wrong", name)
 }
 
+/// A command line's words (the fixed parts of the tests' commands hold no spaces).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// `line`'s words followed by `paths` (which may hold anything).
+fn with_paths<'a>(line: &'a str, paths: &[&'a str]) -> Vec<&'a str> {
+    words(line)
+        .into_iter()
+        .chain(paths.iter().copied())
+        .collect()
+}
+
 /// Runs `args` and asserts exit 2 with exactly one line on stderr, an `error:` line holding
 /// every one of `words`; returns that line.
 fn refused(args: &[&str], words: &[&str]) -> String {
@@ -29,184 +42,75 @@ fn refused(args: &[&str], words: &[&str]) -> String {
 
 #[test]
 fn sizes_bandwidths_and_latencies_past_their_range_are_refused() {
-    let ring = ["simulate", "-t", "ring:8", "-c", "all-reduce", "-a", "ring"];
-    let with = |extra: &[&'static str]| -> Vec<&'static str> {
-        ring.iter().chain(extra).copied().collect()
-    };
-    // The table's rows: each printed a plausible time with exit 0.
-    refused(&with(&["--size", "18446744073709551615"]), &["2^64 ps"]);
+    let ring = "simulate -t ring:8 -c all-reduce -a ring";
+    for (extra, expected) in [
+        // The table's rows: each printed a plausible time with exit 0.
+        ("--size 18446744073709551615", &["2^64 ps"][..]),
+        ("--size 100GB --bandwidth 1B/s", &["2^64 ps"]),
+        ("--size 1GB --latency 1e30s", &["too large", "--latency"]),
+        ("--size 1GB --latency 1e7s", &["2^64 ps"]),
+        // Each type's limits.
+        ("--size 18446744073709551616", &["too large", "--size"]),
+        ("--size 1GB --bandwidth 1e-300GB/s", &["too small"]),
+        ("--size 1GB --bandwidth 1e400GB/s", &["too large"]),
+        ("--size 1GB --latency 18446745s", &["too large"]),
+    ] {
+        refused(&words(&format!("{ring} {extra}")), expected);
+    }
     refused(
-        &with(&["--size", "100GB", "--bandwidth", "1B/s"]),
-        &["2^64 ps"],
-    );
-    refused(
-        &with(&["--size", "1GB", "--latency", "1e30s"]),
-        &["too large", "--latency"],
-    );
-    refused(&with(&["--size", "1GB", "--latency", "1e7s"]), &["2^64 ps"]);
-    // Each type's limits.
-    refused(
-        &with(&["--size", "18446744073709551616"]),
-        &["too large", "--size"],
-    );
-    refused(
-        &with(&["--size", "1GB", "--bandwidth", "1e-300GB/s"]),
-        &["too small"],
-    );
-    refused(
-        &with(&["--size", "1GB", "--bandwidth", "1e400GB/s"]),
-        &["too large"],
-    );
-    refused(
-        &with(&["--size", "1GB", "--latency", "18446745s"]),
-        &["too large"],
-    );
-    refused(
-        &[
-            "bound",
-            "-t",
-            "ring:8",
-            "-c",
-            "all-reduce",
-            "--size",
-            "1TB",
-            "--bandwidth",
-            "1B/s",
-        ],
+        &words("bound -t ring:8 -c all-reduce --size 1TB --bandwidth 1B/s"),
         &["lower bound", "2^64 ps"],
     );
 }
 
 #[test]
 fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
-    let base = [
-        "simulate",
-        "-t",
-        "ring:8",
-        "-c",
-        "all-reduce",
-        "--size",
-        "1GB",
-        "-a",
-        "ring",
-    ];
-    let with = |extra: &[&'static str]| -> Vec<&'static str> {
-        base.iter().chain(extra).copied().collect()
-    };
-    refused(&with(&["--chunks", "1000000000"]), &["8000000000 pieces"]);
-    refused(&with(&["--chunks", "-1"]), &["too small"]);
+    let ring = "simulate -t ring:8 -c all-reduce --size 1GB -a ring";
+    refused(
+        &words(&format!("{ring} --chunks 1000000000")),
+        &["8000000000 pieces"],
+    );
+    refused(&words(&format!("{ring} --chunks -1")), &["too small"]);
     // Pieces of 0 bytes.
     refused(
-        &[
-            "simulate",
-            "-t",
-            "ring:8",
-            "-c",
-            "all-gather",
-            "--size",
-            "16",
-            "--chunks",
-            "4",
-            "-a",
-            "ring",
-        ],
+        &words("simulate -t ring:8 -c all-gather --size 16 --chunks 4 -a ring"),
         &["32 pieces"],
     );
     refused(
-        &[
-            "simulate",
-            "-t",
-            "switch:99999999999",
-            "-c",
-            "all-reduce",
-            "--size",
-            "1GB",
-            "-a",
-            "ring",
-        ],
+        &words("simulate -t switch:99999999999 -c all-reduce --size 1GB -a ring"),
         &["too large"],
     );
 }
 
 #[test]
 fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
-    for (args, words) in [
+    for (line, expected) in [
         (
-            vec![
-                "simulate",
-                "-t",
-                "switch:100000",
-                "-c",
-                "all-to-all",
-                "-a",
-                "direct",
-                "--size",
-                "1TB",
-            ],
-            vec!["pieces"],
+            "simulate -t switch:100000 -c all-to-all -a direct --size 1TB",
+            &["pieces"][..],
         ),
         (
-            vec![
-                "simulate",
-                "-t",
-                "switch:65000",
-                "-c",
-                "all-to-all",
-                "-a",
-                "direct",
-                "--size",
-                "1TB",
-            ],
-            vec!["needs about", "available"],
+            "simulate -t switch:65000 -c all-to-all -a direct --size 1TB",
+            &["needs about", "available"],
         ),
         (
-            vec![
-                "synthesize",
-                "-t",
-                "mesh:300x300",
-                "-c",
-                "all-gather",
-                "--size",
-                "1GB",
-            ],
-            vec!["needs about", "available"],
+            "synthesize -t mesh:300x300 -c all-gather --size 1GB",
+            &["needs about", "available"],
         ),
         (
-            vec![
-                "simulate",
-                "-t",
-                "dragonfly:1000x1000",
-                "-c",
-                "all-reduce",
-                "--size",
-                "1GB",
-                "-a",
-                "ring",
-            ],
-            vec!["needs about"],
+            "simulate -t dragonfly:1000x1000 -c all-reduce --size 1GB -a ring",
+            &["needs about"],
         ),
         (
-            vec![
-                "simulate",
-                "-t",
-                "ring:4096",
-                "-c",
-                "all-reduce",
-                "--size",
-                "1TB",
-                "-a",
-                "ring",
-                "--chunks",
-                "100000",
-            ],
-            vec!["needs about"],
+            "simulate -t ring:4096 -c all-reduce --size 1TB -a ring --chunks 100000",
+            &["needs about"],
         ),
     ] {
         let started = std::time::Instant::now();
-        refused(&args, &words);
+        refused(&words(line), expected);
         assert!(
             started.elapsed().as_secs() < 20,
-            "{args:?} ran before refusing"
+            "{line} ran before refusing"
         );
     }
 }
@@ -220,29 +124,17 @@ fn schedule_files_whose_bytes_pass_u64_are_refused() {
         "id,src,dst,bytes,deps\n0,0,1,18446744073709551615,\n1,0,1,18446744073709551615,0\n",
     )
     .unwrap();
-    let f = file.to_str().unwrap();
     refused(
-        &[
-            "simulate",
-            "-t",
-            "ring:8",
-            "--bandwidth",
-            "1000000TB/s",
-            "--schedule",
-            f,
-        ],
+        &with_paths(
+            "simulate -t ring:8 --bandwidth 1000000TB/s --schedule",
+            &[file.to_str().unwrap()],
+        ),
         &["2^64"],
     );
     let empty = dir.join("empty.csv");
     std::fs::write(&empty, "").unwrap();
     refused(
-        &[
-            "simulate",
-            "-t",
-            "ring:8",
-            "--schedule",
-            empty.to_str().unwrap(),
-        ],
+        &with_paths("simulate -t ring:8 --schedule", &[empty.to_str().unwrap()]),
         &["empty"],
     );
 }
@@ -250,25 +142,16 @@ fn schedule_files_whose_bytes_pass_u64_are_refused() {
 #[test]
 fn outputs_are_checked_before_the_run_and_never_written_over() {
     let dir = scratch("out");
-    let args = |out: &str, force: bool| {
-        let mut args: Vec<String> = "simulate -t ring:4 -c all-gather --size 1MB -a ring --out"
-            .split(' ')
-            .map(String::from)
-            .collect();
-        args.push(out.to_string());
-        if force {
-            args.push("--force".to_string());
-        }
-        args
-    };
+    let command = "simulate -t ring:4 -c all-gather --size 1MB -a ring --out";
     let run = |out: &str, force: bool| {
-        let args = args(out, force);
-        collsim(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        let mut args = with_paths(command, &[out]);
+        if force {
+            args.push("--force");
+        }
+        collsim(&args)
     };
-    let refused_out = |out: &str, words: &[&str]| {
-        let args = args(out, false);
-        refused(&args.iter().map(String::as_str).collect::<Vec<_>>(), words)
-    };
+    let refused_out =
+        |out: &str, expected: &[&str]| refused(&with_paths(command, &[out]), expected);
     // A file where the folder should be, and a folder that cannot be made.
     let file = dir.join("file");
     std::fs::write(&file, "keep").unwrap();
@@ -307,13 +190,9 @@ fn experiment_entries_shown_under_one_name_are_an_error_naming_both() {
     )
     .unwrap();
     let out = dir.join("out");
+    let (file, out) = (file.to_str().unwrap(), out.to_str().unwrap());
     refused(
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        &["run", file, "--out", out],
         &["topologies[0]", "topologies[1]", "ring:8"],
     );
 }
@@ -325,20 +204,9 @@ fn runs_are_byte_identical_across_thread_counts() {
         let out = dir.join(format!("t{threads}"));
         let status = Command::new(env!("CARGO_BIN_EXE_collsim"))
             .env("RAYON_NUM_THREADS", threads)
-            .args([
-                "synthesize",
-                "-t",
-                "mesh:4x4",
-                "-c",
-                "all-gather",
-                "--size",
-                "4MB",
-                "--trials",
-                "4",
-                "--seed",
-                "7",
-                "--out",
-            ])
+            .args(words(
+                "synthesize -t mesh:4x4 -c all-gather --size 4MB --trials 4 --seed 7 --out",
+            ))
             .arg(&out)
             .output()
             .unwrap();

@@ -292,15 +292,8 @@ fn read_csv(file: &str, reader: File) -> Result<(Vec<RawTransfer>, Option<Claim>
         let src = number(cols[1], "src")?;
         let dst = number(cols[2], "dst")?;
         let bytes = parse_bytes(field(cols[3])).map_err(|e| bad("bytes", &e.to_string()))?;
-        let deps = field(cols[4])
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<u64>()
-                    .map_err(|_| bad("deps", "expected transfer ids joined by ';'"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let deps: Vec<u64> = id_list(field(cols[4]))
+            .ok_or_else(|| bad("deps", "expected transfer ids joined by ';'"))?;
         let pieces = match chunk_col.map(field).filter(|s| !s.is_empty()) {
             Some(s) => Some(parse_pieces(s).ok_or_else(|| bad("chunk", "expected k or lo..hi"))?),
             None => None,
@@ -308,17 +301,8 @@ fn read_csv(file: &str, reader: File) -> Result<(Vec<RawTransfer>, Option<Claim>
         let op = parse_op(op_col.map(field).unwrap_or(""))
             .ok_or_else(|| bad("op", "expected copy or reduce"))?;
         let npu = |v: u64, name: &str| u32::try_from(v).map_err(|_| bad(name, "NPU id too large"));
-        let route = route_col
-            .map(field)
-            .unwrap_or("")
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<u32>()
-                    .map_err(|_| bad("route", "expected node ids joined by ';'"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let route: Vec<u32> = id_list(route_col.map(field).unwrap_or(""))
+            .ok_or_else(|| bad("route", "expected node ids joined by ';'"))?;
         let wait = match wait_col.map(field).filter(|s| !s.is_empty()) {
             Some(s) => Some(parse_time(s).map_err(|e| bad("wait", &e.to_string()))?),
             None => None,
@@ -557,6 +541,15 @@ pub fn write_schedule_json(schedule: &Schedule, path: &Path) -> Result<(), Error
     }
     writeln!(w, "]}}").map_err(io)?;
     w.flush().map_err(io)
+}
+
+/// Ids joined by ';' (the `deps` and `route` cells), blanks ignored; None if one is not a number.
+fn id_list<T: std::str::FromStr>(cell: &str) -> Option<Vec<T>> {
+    cell.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]
