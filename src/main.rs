@@ -2,7 +2,8 @@
 //!
 //! Every failure ends with one `error:` line: bad input and unwritable outputs exit 2 (clap's
 //! own usage errors too), an allocation the machine cannot serve exits 2, a broken invariant of
-//! collsim itself exits 70, Ctrl-C exits 130 after removing unfinished output files.
+//! collsim itself exits 70, Ctrl-C exits 130 after removing unfinished output files, and a
+//! closed stdout (a pipe into `head`) ends the run quietly.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -66,6 +67,12 @@ fn main() {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default()
             .replace('\n', " ");
+        // A reader that stops early (`collsim trees ... | head`) closes stdout: end quietly,
+        // as Unix tools do, leaving no half-written output files behind.
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            collsim::report::remove_pending_outputs();
+            std::process::exit(0);
+        }
         let place = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))

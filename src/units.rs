@@ -354,6 +354,74 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// One byte unit for every label of an axis or colour bar, so ticks never mix `GB` and `GiB`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ByteUnit {
+    pub bytes: f64,
+    pub name: &'static str,
+}
+
+impl ByteUnit {
+    /// The largest unit not above `max`, binary (KiB, MiB, ...) when `max` is a whole number of
+    /// KiB (data sized in binary units), decimal (KB, MB, ...) otherwise.
+    pub fn for_max(max: f64) -> ByteUnit {
+        const BINARY: [(f64, &str); 4] = [
+            (1099511627776.0, "TiB"),
+            (1073741824.0, "GiB"),
+            (1048576.0, "MiB"),
+            (1024.0, "KiB"),
+        ];
+        const DECIMAL: [(f64, &str); 4] = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")];
+        let whole = max.round();
+        let binary = whole >= 1024.0 && (max - whole).abs() < 1e-6 && whole % 1024.0 == 0.0;
+        let family = if binary { BINARY } else { DECIMAL };
+        family.iter().find(|(bytes, _)| max >= *bytes).map_or(
+            ByteUnit {
+                bytes: 1.0,
+                name: "B",
+            },
+            |&(bytes, name)| ByteUnit { bytes, name },
+        )
+    }
+
+    /// `bytes` in this unit, three significant digits at most (`2.5GiB`, `254GiB`, `0GiB`).
+    pub fn format(&self, bytes: f64) -> String {
+        format!("{}{}", significant(bytes / self.bytes, 3), self.name)
+    }
+}
+
+/// `value` rounded to `digits` significant digits, without trailing zeros.
+pub fn significant(value: f64, digits: i32) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return "0".to_string();
+    }
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0) as usize;
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// Round tick values from 0 up to at most `max`: steps of 1, 2, 2.5 or 5 times a power of ten,
+/// four to eight of them.
+pub fn nice_ticks(max: f64) -> Vec<f64> {
+    if max <= 0.0 || !max.is_finite() {
+        return vec![0.0];
+    }
+    let raw = max / 6.0;
+    let power = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * power)
+        .find(|&s| s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * power);
+    let count = (max / step * (1.0 + 1e-9)).floor() as usize;
+    (0..=count).map(|i| i as f64 * step).collect()
+}
+
 /// Byte count for axis labels: exact where a unit divides it (`10KB`, `4MiB`), else three
 /// significant digits with binary prefixes (`1.88GiB`).
 pub fn format_bytes_approx(bytes: f64) -> String {
@@ -444,6 +512,36 @@ pub fn parse_size_list(text: &str) -> Result<Vec<u64>, UnitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn axis_units_come_from_one_family() {
+        assert_eq!(ByteUnit::for_max(254.0 * 1073741824.0).name, "GiB");
+        assert_eq!(ByteUnit::for_max(1.96875e9).name, "GB");
+        assert_eq!(ByteUnit::for_max(512.0).name, "B");
+        let unit = ByteUnit::for_max(4.0 * 1073741824.0);
+        assert_eq!(unit.format(2.5 * 1073741824.0), "2.5GiB");
+        assert_eq!(ByteUnit::for_max(2.5e9).format(1.25e9), "1.25GB");
+        assert_eq!(significant(253.96, 3), "254");
+        assert_eq!(significant(0.01234, 3), "0.0123");
+    }
+
+    #[test]
+    fn ticks_are_round_and_stay_within_the_maximum() {
+        assert_eq!(
+            nice_ticks(254.0),
+            vec![0.0, 50.0, 100.0, 150.0, 200.0, 250.0]
+        );
+        assert_eq!(
+            nice_ticks(1.0),
+            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
+        assert_eq!(nice_ticks(12.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+        for max in [0.37, 3.0, 7.9, 64.0, 999.0, 1.5e9] {
+            let ticks = nice_ticks(max);
+            assert!((4..=8).contains(&ticks.len()), "{max}: {ticks:?}");
+            assert!(*ticks.last().unwrap() <= max * (1.0 + 1e-9));
+        }
+    }
 
     #[test]
     fn size_lists_and_ranges() {

@@ -66,6 +66,21 @@ fn direct_closed_forms() {
     );
 }
 
+/// All-to-all on a switch: in ASTRA-sim's ascending order every NPU's first block queues on NPU
+/// 0's downlink and the run takes twice the bound; staggered, each step is a permutation and the
+/// downlinks stream back to back: 16 blocks through two store-and-forward hops.
+#[test]
+fn staggered_direct_all_to_all_streams_every_downlink() {
+    let a2a = |algorithm| run("switch:16", CollectiveKind::AllToAll, algorithm, GIB).ps();
+    let block = GIB / 16;
+    let serialise = Bandwidth::gib_per_sec(50.0).transmit_time(block).ps();
+    assert_eq!(
+        a2a(Algorithm::DirectStaggered),
+        2 * t(block) + 14 * serialise
+    );
+    assert!(a2a(Algorithm::Direct) > 29 * serialise);
+}
+
 #[test]
 fn rhd_closed_form_on_a_switch() {
     let want: u64 = 4 * (1..=4).map(|k| t(GIB >> k)).sum::<u64>();

@@ -51,18 +51,21 @@ pub(crate) fn ring_exchange(
 }
 
 /// Direct exchange: with `Op::Reduce` (reduce-scatter) every member sends part `i` to member `i`;
-/// with `Op::Copy` (all-gather) every member sends its own part to every other member. All at once.
+/// with `Op::Copy` (all-gather) every member sends its own part to every other member. All at once,
+/// each member addressing the others in ascending order (ASTRA-sim's), or `staggered`: member `j`
+/// to `j+1`, `j+2`, ... so that no destination is everyone's first.
 pub(crate) fn direct_exchange(
     b: &mut Builder,
     members: &[u32],
     range: (u32, u32),
     segments: u32,
     op: Op,
+    staggered: bool,
 ) {
     let g = members.len() as u32;
     for s in 0..segments {
         for j in 0..g {
-            for i in (0..g).filter(|&i| i != j) {
+            for i in destinations(j, g, staggered) {
                 let owner = if op == Op::Reduce { i } else { j };
                 b.send(
                     members[j as usize],
@@ -73,6 +76,19 @@ pub(crate) fn direct_exchange(
             }
         }
     }
+}
+
+/// The members `j` of a group of `g` sends to, in order: ascending, or from `j + 1` round.
+pub(crate) fn destinations(j: u32, g: u32, staggered: bool) -> impl Iterator<Item = u32> {
+    (1..g).map(move |k| {
+        if staggered {
+            (j + k) % g
+        } else if k <= j {
+            k - 1
+        } else {
+            k
+        }
+    })
 }
 
 /// Pieces of parts `a..c` of `range` cut into `g` parts.

@@ -1,14 +1,16 @@
-//! Direct: every NPU exchanges with every other NPU at once.
+//! Direct: every NPU exchanges with every other NPU at once, addressing them in ascending order
+//! (ASTRA-sim's; on a switch every NPU's first transfer then queues on NPU 0's downlink, which
+//! holds all-to-all to half the bound) or staggered (NPU `i` to `i+1`, `i+2`, ...).
 
 use super::builder::Builder;
-use super::collectives::direct_exchange;
+use super::collectives::{destinations, direct_exchange};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, Transfer};
 use crate::Error;
 
 /// Direct schedule for `collective`. All-to-all issues, for each source rank, for each destination
-/// rank, for each chunk, one transfer (ASTRA-sim's issue order).
-pub fn generate(c: &Collective) -> Result<Schedule, Error> {
+/// rank (ascending, or from the next rank round when `staggered`), for each chunk, one transfer.
+pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
     let n = c.ranks();
     let k = c.chunks;
     if c.kind == CollectiveKind::AllToAll {
@@ -21,7 +23,7 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
         )?;
         let mut s = Schedule::with_capacity(transfers as usize);
         for src in 0..n {
-            for dst in (0..n).filter(|&d| d != src) {
+            for dst in destinations(src, n, staggered) {
                 let (lo, _) = c.a2a_block(src, dst);
                 for p in lo..lo + k {
                     let t = Transfer {
@@ -42,11 +44,13 @@ pub fn generate(c: &Collective) -> Result<Schedule, Error> {
     let root = c.root_rank;
     match c.kind {
         CollectiveKind::AllReduce => {
-            direct_exchange(&mut b, &all, whole, k, Op::Reduce);
-            direct_exchange(&mut b, &all, whole, k, Op::Copy);
+            direct_exchange(&mut b, &all, whole, k, Op::Reduce, staggered);
+            direct_exchange(&mut b, &all, whole, k, Op::Copy, staggered);
         }
-        CollectiveKind::ReduceScatter => direct_exchange(&mut b, &all, whole, k, Op::Reduce),
-        CollectiveKind::AllGather => direct_exchange(&mut b, &all, whole, k, Op::Copy),
+        CollectiveKind::ReduceScatter => {
+            direct_exchange(&mut b, &all, whole, k, Op::Reduce, staggered)
+        }
+        CollectiveKind::AllGather => direct_exchange(&mut b, &all, whole, k, Op::Copy, staggered),
         CollectiveKind::Broadcast | CollectiveKind::Reduce => {
             for p in 0..c.piece_count() {
                 for r in (0..n).filter(|&r| r != root) {

@@ -389,7 +389,9 @@ impl Phases<'_, '_> {
             let range = range_before(first);
             let b = &mut self.b;
             match (dimension.algorithm, op) {
-                (DimAlgorithm::Direct, _) => direct_exchange(b, &members, range, self.pipeline, op),
+                (DimAlgorithm::Direct, _) => {
+                    direct_exchange(b, &members, range, self.pipeline, op, false)
+                }
                 (DimAlgorithm::HalvingDoubling, Op::Reduce) => {
                     rhd_reduce_scatter(b, &members, range)
                 }

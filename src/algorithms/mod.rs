@@ -24,6 +24,8 @@ use crate::Error;
 pub enum Algorithm {
     Ring,
     Direct,
+    /// Direct with NPU `i` sending to `i+1`, `i+2`, ... (no destination is everyone's first).
+    DirectStaggered,
     Rhd,
     Dbt,
     Hierarchical,
@@ -33,9 +35,10 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::Ring,
         Algorithm::Direct,
+        Algorithm::DirectStaggered,
         Algorithm::Rhd,
         Algorithm::Dbt,
         Algorithm::Hierarchical,
@@ -50,8 +53,8 @@ impl Algorithm {
             .find(|a| a.name() == text.to_ascii_lowercase())
             .ok_or_else(|| {
                 Error::input(format!(
-                    "unknown algorithm '{text}': expected one of ring, direct, rhd, dbt, hierarchical, \
-                     themis, tacos, forestcoll"
+                    "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
+                     dbt, hierarchical, themis, tacos, forestcoll"
                 ))
             })
     }
@@ -60,7 +63,7 @@ impl Algorithm {
     pub fn supports(self, kind: CollectiveKind) -> bool {
         use CollectiveKind::*;
         match self {
-            Algorithm::Direct | Algorithm::Tacos => true,
+            Algorithm::Direct | Algorithm::DirectStaggered | Algorithm::Tacos => true,
             Algorithm::Ring | Algorithm::ForestColl => {
                 matches!(
                     kind,
@@ -92,6 +95,7 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Direct => "direct",
+            Algorithm::DirectStaggered => "direct-staggered",
             Algorithm::Rhd => "rhd",
             Algorithm::Dbt => "dbt",
             Algorithm::Hierarchical => "hierarchical",
@@ -174,7 +178,8 @@ pub fn generate_with(
     }
     match algorithm {
         Algorithm::Ring => ring::generate(collective, topology.is_bidirectional()),
-        Algorithm::Direct => direct::generate(collective),
+        Algorithm::Direct => direct::generate(collective, false),
+        Algorithm::DirectStaggered => direct::generate(collective, true),
         Algorithm::Rhd => rhd::generate(collective),
         Algorithm::Dbt => dbt::generate(collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),

@@ -26,7 +26,8 @@ pub struct SweepArgs {
     /// Sizes per NPU: a list (1KB,1MB,1GB) or a range (1KiB..1GiB doubles; 1KB..1GB:x10)
     #[arg(long)]
     pub sizes: String,
-    /// Algorithms, comma-separated: ring, direct, rhd, dbt, hierarchical, themis, tacos
+    /// Algorithms, comma-separated: ring, direct, direct-staggered, rhd, dbt, hierarchical, themis,
+    /// tacos, forestcoll
     #[arg(long)]
     pub algorithms: String,
     /// Chunk counts per NPU, comma-separated [default: each algorithm's own (1, or forestcoll's

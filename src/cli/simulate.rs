@@ -70,8 +70,8 @@ pub struct SimulateArgs {
     pub schedule: Option<PathBuf>,
     #[command(flatten)]
     pub collective: CollectiveArgs,
-    /// ring, direct, rhd, dbt, hierarchical, themis, tacos, forestcoll [default with --system:
-    /// themis or hierarchical, as its inter-dimension-scheduling says]
+    /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, forestcoll
+    /// [default with --system: themis or hierarchical, as its inter-dimension-scheduling says]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
     #[command(flatten)]

@@ -1,7 +1,9 @@
 //! Per-link heat maps (TACOS Fig. 1 style): a source x destination matrix of what each link
 //! carried, pale where idle and dark red where busiest, with cells that have no link in a neutral
 //! grey. Networks of more than [`Heatmap::MAX_SIDE`] nodes are drawn by blocks of consecutive
-//! nodes (whole rows, planes, ... on multi-dimensional shapes), so the picture stays readable.
+//! nodes (whole rows, planes, ... on multi-dimensional shapes), so the picture stays readable; a
+//! cell is then the mean over the links between its two blocks, so every cell, switch blocks
+//! included, is on the one per-link scale.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -9,14 +11,14 @@ use plotters::prelude::*;
 use super::plot::{font, heat, DrawResult, Figure, NO_LINK};
 use crate::sim::SimResult;
 use crate::topology::{NodeId, Topology};
-use crate::units::format_bytes_approx;
+use crate::units::{nice_ticks, significant, ByteUnit};
 
 /// What a heat map shows per link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeatMetric {
-    /// Bytes carried (summed over the links of a block pair).
+    /// Bytes carried.
     Bytes,
-    /// Busy time over the collective time (averaged over the links of a block pair).
+    /// Busy time over the collective time.
     Busy,
 }
 
@@ -28,10 +30,22 @@ impl HeatMetric {
         }
     }
 
-    fn format(self, value: f64) -> String {
+    /// `value` in the unit a scale up to `max` is labelled in.
+    fn format(self, value: f64, max: f64) -> String {
         match self {
-            HeatMetric::Bytes => format_bytes_approx(value),
-            HeatMetric::Busy => format!("{:.0}%", value * 100.0),
+            HeatMetric::Bytes => ByteUnit::for_max(max).format(value),
+            HeatMetric::Busy => format!("{}%", significant(value * 100.0, 3)),
+        }
+    }
+
+    /// Round tick values from 0 up to `max`, in the metric's own units.
+    fn ticks(self, max: f64) -> Vec<f64> {
+        match self {
+            HeatMetric::Bytes => {
+                let unit = ByteUnit::for_max(max).bytes;
+                nice_ticks(max / unit).iter().map(|t| t * unit).collect()
+            }
+            HeatMetric::Busy => nice_ticks(max * 100.0).iter().map(|t| t / 100.0).collect(),
         }
     }
 }
@@ -45,7 +59,8 @@ pub struct Heatmap {
     starts: Vec<NodeId>,
     nodes: NodeId,
     npus: NodeId,
-    /// Row-major (source block, destination block); None where no link joins the blocks.
+    /// Row-major (source block, destination block): the mean over the links from one block to
+    /// the other; None where no link joins them.
     cells: Vec<Option<f64>>,
     /// The value drawn darkest: the largest cell, or a maximum shared with other maps.
     scale_max: f64,
@@ -94,11 +109,7 @@ impl Heatmap {
         let cells: Vec<Option<f64>> = sums
             .iter()
             .zip(&counts)
-            .map(|(&sum, &count)| match (count, metric) {
-                (0, _) => None,
-                (_, HeatMetric::Bytes) => Some(sum),
-                (c, HeatMetric::Busy) => Some(sum / c as f64),
-            })
+            .map(|(&sum, &count)| (count > 0).then(|| sum / count as f64))
             .collect();
         let mut map = Heatmap {
             title: title.to_string(),
@@ -129,6 +140,39 @@ impl Heatmap {
         self.starts.len()
     }
 
+    /// Whether cells stand for blocks of several nodes.
+    fn blocked(&self) -> bool {
+        self.side() < self.nodes as usize
+    }
+
+    /// What a cell is and the value drawn darkest, as the figure states it.
+    pub fn subtitle(&self) -> String {
+        let what = if self.blocked() {
+            format!(
+                "mean {} per link between node blocks",
+                self.metric.describe()
+            )
+        } else {
+            format!("{} per link", self.metric.describe())
+        };
+        format!("{what} (darkest = {})", self.format(self.scale_max))
+    }
+
+    /// A value in the unit of this map's scale.
+    fn format(&self, value: f64) -> String {
+        self.metric.format(value, self.scale())
+    }
+
+    /// The colour bar's labels: (fraction of the scale, text), round values in one unit.
+    fn bar_labels(&self) -> Vec<(f64, String)> {
+        let scale = self.scale();
+        self.metric
+            .ticks(scale)
+            .into_iter()
+            .map(|t| (t / scale, self.format(t)))
+            .collect()
+    }
+
     /// The value drawn darkest (1 when every cell is zero).
     fn scale(&self) -> f64 {
         if self.scale_max > 0.0 {
@@ -150,6 +194,33 @@ impl Heatmap {
             };
             Rectangle::new([(col, row), (col + 1, row + 1)], color.filled())
         })
+    }
+
+    /// A vertical colour bar filling `area`, labelled with round values of this map's scale.
+    fn draw_colour_bar<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let mut chart = ChartBuilder::on(area)
+            .y_label_area_size(0)
+            .x_label_area_size(0)
+            .build_cartesian_2d(0.0..1.0, 0.0..1.0)?;
+        chart.draw_series((0..100).map(|k| {
+            let lo = k as f64 / 100.0;
+            Rectangle::new([(0.0, lo), (0.35, lo + 0.01)], heat(lo + 0.005).filled())
+        }))?;
+        for (f, text) in self.bar_labels() {
+            chart.draw_series(std::iter::once(PathElement::new(
+                [(0.35, f), (0.42, f)],
+                BLACK.stroke_width(1),
+            )))?;
+            chart.draw_series(std::iter::once(Text::new(
+                text,
+                (0.46, f),
+                font(12).pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                )),
+            )))?;
+        }
+        Ok(())
     }
 
     fn label(&self, block: usize) -> String {
@@ -181,11 +252,13 @@ fn block_starts(topology: &Topology) -> Vec<NodeId> {
     let switch_blocks = switches.min(16);
     let npu_blocks = Heatmap::MAX_SIDE as u32 - switch_blocks;
     let mut block = npus.div_ceil(npu_blocks);
+    // Whole leading dimensions, unless that leaves too few blocks to show anything (one ring).
     let mut leading = 1u32;
     for dim in topology.dims() {
         leading *= dim.size;
         if leading >= block {
-            if npus.div_ceil(leading) <= npu_blocks {
+            let blocks = npus.div_ceil(leading);
+            if blocks <= npu_blocks && blocks >= npu_blocks / 4 {
                 block = leading;
             }
             break;
@@ -207,14 +280,9 @@ impl Figure for Heatmap {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let side = self.side() as i32;
         let (main, bar) = root.split_horizontally(800);
-        let subtitle = format!(
-            "{} per link (darkest = {})",
-            self.metric.describe(),
-            self.metric.format(self.scale_max)
-        );
         let (head, body) = main.split_vertically(64);
         head.draw(&Text::new(self.title.clone(), (70, 10), font(20)))?;
-        head.draw(&Text::new(subtitle, (70, 38), font(15)))?;
+        head.draw(&Text::new(self.subtitle(), (70, 38), font(15)))?;
         let mut chart = ChartBuilder::on(&body)
             .margin(10)
             .x_label_area_size(60)
@@ -246,29 +314,10 @@ impl Figure for Heatmap {
             .label_style(font(12))
             .axis_desc_style(font(15))
             .draw()?;
-        let scale = self.scale();
         chart.draw_series(self.rectangles())?;
         // Colour bar with the no-link swatch beneath it.
         let (bar_area, swatch) = bar.split_vertically(700);
-        let mut scale_chart = ChartBuilder::on(&bar_area)
-            .margin_top(84)
-            .margin_bottom(20)
-            .margin_right(8)
-            .y_label_area_size(0)
-            .x_label_area_size(0)
-            .build_cartesian_2d(0.0..1.0, 0.0..1.0)?;
-        scale_chart.draw_series((0..100).map(|k| {
-            let lo = k as f64 / 100.0;
-            Rectangle::new([(0.0, lo), (0.35, lo + 0.01)], heat(lo + 0.005).filled())
-        }))?;
-        for k in 0..=4 {
-            let f = k as f64 / 4.0;
-            scale_chart.draw_series(std::iter::once(Text::new(
-                self.metric.format(f * scale),
-                (0.42, f),
-                font(12),
-            )))?;
-        }
+        self.draw_colour_bar(&bar_area.margin(84, 20, 0, 8))?;
         swatch.draw(&Rectangle::new([(4, 10), (40, 34)], NO_LINK.filled()))?;
         swatch.draw(&Text::new("no link", (46, 14), font(13)))?;
         Ok(())
@@ -287,25 +336,44 @@ pub struct HeatmapGrid {
 
 impl HeatmapGrid {
     const CELL: u32 = 260;
+    /// Width of the colour-bar column at the right.
+    const BAR: u32 = 130;
 }
 
 impl Figure for HeatmapGrid {
     fn size(&self) -> (u32, u32) {
         let (rows, cols) = (self.row_names.len() as u32, self.column_names.len() as u32);
-        (150 + cols * Self::CELL, 110 + rows * (Self::CELL + 10))
+        (
+            150 + cols * Self::CELL + Self::BAR,
+            110 + rows * (Self::CELL + 10),
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let cols = self.column_names.len().max(1);
         let (head, body) = root.split_vertically(70);
         head.draw(&Text::new(self.title.clone(), (20, 10), font(20)))?;
+        let blocked = self.maps.iter().flatten().any(Heatmap::blocked);
+        let what = if blocked {
+            "mean bytes per link between node blocks"
+        } else {
+            "bytes per link"
+        };
         head.draw(&Text::new(
-            "bytes per link, darkest = the busiest link of the row; grey: no link",
+            format!("{what}; one colour scale per row (right), darkest = the row's busiest cell; grey: no link"),
             (20, 40),
             font(14),
         ))?;
-        let (labels, grid) = body.split_horizontally(150);
+        let (labels, rest) = body.split_horizontally(150);
+        let (width, _) = rest.dim_in_pixel();
+        let (grid, bars) = rest.split_horizontally(width.saturating_sub(Self::BAR));
         let rows = self.row_names.len().max(1);
+        for (r, bar) in bars.split_evenly((rows, 1)).iter().enumerate() {
+            let row = &self.maps[r * cols..((r + 1) * cols).min(self.maps.len())];
+            if let Some(map) = row.iter().flatten().next() {
+                map.draw_colour_bar(&bar.margin(32, 12, 6, 6))?;
+            }
+        }
         for (r, name) in self.row_names.iter().enumerate() {
             let y = r as i32 * (Self::CELL as i32 + 10) + Self::CELL as i32 / 2 + 30;
             labels.draw(&Text::new(name.clone(), (10, y), font(16)))?;
@@ -374,12 +442,27 @@ mod tests {
     }
 
     #[test]
-    fn large_networks_are_drawn_by_whole_rows_and_keep_every_byte() {
+    fn large_networks_are_drawn_by_blocks_of_mean_link_loads() {
         let t = TopologyOptions::new("mesh:32x32").build().unwrap();
         let map = Heatmap::new(&t, &result_for(&t, |_| 3), HeatMetric::Bytes, "x");
         assert_eq!(map.side(), 32, "one block per mesh row");
-        let total: f64 = map.cells.iter().flatten().sum();
-        assert_eq!(total, 3.0 * t.links().len() as f64);
+        assert!(
+            map.cells.iter().flatten().all(|&c| c == 3.0),
+            "a cell is the mean of its links, on the per-link scale"
+        );
+        assert!(map.subtitle().starts_with("mean bytes carried per link"));
+        // One ring is not one block: 128 nodes by pairs.
+        let ring = TopologyOptions::new("ring:128").build().unwrap();
+        let map = Heatmap::new(
+            &ring,
+            &result_for(&ring, |l| l as u64),
+            HeatMetric::Bytes,
+            "x",
+        );
+        assert_eq!(map.side(), 64);
+        assert!(map
+            .subtitle()
+            .ends_with(&format!("(darkest = {})", map.format(map.max_cell()))));
         let s = TopologyOptions::new("switch:512").build().unwrap();
         let map = Heatmap::new(&s, &result_for(&s, |_| 1), HeatMetric::Bytes, "x");
         assert!(map.side() <= Heatmap::MAX_SIDE);

@@ -219,13 +219,18 @@ pub fn remove_partial_outputs_on_interrupt() {
     // A second handler cannot be installed (tests run many commands in one process): the first
     // one already does this.
     let _ = ctrlc::set_handler(|| {
-        let pending = PENDING.lock().map(|p| p.clone()).unwrap_or_default();
-        for path in pending {
-            let _ = std::fs::remove_file(path);
-        }
+        remove_pending_outputs();
         eprintln!("error: interrupted; unfinished output files removed");
         std::process::exit(130);
     });
+}
+
+/// Removes the temporary files of outputs not yet moved into place (a run ending early).
+pub fn remove_pending_outputs() {
+    let pending = PENDING.lock().map(|p| p.clone()).unwrap_or_default();
+    for path in pending {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 impl OutputDir {

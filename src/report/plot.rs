@@ -8,6 +8,7 @@ use std::sync::Once;
 use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::Error;
 
@@ -97,18 +98,130 @@ pub(crate) fn font(size: u32) -> TextStyle<'static> {
     TextStyle::from((FONT_FAMILY, size as f64).into_font())
 }
 
-/// The series' legend in a framed, half-transparent box.
-fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-    position: SeriesLabelPosition,
+/// How one legend entry is drawn: a line sample (its colour, dashes and marker) or a bar swatch.
+#[derive(Clone, Copy)]
+enum Swatch {
+    Line(LineStyle),
+    Bar(RGBColor),
+}
+
+/// Legend entries in a column of their own beside the plot, so they never cover data.
+fn draw_legend_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, Swatch)],
 ) -> DrawResult<DB> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(font(15))
-        .position(position)
-        .draw()
+    let top = 70;
+    for (i, (name, swatch)) in entries.iter().enumerate() {
+        let y = top + 26 * i as i32;
+        match swatch {
+            Swatch::Line(style) => {
+                let samples = [(4, y), (22, y), (40, y)];
+                if let Some((dash, gap)) = style.dashes {
+                    let mut x = 4;
+                    while x < 40 {
+                        let end = (x + dash).min(40);
+                        area.draw(&PathElement::new(
+                            [(x, y), (end, y)],
+                            style.color.stroke_width(2),
+                        ))?;
+                        x = end + gap;
+                    }
+                } else {
+                    area.draw(&PathElement::new(samples, style.color.stroke_width(2)))?;
+                }
+                draw_marker(area, style, (22, y))?;
+            }
+            Swatch::Bar(color) => {
+                area.draw(&Rectangle::new([(12, y - 7), (30, y + 7)], color.filled()))?;
+            }
+        }
+        area.draw(&Text::new(
+            name.clone(),
+            (48, y),
+            font(14).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Pixel width of a legend column for these names.
+fn legend_width<'a>(names: impl Iterator<Item = &'a String>) -> u32 {
+    let longest = names.map(|n| n.chars().count()).max().unwrap_or(0) as u32;
+    (56 + 8 * longest).clamp(110, 320)
+}
+
+/// Colour, dashes and marker of series `i`: each differs from its neighbours in all three, so
+/// lines stay apart in greyscale and for readers who cannot tell the colours apart.
+#[derive(Clone, Copy)]
+struct LineStyle {
+    color: RGBColor,
+    /// (dash, gap) in pixels; None for a solid line.
+    dashes: Option<(i32, i32)>,
+    marker: Marker,
+}
+
+#[derive(Clone, Copy)]
+enum Marker {
+    Circle,
+    Triangle,
+    Square,
+    Diamond,
+    Cross,
+    None,
+}
+
+impl LineStyle {
+    fn of(i: usize, reference: bool) -> LineStyle {
+        if reference {
+            // Bounds and other references: grey, dashed, no marker.
+            return LineStyle {
+                color: RGBColor(110, 110, 110),
+                dashes: Some((8, 5)),
+                marker: Marker::None,
+            };
+        }
+        const DASHES: [Option<(i32, i32)>; 4] = [None, Some((12, 5)), Some((3, 4)), Some((18, 4))];
+        const MARKERS: [Marker; 5] = [
+            Marker::Circle,
+            Marker::Triangle,
+            Marker::Square,
+            Marker::Diamond,
+            Marker::Cross,
+        ];
+        LineStyle {
+            color: palette(i),
+            dashes: DASHES[i % DASHES.len()],
+            marker: MARKERS[i % MARKERS.len()],
+        }
+    }
+}
+
+/// Draws `style`'s marker centred on pixel `at` of `area`.
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    style: &LineStyle,
+    at: (i32, i32),
+) -> DrawResult<DB> {
+    let fill = style.color.filled();
+    match style.marker {
+        Marker::Circle => area.draw(&Circle::new(at, 4, fill)),
+        Marker::Triangle => area.draw(&TriangleMarker::new(at, 5, fill)),
+        Marker::Square => area.draw(&Rectangle::new(
+            [(at.0 - 4, at.1 - 4), (at.0 + 4, at.1 + 4)],
+            fill,
+        )),
+        Marker::Diamond => area.draw(&Polygon::new(
+            vec![
+                (at.0, at.1 - 5),
+                (at.0 + 5, at.1),
+                (at.0, at.1 + 5),
+                (at.0 - 5, at.1),
+            ],
+            fill,
+        )),
+        Marker::Cross => area.draw(&Cross::new(at, 4, style.color.stroke_width(2))),
+        Marker::None => Ok(()),
+    }
 }
 
 /// One named line of a [`LinePlot`].
@@ -207,38 +320,101 @@ impl LinePlot {
             .x_label_formatter(&|v| x_format(*v))
             .light_line_style(BLACK.mix(0.05))
             .draw()?;
-        for (i, s) in self.series.iter().enumerate() {
-            let color = palette(i);
-            let style = color.stroke_width(2);
+        for (s, style) in self.series.iter().zip(self.styles()) {
+            let stroke = style.color.stroke_width(2);
             let points = s.points.iter().copied();
-            if s.dashed {
-                chart
-                    .draw_series(DashedLineSeries::new(points, 8, 5, style))?
-                    .label(&s.name)
-                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-            } else {
-                chart
-                    .draw_series(LineSeries::new(points, style))?
-                    .label(&s.name)
-                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-                if s.points.len() <= 40 {
-                    chart
-                        .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            match style.dashes {
+                Some((dash, gap)) => {
+                    chart.draw_series(DashedLineSeries::new(
+                        points,
+                        dash as u32,
+                        gap as u32,
+                        stroke,
+                    ))?;
+                }
+                None => {
+                    chart.draw_series(LineSeries::new(points, stroke))?;
                 }
             }
+            // Every point of a short series, a dozen spread over a long one.
+            let every = if s.points.len() <= 40 {
+                1
+            } else {
+                s.points.len() / 12
+            };
+            let marked: Vec<(f64, f64)> = s.points.iter().copied().step_by(every).collect();
+            let fill = style.color.filled();
+            match style.marker {
+                Marker::Circle => {
+                    chart.draw_series(
+                        marked
+                            .iter()
+                            .map(|&p| EmptyElement::at(p) + Circle::new((0, 0), 4, fill)),
+                    )?;
+                }
+                Marker::Triangle => {
+                    chart.draw_series(
+                        marked
+                            .iter()
+                            .map(|&p| EmptyElement::at(p) + TriangleMarker::new((0, 0), 5, fill)),
+                    )?;
+                }
+                Marker::Square => {
+                    chart.draw_series(marked.iter().map(|&p| {
+                        EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], fill)
+                    }))?;
+                }
+                Marker::Diamond => {
+                    chart.draw_series(marked.iter().map(|&p| {
+                        EmptyElement::at(p)
+                            + Polygon::new(vec![(0, -5), (5, 0), (0, 5), (-5, 0)], fill)
+                    }))?;
+                }
+                Marker::Cross => {
+                    chart.draw_series(
+                        marked
+                            .iter()
+                            .map(|&p| EmptyElement::at(p) + Cross::new((0, 0), 4, stroke)),
+                    )?;
+                }
+                Marker::None => {}
+            }
         }
-        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+        Ok(())
+    }
+
+    /// Each series' look: references grey and dashed, the others by their position among the rest.
+    fn styles(&self) -> Vec<LineStyle> {
+        let mut k = 0;
+        self.series
+            .iter()
+            .map(|s| {
+                let style = LineStyle::of(k, s.dashed);
+                k += usize::from(!s.dashed);
+                style
+            })
+            .collect()
     }
 }
 
 impl Figure for LinePlot {
     fn size(&self) -> (u32, u32) {
-        (960, 600)
+        (960 + legend_width(self.series.iter().map(|s| &s.name)), 600)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let (lo, hi) = self.x_range();
-        let mut builder = ChartBuilder::on(root);
+        let entries: Vec<(String, Swatch)> = self
+            .series
+            .iter()
+            .zip(self.styles())
+            .map(|(s, style)| (s.name.clone(), Swatch::Line(style)))
+            .collect();
+        let (width, _) = root.dim_in_pixel();
+        let (root, legend) =
+            root.split_horizontally(width - legend_width(self.series.iter().map(|s| &s.name)));
+        draw_legend_panel(&legend, &entries)?;
+        let mut builder = ChartBuilder::on(&root);
         builder
             .caption(&self.title, font(20))
             .margin(16)
@@ -283,10 +459,21 @@ pub struct BarChart {
 impl Figure for BarChart {
     fn size(&self) -> (u32, u32) {
         let width = (160 + 130 * self.groups.len() as u32).clamp(800, 1600);
-        (width, 600)
+        (width + legend_width(self.series.iter().map(|s| &s.0)), 600)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let entries: Vec<(String, Swatch)> = self
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), Swatch::Bar(palette(i + 1))))
+            .collect();
+        let (width, _) = root.dim_in_pixel();
+        let (root, legend) =
+            root.split_horizontally(width - legend_width(self.series.iter().map(|s| &s.0)));
+        draw_legend_panel(&legend, &entries)?;
+        let root = &root;
         let groups = self.groups.len().max(1);
         let totals: Vec<f64> = (0..groups)
             .map(|g| {
@@ -328,7 +515,7 @@ impl Figure for BarChart {
         if log_y {
             let floor = smallest / 2.0;
             let mut chart =
-                builder.build_cartesian_2d(0.0..groups as f64, (floor..top * 3.0).log_scale())?;
+                builder.build_cartesian_2d(0.0..groups as f64, (floor..top * 1.5).log_scale())?;
             chart
                 .configure_mesh()
                 .disable_x_mesh()
@@ -341,7 +528,7 @@ impl Figure for BarChart {
                 .draw()?;
             self.draw_bars(&mut chart, floor)
         } else {
-            let top = if top > 0.0 { top * 1.3 } else { 1.0 };
+            let top = if top > 0.0 { top * 1.1 } else { 1.0 };
             let mut chart = builder.build_cartesian_2d(0.0..groups as f64, 0.0..top)?;
             chart
                 .configure_mesh()
@@ -365,7 +552,7 @@ impl BarChart {
         floor: f64,
     ) -> DrawResult<DB> {
         let k = self.series.len().max(1) as f64;
-        for (i, (name, values)) in self.series.iter().enumerate() {
+        for (i, (_, values)) in self.series.iter().enumerate() {
             let color = palette(i + 1);
             let bars = values.iter().enumerate().map(|(g, &v)| {
                 let (x0, x1, y0) = if self.stacked {
@@ -381,11 +568,9 @@ impl BarChart {
                 };
                 Rectangle::new([(x0, y0), (x1, (y0 + v).max(floor))], color.filled())
             });
-            chart.draw_series(bars)?.label(name).legend(move |(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
-            });
+            chart.draw_series(bars)?;
         }
-        draw_legend(chart, SeriesLabelPosition::UpperRight)
+        Ok(())
     }
 }
 

@@ -272,6 +272,41 @@ pub fn synthesize(
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
+    synthesize_unwound(topology, &mut Unwound::default(), collectives, options)
+}
+
+/// The point-to-point networks one topology unwinds to, each built once: a training iteration
+/// synthesizes dozens of collectives on one topology, and splitting its switches is the costly
+/// part (seconds on 256 NPUs behind switch hierarchies).
+#[derive(Default)]
+pub struct Unwound {
+    built: Vec<(Unwinding, Result<Network, String>)>,
+}
+
+impl Unwound {
+    fn get(&mut self, topology: &Topology, unwinding: Unwinding) -> Result<&Network, Error> {
+        let at = match self.built.iter().position(|(u, _)| *u == unwinding) {
+            Some(at) => at,
+            None => {
+                let net = Network::from_topology(topology, unwinding).map_err(|e| e.to_string());
+                self.built.push((unwinding, net));
+                self.built.len() - 1
+            }
+        };
+        self.built[at]
+            .1
+            .as_ref()
+            .map_err(|e| Error::input(e.clone()))
+    }
+}
+
+/// [`synthesize`] on networks already unwound from `topology` (all from that one topology).
+pub fn synthesize_unwound(
+    topology: &Topology,
+    unwound: &mut Unwound,
+    collectives: &[Collective],
+    options: &SynthOptions,
+) -> Result<Synthesis, Error> {
     if options.trials == Some(0) {
         return Err(Error::input("--trials must be at least 1"));
     }
@@ -290,7 +325,7 @@ pub fn synthesize(
     let mut best: Option<(Time, Synthesis)> = None;
     let mut refusal = None;
     for u in unwindings {
-        let net = match Network::from_topology(topology, u) {
+        let net = match unwound.get(topology, u) {
             Ok(net) => net,
             Err(e) if judge => {
                 // Degree unwinding refuses switches wired to switches; splitting handles them.
@@ -299,7 +334,7 @@ pub fn synthesize(
             }
             Err(e) => return Err(e),
         };
-        let synthesis = with_chunking(topology, &net, collectives, options)?;
+        let synthesis = with_chunking(topology, net, collectives, options)?;
         if !judge {
             return Ok(synthesis);
         }

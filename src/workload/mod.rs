@@ -226,6 +226,7 @@ pub fn simulate_iteration(
         groups,
         schedule: Schedule::new(),
         cache: HashMap::new(),
+        unwound: synth::Unwound::default(),
         stream: Vec::new(),
         notes: Vec::new(),
     };
@@ -391,6 +392,8 @@ struct Iteration<'a> {
     schedule: Schedule,
     /// The schedules of one collective (one per group), made once per kind, size and group.
     cache: HashMap<(CollectiveKind, u64, CommGroup), Vec<Schedule>>,
+    /// The topology as the synthesizer unwinds it, shared by every TACOS collective.
+    unwound: synth::Unwound,
     stream: Vec<Step>,
     notes: Vec<String>,
 }
@@ -560,8 +563,13 @@ impl Iteration<'_> {
                     seed: o.seed,
                     ..o.synth.clone()
                 };
-                synth::synthesize(self.topology, std::slice::from_ref(&c), &options)
-                    .map(|mut s| s.schedules.remove(0))
+                synth::synthesize_unwound(
+                    self.topology,
+                    &mut self.unwound,
+                    std::slice::from_ref(&c),
+                    &options,
+                )
+                .map(|mut s| s.schedules.remove(0))
             }
             // ForestColl packs its trees for the group on the whole network: its paths may leave
             // the group's NPUs.
