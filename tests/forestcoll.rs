@@ -458,7 +458,7 @@ fn bad_requests_are_refused_with_one_line() {
         "forestcoll",
     ]));
     assert!(
-        err.contains("forestcoll has no all-to-all form; algorithms with one: direct, tacos"),
+        err.contains("forestcoll has no all-to-all form; algorithms with one: direct, direct-staggered, tacos"),
         "{err}"
     );
     // A compute node with no link at all: the network is disconnected.
