@@ -617,7 +617,8 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
                 bound[g] = size as f64 / b;
             }
         }
-        if bound.iter().any(|&b| b > 0.0) {
+        let references = usize::from(bound.iter().any(|&b| b > 0.0));
+        if references == 1 {
             series.push(("lower bound".into(), bound));
         }
         let chart = BarChart {
@@ -626,6 +627,7 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
             groups,
             series,
             stacked: false,
+            references,
         };
         let stem = if single {
             "bars".to_string()

@@ -454,6 +454,9 @@ pub struct BarChart {
     /// (name, one value per group).
     pub series: Vec<(String, Vec<f64>)>,
     pub stacked: bool,
+    /// How many of the last series are references (a lower bound): drawn grey, so that no
+    /// algorithm's colour is mistaken for the bound.
+    pub references: usize,
 }
 
 impl Figure for BarChart {
@@ -467,7 +470,7 @@ impl Figure for BarChart {
             .series
             .iter()
             .enumerate()
-            .map(|(i, (name, _))| (name.clone(), Swatch::Bar(palette(i + 1))))
+            .map(|(i, (name, _))| (name.clone(), Swatch::Bar(self.colour(i))))
             .collect();
         let (width, _) = root.dim_in_pixel();
         let (root, legend) =
@@ -546,6 +549,14 @@ impl Figure for BarChart {
 }
 
 impl BarChart {
+    fn colour(&self, i: usize) -> RGBColor {
+        if i + self.references >= self.series.len() {
+            LineStyle::of(i, true).color
+        } else {
+            palette(i + 1)
+        }
+    }
+
     fn draw_bars<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
         &self,
         chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
@@ -553,7 +564,7 @@ impl BarChart {
     ) -> DrawResult<DB> {
         let k = self.series.len().max(1) as f64;
         for (i, (_, values)) in self.series.iter().enumerate() {
-            let color = palette(i + 1);
+            let color = self.colour(i);
             let bars = values.iter().enumerate().map(|(g, &v)| {
                 let (x0, x1, y0) = if self.stacked {
                     let below: f64 = self.series[..i]

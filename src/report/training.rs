@@ -67,5 +67,6 @@ pub fn breakdown_chart(rows: &[Breakdown], title: &str) -> BarChart {
             ),
         ],
         stacked: true,
+        references: 0,
     }
 }
