@@ -217,3 +217,32 @@ fn bad_workloads_are_errors_naming_the_file() {
         assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1);
     }
 }
+
+/// In a log (stderr captured, no terminal) each compared algorithm reports when it is done, with
+/// the count, so a long comparison shows which algorithm it is still waiting for.
+#[test]
+fn a_logged_comparison_reports_each_algorithm_done() {
+    let file = format!("{}/workloads/resnet50.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = collsim(&[
+        "train",
+        "--workload",
+        &file,
+        "--topology",
+        "ring:8",
+        "--algorithm",
+        "ring,direct",
+    ]);
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(" done (")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    for algorithm in ["ring", "direct"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("progress: resnet50: {algorithm} done ("))),
+            "{log}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.contains("(2/2)")), "{log}");
+}

@@ -489,6 +489,43 @@ impl ProgressLines {
     }
 }
 
+/// Steps of a run that each end something worth a line (an algorithm of a training
+/// comparison), counted and timed on stderr when it is not a terminal, where a bar cannot show
+/// them: `progress: <label>: <what> (k/n), N s`.
+pub struct Milestones {
+    label: String,
+    total: u64,
+    done: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+    enabled: bool,
+}
+
+impl Milestones {
+    pub fn new(label: &str, total: u64) -> Milestones {
+        use std::io::IsTerminal;
+        Milestones {
+            label: label.to_string(),
+            total,
+            done: std::sync::atomic::AtomicU64::new(0),
+            started: std::time::Instant::now(),
+            enabled: !std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Counts one step and prints its line.
+    pub fn reached(&self, what: &str) {
+        let k = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if self.enabled {
+            eprintln!(
+                "progress: {}: {what} ({k}/{}), {:.1} s",
+                self.label,
+                self.total,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
 /// While alive, and when stderr is not a terminal, prints `progress: <label>, N s` every 5 s
 /// after the first 2 s: the phases that count nothing (synthesis, tree packing, scheduling) are
 /// not silent in a log either.

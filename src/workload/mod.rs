@@ -286,6 +286,8 @@ pub fn compare(
 ) -> Result<Vec<Breakdown>, Error> {
     use rayon::prelude::*;
     let bar = crate::report::progress_bar(algorithms.len() as u64, &workload.name, "algorithms");
+    // In a log (no bar), each algorithm says when it is done, so a slow one can be told apart.
+    let finished = crate::report::Milestones::new(&workload.name, algorithms.len() as u64);
     let rows = algorithms
         .par_iter()
         .map(|&algorithm| {
@@ -295,6 +297,7 @@ pub fn compare(
             };
             let row = simulate_iteration(topology, workload, &options, &mut ());
             bar.inc(1);
+            finished.reached(&format!("{} done", algorithm.name()));
             row
         })
         .collect::<Result<Vec<_>, _>>();
