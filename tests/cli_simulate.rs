@@ -634,3 +634,27 @@ fn no_transfers_leaves_the_per_transfer_table_out() {
     assert!(out.join("summary.csv").exists() && out.join("links.csv").exists());
     assert!(!out.join("transfers.csv").exists());
 }
+
+/// In a log (stderr captured, no terminal) a command that runs for more than 2 s says it is
+/// alive: the exact cut bound of a 2304-NPU mesh takes seconds of max-flow.
+#[test]
+fn a_long_bound_writes_progress_lines_to_a_log() {
+    let started = std::time::Instant::now();
+    let out = collsim(&[
+        "bound",
+        "-t",
+        "mesh:48x48",
+        "-c",
+        "all-gather",
+        "-s",
+        "1GiB",
+    ]);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cut bound"));
+    // The first line is due at 2 s; allow half a second for starting and printing.
+    if elapsed > 2.5 {
+        assert!(log.contains("progress: cut bound, "), "{elapsed} s: {log}");
+    }
+}

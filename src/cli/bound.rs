@@ -20,7 +20,10 @@ pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let request = args.collective.request()?;
     let c = request.resolve(&topology)?;
+    // The exact cut bound runs max-flows over the whole network: seconds on thousands of NPUs.
+    let heartbeat = crate::report::Heartbeat::start("cut bound");
     let b = bound::bounds(&topology, &c, None);
+    drop(heartbeat);
     if !b.total().fits() {
         return Err(Error::input(format!(
             "the lower bound of {} passes the largest time collsim represents (2^64 ps, about \

@@ -62,7 +62,9 @@ pub(super) fn trees(args: TreesArgs) -> Result<(), Error> {
         1,
         args.root.filter(|_| kind.is_rooted()),
     )?;
+    let heartbeat = crate::report::Heartbeat::start("packing trees");
     let forests = forestcoll::forests(&topology, &c, args.trees)?;
+    drop(heartbeat);
     let elapsed = started.elapsed();
     match args.format {
         TreesFormat::Text => print_text(&topology, &c, &forests, elapsed),
