@@ -321,3 +321,35 @@ fn bad_experiment_files_are_errors_naming_file_and_field() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/exp.yaml"));
 }
+
+/// In a log (no terminal) a sweep whose one run takes seconds (the exact cut bound of a
+/// 2304-NPU mesh, then 5.3M transfers) says it is alive before the run ends, with its count.
+#[test]
+fn a_long_sweep_writes_progress_lines_while_its_runs_are_in_flight() {
+    let started = std::time::Instant::now();
+    let out = collsim(&[
+        "sweep",
+        "-t",
+        "mesh:48x48",
+        "-c",
+        "all-gather",
+        "--sizes",
+        "1GiB",
+        "--algorithms",
+        "ring",
+    ]);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    // The first line is due at 2 s; allow half a second for starting and printing.
+    if elapsed > 2.5 {
+        assert!(
+            log.contains("progress: sweep of all-gather on mesh:48x48: 0/1 runs (0%), "),
+            "{elapsed} s: {log}"
+        );
+    }
+}

@@ -68,7 +68,7 @@ pub struct BatchResult {
 }
 
 /// Runs the experiment's runs (those of `shard`, or all), in parallel, with a progress bar on
-/// stderr when it is a terminal. Topologies that fail to build are errors; runs that do not
+/// stderr when it is a terminal and progress lines every 5 s otherwise. Topologies that fail to build are errors; runs that do not
 /// apply are skipped with their reason.
 pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, Error> {
     let topologies = exp
@@ -87,8 +87,7 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         .filter(|p| shard.is_none_or(|s| s.takes(p.index)))
         .collect();
     let bar = report::progress_bar(mine.len() as u64, &exp.name, "runs");
-    let lines = report::ProgressLines::new(&exp.name, "runs");
-    let finished = std::sync::atomic::AtomicU64::new(0);
+    let heartbeat = report::Heartbeat::counting(&exp.name, "runs", mine.len() as u64);
     if mine.len() < 2 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -97,12 +96,12 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         .map(|plan| {
             let outcome = run_one(exp, &topologies[plan.topology], plan);
             bar.inc(1);
-            let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            lines.update(done, mine.len() as u64);
+            heartbeat.step();
             outcome.map_err(|e| e.to_string())
         })
         .collect();
     bar.finish_and_clear();
+    drop(heartbeat);
     let mut result = BatchResult {
         rows: Vec::new(),
         skipped: Vec::new(),

@@ -528,37 +528,64 @@ impl Milestones {
 
 /// While alive, and when stderr is not a terminal, prints `progress: <label>, N s` every 5 s
 /// after the first 2 s: the phases that count nothing (synthesis, tree packing, scheduling) are
-/// not silent in a log either.
+/// not silent in a log either. A counting heartbeat ([`Heartbeat::counting`]) also says how many
+/// steps are done, so a log shows life even while every step in flight is a long one.
 pub struct Heartbeat {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Heartbeat {
     pub fn start(label: &str) -> Heartbeat {
+        Heartbeat::spawn(label.to_string(), None)
+    }
+
+    /// A heartbeat over `total` steps of `what`: `progress: <label>: k/total <what> (p%), N s`.
+    /// [`Heartbeat::step`] counts one done.
+    pub fn counting(label: &str, what: &str, total: u64) -> Heartbeat {
+        Heartbeat::spawn(label.to_string(), Some((what.to_string(), total)))
+    }
+
+    /// Counts one step done (for a counting heartbeat).
+    pub fn step(&self) {
+        self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn spawn(label: String, steps: Option<(String, u64)>) -> Heartbeat {
         use std::io::IsTerminal;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         if std::io::stderr().is_terminal() {
             return Heartbeat {
                 stop: None,
                 thread: None,
+                done,
             };
         }
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let label = label.to_string();
+        let counted = std::sync::Arc::clone(&done);
         let thread = std::thread::spawn(move || {
             let started = std::time::Instant::now();
             let mut wait = std::time::Duration::from_secs(2);
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
-                eprintln!(
-                    "progress: {label}, {:.0} s",
-                    started.elapsed().as_secs_f64()
-                );
+                let elapsed = started.elapsed().as_secs_f64();
+                match &steps {
+                    Some((what, total)) => {
+                        let k = counted.load(std::sync::atomic::Ordering::Relaxed);
+                        eprintln!(
+                            "progress: {label}: {k}/{total} {what} ({:.0}%), {elapsed:.0} s",
+                            100.0 * k as f64 / (*total).max(1) as f64
+                        );
+                    }
+                    None => eprintln!("progress: {label}, {elapsed:.0} s"),
+                }
                 wait = std::time::Duration::from_secs(5);
             }
         });
         Heartbeat {
             stop: Some(stop),
             thread: Some(thread),
+            done,
         }
     }
 }
