@@ -31,6 +31,21 @@ pub(crate) fn ring_exchange(
     op: Op,
 ) {
     let g = members.len() as u32;
+    let pieces = |p: u32, s: u32| part(range.0, range.1, g, p, segments, s);
+    ring_exchange_parts(b, members, segments, bidirectional, op, &pieces);
+}
+
+/// [`ring_exchange`] where segment `s` of member `p`'s part is `pieces(p, s)`: the parts need not
+/// be neighbours in one range (a chunk of every rank's block, gathered across a dimension).
+pub(crate) fn ring_exchange_parts(
+    b: &mut Builder,
+    members: &[u32],
+    segments: u32,
+    bidirectional: bool,
+    op: Op,
+    pieces: &dyn Fn(u32, u32) -> (u32, u32),
+) {
+    let g = members.len() as u32;
     // Reduce-scatter sends at step s the part it received at step s-1, one behind all-gather.
     let lag = if op == Op::Reduce { 1 } else { 0 };
     for step in 0..g.saturating_sub(1) as i64 {
@@ -38,11 +53,10 @@ pub(crate) fn ring_exchange(
             let d = ring_direction(bidirectional, segments, s);
             for j in 0..g as i64 {
                 let p = wrap(j - d * (step + lag), g);
-                let pieces = part(range.0, range.1, g, p, segments, s);
                 b.send(
                     members[j as usize],
                     members[wrap(j + d, g) as usize],
-                    pieces,
+                    pieces(p, s),
                     op,
                 );
             }
@@ -63,6 +77,20 @@ pub(crate) fn direct_exchange(
     staggered: bool,
 ) {
     let g = members.len() as u32;
+    let pieces = |p: u32, s: u32| part(range.0, range.1, g, p, segments, s);
+    direct_exchange_parts(b, members, segments, op, staggered, &pieces);
+}
+
+/// [`direct_exchange`] where segment `s` of member `p`'s part is `pieces(p, s)`.
+pub(crate) fn direct_exchange_parts(
+    b: &mut Builder,
+    members: &[u32],
+    segments: u32,
+    op: Op,
+    staggered: bool,
+    pieces: &dyn Fn(u32, u32) -> (u32, u32),
+) {
+    let g = members.len() as u32;
     for s in 0..segments {
         for j in 0..g {
             for i in destinations(j, g, staggered) {
@@ -70,7 +98,7 @@ pub(crate) fn direct_exchange(
                 b.send(
                     members[j as usize],
                     members[i as usize],
-                    part(range.0, range.1, g, owner, segments, s),
+                    pieces(owner, s),
                     op,
                 );
             }

@@ -4,7 +4,9 @@
 //! that differ only in that dimension's coordinate (by default ring on Ring, Switch and mesh
 //! dimensions, direct on FullyConnected ones, one-way on unidirectional rings; an ASTRA-sim system
 //! file may choose per dimension). Standalone all-gather runs dimensions 1..D and reduce-scatter
-//! D..1, so that rank r's block stays the contiguous pieces the collective assigns it.
+//! D..1, so that rank r's block stays the contiguous pieces the collective assigns it. Themis
+//! gives each chunk of a standalone all-gather or reduce-scatter its own order, paying a transfer
+//! per rank where a chunk's pieces are not neighbours ([`one_way_themis`]).
 //!
 //! All-reduce cuts the buffer into independent chunks (slices). Their phases are emitted slice by
 //! slice, or, when chunks are scheduled (Themis, or a limit of active chunks per dimension), in
@@ -12,7 +14,10 @@
 //! must wait for a dimension's earlier phase to finish gets that as a dependency.
 
 use super::builder::{part, Builder};
-use super::collectives::{direct_exchange, rhd_all_gather, rhd_reduce_scatter, ring_exchange};
+use super::collectives::{
+    direct_exchange, direct_exchange_parts, rhd_all_gather, rhd_reduce_scatter, ring_exchange,
+    ring_exchange_parts,
+};
 use super::themis::{self, IntraDimension, PhaseJob};
 use super::{dbt, MultiDimOptions};
 use crate::collective::{Collective, CollectiveKind};
@@ -241,6 +246,17 @@ pub(crate) fn generate(
         }
         Ok::<Schedule, Error>(phases.b.finish())
     };
+    let one_way = matches!(
+        c.kind,
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+    );
+    if themis && one_way && options.active_chunks.is_none() && c.chunks > 1 {
+        let baseline = build(Plan::Baseline)?;
+        let Some(balanced) = one_way_themis(&dims, c, &refined, options)? else {
+            return Ok(baseline);
+        };
+        return faster(topology, balanced, baseline);
+    }
     if !themis || c.kind != CollectiveKind::AllReduce || options.active_chunks.is_some() {
         return build(if themis { Plan::Themis } else { Plan::Baseline });
     }
@@ -251,6 +267,11 @@ pub(crate) fn generate(
     // simulator judges: the hierarchical schedule is kept unless Themis's is faster.
     let baseline = build(Plan::Baseline)?;
     let balanced = build(Plan::Themis)?;
+    faster(topology, balanced, baseline)
+}
+
+/// Themis's schedule when it simulates faster than the baseline's, else the baseline's.
+fn faster(topology: &Topology, balanced: Schedule, baseline: Schedule) -> Result<Schedule, Error> {
     let time = |s: &Schedule| {
         sim::simulate(topology, s, &SimOptions::default(), &mut ()).map(|r| r.finish)
     };
@@ -259,6 +280,124 @@ pub(crate) fn generate(
     } else {
         baseline
     })
+}
+
+/// The most transfers a Themis reduce-scatter or all-gather on its own may take (1.5 GB of
+/// schedule); past it the baseline is kept. A chunk that visits the dimensions out of the
+/// baseline order holds pieces of ranks that are not neighbours in the buffer, one transfer per
+/// rank, so the schedule can grow to about 2 N^2 transfers per chunk.
+const ONE_WAY_MAX_TRANSFERS: u64 = 32 << 20;
+
+/// Themis reduce-scatter or all-gather on its own: chunk `k` is the `k`-th of every rank's
+/// `chunks` pieces, gathered (or reduce-scattered) across the dimensions in its own order
+/// ([`themis::one_way_orders`]), its phases started in the order the offline model starts them.
+/// None when the schedule would pass [`ONE_WAY_MAX_TRANSFERS`].
+fn one_way_themis(
+    dims: &[Dimension],
+    c: &Collective,
+    refined: &Collective,
+    options: &MultiDimOptions,
+) -> Result<Option<Schedule>, Error> {
+    let gather = c.kind == CollectiveKind::AllGather;
+    let d = dims.len();
+    let n = c.ranks();
+    let slice_bytes = c.size as f64 / c.chunks as f64;
+    // ASTRA-sim's offline greedy falls back to ascending dimensions for both collectives.
+    let baseline: Vec<usize> = (0..d).collect();
+    let orders = if options.themis_order.unwrap_or(true) {
+        themis::one_way_orders(dims, c.chunks, slice_bytes, gather, &baseline)
+    } else {
+        vec![baseline; c.chunks as usize]
+    };
+    // Dimensions a stage's ranks range over: those gathered before it, or still to scatter.
+    let free = |order: &[usize], s: usize| -> Vec<usize> {
+        if gather {
+            order[..s].to_vec()
+        } else {
+            order[s + 1..].to_vec()
+        }
+    };
+    let transfers: u64 = orders
+        .iter()
+        .flat_map(|order| (0..d).map(move |s| (order, s)))
+        .map(|(order, s)| {
+            let dim = &dims[order[s]];
+            let spread: u64 = free(order, s)
+                .iter()
+                .map(|&f| dims[f].size as u64)
+                .product();
+            n as u64 * spread * (dim.size as u64 - 1) * dim.directions() as u64
+        })
+        .sum();
+    if transfers > ONE_WAY_MAX_TRANSFERS {
+        return Ok(None);
+    }
+    let jobs: Vec<Vec<PhaseJob>> = orders
+        .iter()
+        .map(|order| {
+            let mut size = if gather {
+                slice_bytes / n as f64
+            } else {
+                slice_bytes
+            };
+            order
+                .iter()
+                .map(|&dim| {
+                    let k = dims[dim].size as f64;
+                    let work = if gather {
+                        size * (k - 1.0)
+                    } else {
+                        size * (k - 1.0) / k
+                    } / dims[dim].bandwidth;
+                    let job = PhaseJob {
+                        dim,
+                        work,
+                        latency: dims[dim].fixed_cost,
+                        size,
+                    };
+                    size = if gather { size * k } else { size / k };
+                    job
+                })
+                .collect()
+        })
+        .collect();
+    let intra = options
+        .intra_dimension
+        .unwrap_or(IntraDimension::SmallestFirst);
+    let plan = themis::best_plan(&jobs, d, intra);
+    let mut phases = Phases {
+        dims,
+        n,
+        slice_len: refined.piece_count(),
+        pipeline: 1,
+        b: Builder::new(refined)?,
+    };
+    let op = if gather { Op::Copy } else { Op::Reduce };
+    run_plan(&mut phases, &plan, n, |phases, chunk, s| {
+        let order = &orders[chunk];
+        phases.emit_chunk(chunk as u32, order[s], &free(order, s), op);
+    });
+    Ok(Some(phases.b.finish()))
+}
+
+/// Emits phases in the order `plan` starts them; a phase that waits for a dimension's earlier
+/// phase gets that phase's last arrivals at each rank as gates.
+fn run_plan(
+    phases: &mut Phases,
+    plan: &themis::PhasePlan,
+    ranks: u32,
+    mut emit: impl FnMut(&mut Phases, usize, usize),
+) {
+    let mut ends: Vec<Vec<Vec<TransferIndex>>> = Vec::with_capacity(plan.order.len());
+    for (k, &(chunk, s)) in plan.order.iter().enumerate() {
+        if let Some(waits_for) = plan.waits_for[k] {
+            phases.b.set_gates(std::mem::take(&mut ends[waits_for]));
+        }
+        let start = phases.b.len();
+        emit(phases, chunk, s);
+        phases.b.clear_gates();
+        ends.push(phases.b.last_arrivals(start, ranks));
+    }
 }
 
 /// Which schedule of the phases to emit.
@@ -307,17 +446,10 @@ fn all_reduce(phases: &mut Phases, c: &Collective, options: &MultiDimOptions, pl
         Some(limit) => themis::schedule_phases(&jobs, d, intra, Some(limit)),
         None => themis::best_plan(&jobs, d, intra),
     };
-    let mut ends: Vec<Vec<Vec<TransferIndex>>> = Vec::with_capacity(plan.order.len());
-    for (k, &(slice, s)) in plan.order.iter().enumerate() {
-        if let Some(waits_for) = plan.waits_for[k] {
-            phases.b.set_gates(std::mem::take(&mut ends[waits_for]));
-        }
+    run_plan(phases, &plan, c.ranks(), |phases, slice, s| {
         let (dim, depth, op) = stage(&orders, slice, s);
-        let start = phases.b.len();
         phases.emit(slice as u32, dim, &orders[slice][..depth], op);
-        phases.b.clear_gates();
-        ends.push(phases.b.last_arrivals(start, c.ranks()));
-    }
+    });
 }
 
 /// Stage `s` of chunk `slice`: (dimension, how many dimensions came before it, operation).
@@ -406,6 +538,57 @@ impl Phases<'_, '_> {
                         directions == 2,
                         op,
                     )
+                }
+            }
+        }
+    }
+
+    /// Chunk `chunk`'s phase on dimension `dim` of a reduce-scatter or all-gather on its own
+    /// (`op`), where each rank holds the chunk's pieces of every rank that differs from it only
+    /// in the `free` dimensions: per group of the dimension, one exchange per coordinate
+    /// assignment of those dimensions, member `m` owning the pieces of the rank at that
+    /// assignment in its own position. Chunk `k` of rank `r` is pieces `r K' + 2k ..+2` of the
+    /// doubly refined buffer (`K'` pieces per rank), one per direction of a two-way ring.
+    fn emit_chunk(&mut self, chunk: u32, dim: usize, free: &[usize], op: Op) {
+        let dims = self.dims;
+        let dimension = &dims[dim];
+        let per_rank = self.b.c.chunks;
+        let segments = dimension.directions();
+        // Offsets of every assignment of the free dimensions' coordinates.
+        let mut offsets = vec![0u32];
+        for &f in free {
+            let d = &dims[f];
+            offsets = offsets
+                .iter()
+                .flat_map(|&o| (0..d.size).map(move |k| o + k * d.stride))
+                .collect();
+        }
+        let n = self.n;
+        for first in (0..n).filter(|r| (r / dimension.stride).is_multiple_of(dimension.size)) {
+            let members: Vec<u32> = (0..dimension.size)
+                .map(|k| first + k * dimension.stride)
+                .collect();
+            // `first` with its free coordinates zeroed.
+            let base = free.iter().fold(first, |r, &f| {
+                let d = &dims[f];
+                r - (r / d.stride) % d.size * d.stride
+            });
+            for &offset in &offsets {
+                let pieces = |m: u32, s: u32| {
+                    let rank = base + offset + m * dimension.stride;
+                    let lo = rank * per_rank + 2 * chunk;
+                    if segments == 2 {
+                        (lo + s, lo + s + 1)
+                    } else {
+                        (lo, lo + 2)
+                    }
+                };
+                let b = &mut self.b;
+                match dimension.algorithm {
+                    DimAlgorithm::Direct => {
+                        direct_exchange_parts(b, &members, 1, op, false, &pieces)
+                    }
+                    _ => ring_exchange_parts(b, &members, segments, segments == 2, op, &pieces),
                 }
             }
         }

@@ -85,6 +85,58 @@ pub(crate) fn dimension_orders(
         .collect()
 }
 
+/// Per chunk of a reduce-scatter or all-gather on its own (`gather`), the dimensions in the order
+/// it visits them, by the load tracker of [`dimension_orders`] charging only that collective's
+/// phases. While the load gap is below the chunk's runtime on the least loaded dimension the
+/// chunk takes `baseline` (ascending, as ASTRA-sim's offline greedy falls back to). Otherwise reduce-scatter, whose first phase
+/// carries the most data, visits the least loaded dimension first, and all-gather, whose last
+/// phase carries the most, visits it last (ASTRA-sim's offline greedy reverses its sort for
+/// all-gather likewise); ties in ascending dimension order.
+pub(crate) fn one_way_orders(
+    dims: &[Dimension],
+    slices: u32,
+    slice_bytes: f64,
+    gather: bool,
+    baseline: &[usize],
+) -> Vec<Vec<usize>> {
+    let ranks: f64 = dims.iter().map(|d| d.size as f64).product();
+    let mut load: Vec<f64> = dims.iter().map(|d| d.fixed_cost).collect();
+    (0..slices)
+        .map(|_| {
+            let mut order = baseline.to_vec();
+            let most = load.iter().copied().fold(0.0, f64::max);
+            let least = (0..dims.len())
+                .min_by(|&a, &b| load[a].total_cmp(&load[b]))
+                .expect("at least one dimension");
+            let n = dims[least].size as f64;
+            let runtime =
+                slice_bytes * (n - 1.0) / n / dims[least].bandwidth + dims[least].fixed_cost;
+            if most - load[least] >= runtime {
+                order.sort_by(|&a, &b| {
+                    let by_load = load[a].total_cmp(&load[b]);
+                    (if gather { by_load.reverse() } else { by_load }).then(a.cmp(&b))
+                });
+            }
+            let mut size = if gather {
+                slice_bytes / ranks
+            } else {
+                slice_bytes
+            };
+            for &d in &order {
+                let n = dims[d].size as f64;
+                if gather {
+                    load[d] += size * (n - 1.0) / dims[d].bandwidth;
+                    size *= n;
+                } else {
+                    load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
+                    size /= n;
+                }
+            }
+            order
+        })
+        .collect()
+}
+
 /// One phase of one chunk, as the offline model sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PhaseJob {
