@@ -302,12 +302,10 @@ fn one_way_themis(
     let d = dims.len();
     let n = c.ranks();
     let slice_bytes = c.size as f64 / c.chunks as f64;
-    // ASTRA-sim's offline greedy falls back to ascending dimensions for both collectives.
-    let baseline: Vec<usize> = (0..d).collect();
     let orders = if options.themis_order.unwrap_or(true) {
-        themis::one_way_orders(dims, c.chunks, slice_bytes, gather, &baseline)
+        themis::one_way_orders(dims, c.chunks, slice_bytes, gather)
     } else {
-        vec![baseline; c.chunks as usize]
+        vec![(0..d).collect(); c.chunks as usize]
     };
     // Dimensions a stage's ranks range over: those gathered before it, or still to scatter.
     let free = |order: &[usize], s: usize| -> Vec<usize> {

@@ -59,27 +59,11 @@ pub(crate) fn dimension_orders(
     (0..slices)
         .map(|_| {
             let mut order: Vec<usize> = (0..dims.len()).collect();
-            let most = load.iter().copied().fold(0.0, f64::max);
-            let least = (0..dims.len())
-                .min_by(|&a, &b| load[a].total_cmp(&load[b]))
-                .expect("at least one dimension");
-            let n = dims[least].size as f64;
-            let runtime =
-                slice_bytes * (n - 1.0) / n / dims[least].bandwidth + dims[least].fixed_cost;
-            if most - load[least] >= runtime {
+            if balancing_pays(dims, &load, slice_bytes) {
                 order.sort_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
             }
-            let mut size = slice_bytes;
-            for &d in &order {
-                let n = dims[d].size as f64;
-                load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
-                size /= n;
-            }
-            for &d in order.iter().rev() {
-                let n = dims[d].size as f64;
-                load[d] += size * (n - 1.0) / dims[d].bandwidth;
-                size *= n;
-            }
+            let size = charge_reduce_scatter(dims, &mut load, order.iter().copied(), slice_bytes);
+            charge_all_gather(dims, &mut load, order.iter().rev().copied(), size);
             order
         })
         .collect()
@@ -87,54 +71,82 @@ pub(crate) fn dimension_orders(
 
 /// Per chunk of a reduce-scatter or all-gather on its own (`gather`), the dimensions in the order
 /// it visits them, by the load tracker of [`dimension_orders`] charging only that collective's
-/// phases. While the load gap is below the chunk's runtime on the least loaded dimension the
-/// chunk takes `baseline` (ascending, as ASTRA-sim's offline greedy falls back to). Otherwise reduce-scatter, whose first phase
-/// carries the most data, visits the least loaded dimension first, and all-gather, whose last
-/// phase carries the most, visits it last (ASTRA-sim's offline greedy reverses its sort for
-/// all-gather likewise); ties in ascending dimension order.
+/// phases. While balancing does not pay the chunk takes the ascending order (as ASTRA-sim's
+/// offline greedy falls back to). Otherwise reduce-scatter, whose first phase carries the most
+/// data, visits the least loaded dimension first, and all-gather, whose last phase carries the
+/// most, visits it last (ASTRA-sim's offline greedy reverses its sort for all-gather likewise);
+/// ties in ascending dimension order.
 pub(crate) fn one_way_orders(
     dims: &[Dimension],
     slices: u32,
     slice_bytes: f64,
     gather: bool,
-    baseline: &[usize],
 ) -> Vec<Vec<usize>> {
     let ranks: f64 = dims.iter().map(|d| d.size as f64).product();
     let mut load: Vec<f64> = dims.iter().map(|d| d.fixed_cost).collect();
     (0..slices)
         .map(|_| {
-            let mut order = baseline.to_vec();
-            let most = load.iter().copied().fold(0.0, f64::max);
-            let least = (0..dims.len())
-                .min_by(|&a, &b| load[a].total_cmp(&load[b]))
-                .expect("at least one dimension");
-            let n = dims[least].size as f64;
-            let runtime =
-                slice_bytes * (n - 1.0) / n / dims[least].bandwidth + dims[least].fixed_cost;
-            if most - load[least] >= runtime {
+            let mut order: Vec<usize> = (0..dims.len()).collect();
+            if balancing_pays(dims, &load, slice_bytes) {
                 order.sort_by(|&a, &b| {
                     let by_load = load[a].total_cmp(&load[b]);
                     (if gather { by_load.reverse() } else { by_load }).then(a.cmp(&b))
                 });
             }
-            let mut size = if gather {
-                slice_bytes / ranks
+            let phases = order.iter().copied();
+            if gather {
+                charge_all_gather(dims, &mut load, phases, slice_bytes / ranks);
             } else {
-                slice_bytes
-            };
-            for &d in &order {
-                let n = dims[d].size as f64;
-                if gather {
-                    load[d] += size * (n - 1.0) / dims[d].bandwidth;
-                    size *= n;
-                } else {
-                    load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
-                    size /= n;
-                }
+                charge_reduce_scatter(dims, &mut load, phases, slice_bytes);
             }
             order
         })
         .collect()
+}
+
+/// Themis's threshold: balancing pays once the gap between the most and least loaded dimension
+/// reaches a chunk's own runtime on the least loaded one (its reduce-scatter of `slice_bytes`
+/// there, fixed cost included), so the first chunk takes the baseline and balanced dimensions are
+/// never oversubscribed for a slight difference.
+fn balancing_pays(dims: &[Dimension], load: &[f64], slice_bytes: f64) -> bool {
+    let most = load.iter().copied().fold(0.0, f64::max);
+    let least = (0..dims.len())
+        .min_by(|&a, &b| load[a].total_cmp(&load[b]))
+        .expect("at least one dimension");
+    let n = dims[least].size as f64;
+    let runtime = slice_bytes * (n - 1.0) / n / dims[least].bandwidth + dims[least].fixed_cost;
+    most - load[least] >= runtime
+}
+
+/// Adds a reduce-scatter of `size` bytes across `order` to the load tracker (`size (n-1)/n / BW`
+/// per phase, `size /= n`); returns the bytes each rank ends with.
+fn charge_reduce_scatter(
+    dims: &[Dimension],
+    load: &mut [f64],
+    order: impl Iterator<Item = usize>,
+    mut size: f64,
+) -> f64 {
+    for d in order {
+        let n = dims[d].size as f64;
+        load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
+        size /= n;
+    }
+    size
+}
+
+/// Adds an all-gather of `size` bytes per rank across `order` to the load tracker (`size (n-1) /
+/// BW` per phase, `size *= n`).
+fn charge_all_gather(
+    dims: &[Dimension],
+    load: &mut [f64],
+    order: impl Iterator<Item = usize>,
+    mut size: f64,
+) {
+    for d in order {
+        let n = dims[d].size as f64;
+        load[d] += size * (n - 1.0) / dims[d].bandwidth;
+        size *= n;
+    }
 }
 
 /// One phase of one chunk, as the offline model sees it.

@@ -68,8 +68,8 @@ pub struct BatchResult {
 }
 
 /// Runs the experiment's runs (those of `shard`, or all), in parallel, with a progress bar on
-/// stderr when it is a terminal and progress lines every 5 s otherwise. Topologies that fail to build are errors; runs that do not
-/// apply are skipped with their reason.
+/// stderr when it is a terminal and progress lines every 5 s otherwise. Topologies that fail to
+/// build are errors; runs that do not apply are skipped with their reason.
 pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, Error> {
     let topologies = exp
         .topologies
