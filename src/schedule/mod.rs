@@ -238,6 +238,23 @@ impl Schedule {
         self.transfers[index as usize]
     }
 
+    /// Hints the CPU to fetch what the accessors read for `index` (transfer, dependency offsets,
+    /// pieces, operation): for passes that visit scattered transfers in an order known ahead.
+    #[inline(always)]
+    pub fn prefetch(&self, index: TransferIndex) {
+        let i = index as usize;
+        crate::memory::prefetch(&self.transfers[i]);
+        if let Some(start) = self.dep_start.get(i) {
+            crate::memory::prefetch(start);
+        }
+        if let Some(pieces) = &self.pieces {
+            crate::memory::prefetch(&pieces[i]);
+        }
+        if let Some(ops) = &self.ops {
+            crate::memory::prefetch(&ops[i]);
+        }
+    }
+
     pub fn deps(&self, index: TransferIndex) -> &[TransferIndex] {
         if self.dep_start.is_empty() {
             return &[];

@@ -384,9 +384,9 @@ impl<'a> Validator<'a> {
     }
 
     fn execute(&mut self) -> Result<(), Error> {
-        let mut rank_of: HashMap<u32, u32> = HashMap::with_capacity(self.c.npus.len());
+        let mut rank_of = vec![NONE; self.c.npus.iter().max().map_or(0, |&m| m as usize + 1)];
         for (r, &npu) in self.c.npus.iter().enumerate() {
-            rank_of.insert(npu, r as u32);
+            rank_of[npu as usize] = r as u32;
         }
         // Ancestor searches run over the whole schedule (every path is a real ordering); only
         // the transfers of the current piece window change the state.
@@ -399,12 +399,12 @@ impl<'a> Validator<'a> {
     fn execute_members(
         &mut self,
         members: Option<&[TransferIndex]>,
-        rank_of: &HashMap<u32, u32>,
+        rank_of: &[u32],
     ) -> Result<(), Error> {
         let n = self.schedule.len() as TransferIndex;
         match (members, self.order.take()) {
             (None, None) => (0..n).try_for_each(|t| self.apply(t, rank_of))?,
-            (Some(list), None) => list.iter().try_for_each(|&t| self.apply(t, rank_of))?,
+            (Some(list), None) => self.apply_scattered(list, rank_of)?,
             (None, Some(order)) => {
                 let result = order.iter().try_for_each(|&t| self.apply(t, rank_of));
                 self.order = Some(order);
@@ -414,10 +414,46 @@ impl<'a> Validator<'a> {
                 let mut list = list.to_vec();
                 list.sort_unstable_by_key(|&t| self.position[t as usize]);
                 self.order = Some(order);
-                list.iter().try_for_each(|&t| self.apply(t, rank_of))?
+                self.apply_scattered(&list, rank_of)?
             }
         }
         Ok(())
+    }
+
+    /// Applies a window's transfers, which lie scattered over the schedule (a window's pieces
+    /// are a small share of every step): each transfer's entries, then its source and destination
+    /// cells, are fetched into cache a few transfers ahead, so that the misses overlap.
+    fn apply_scattered(&mut self, list: &[TransferIndex], rank_of: &[u32]) -> Result<(), Error> {
+        const AHEAD: usize = 8;
+        for (i, &t) in list.iter().enumerate() {
+            if let Some(&far) = list.get(i + 2 * AHEAD) {
+                self.schedule.prefetch(far);
+            }
+            if let Some(&near) = list.get(i + AHEAD) {
+                self.prefetch_cells(near, rank_of);
+            }
+            self.apply(t, rank_of)?;
+        }
+        Ok(())
+    }
+
+    /// Hints the cells transfer `t` reads and writes (its first piece at both ends).
+    fn prefetch_cells(&self, t: TransferIndex, rank_of: &[u32]) {
+        let Store::Dense(cells) = &self.store else {
+            return;
+        };
+        let transfer = self.schedule.transfer(t);
+        let lo = self.schedule.pieces(t).map_or(0, |p| p.0);
+        if lo < self.window.0 || lo >= self.window.1 {
+            return;
+        }
+        for npu in [transfer.src, transfer.dst] {
+            if let Some(&rank) = rank_of.get(npu as usize).filter(|&&r| r != NONE) {
+                if let Some(cell) = cells.get(self.key(rank, lo) as usize) {
+                    crate::memory::prefetch(cell);
+                }
+            }
+        }
     }
 
     /// Fixes the execution order once (list order when dependencies point backwards, else the
@@ -501,7 +537,7 @@ impl<'a> Validator<'a> {
         false
     }
 
-    fn apply(&mut self, t: TransferIndex, rank_of: &HashMap<u32, u32>) -> Result<(), Error> {
+    fn apply(&mut self, t: TransferIndex, rank_of: &[u32]) -> Result<(), Error> {
         let s = self.schedule;
         if s.wait(t).is_some() {
             // A local wait (pacing, compute) moves no data.
@@ -510,11 +546,15 @@ impl<'a> Validator<'a> {
         let id = s.id(t);
         let transfer = s.transfer(t);
         let rank = |npu: u32, role: &str| {
-            rank_of.get(&npu).copied().ok_or_else(|| {
-                Error::input(format!(
-                    "transfer {id}: {role} NPU {npu} is not a participant of the collective"
-                ))
-            })
+            rank_of
+                .get(npu as usize)
+                .copied()
+                .filter(|&r| r != NONE)
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "transfer {id}: {role} NPU {npu} is not a participant of the collective"
+                    ))
+                })
         };
         let (src, dst) = (
             rank(transfer.src, "source")?,

@@ -5,6 +5,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::queue::{EventQueue, RadixQueue};
 use super::SimOptions;
+use crate::memory::prefetch;
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::{LinkId, NodeId, Router, Topology};
 use crate::units::{Bandwidth, Time};
@@ -235,19 +236,6 @@ const PROGRESS_EVERY: u64 = 1 << 20;
 /// How many events ahead each prefetch stage looks.
 const PREFETCH_DISTANCE: usize = 8;
 
-/// Hints the CPU to fetch `value`'s cache line.
-#[inline(always)]
-fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint with no architectural effect; any address is allowed.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
-
 impl<Q: EventQueue<Event>> Engine<'_, Q> {
     fn run(&mut self, observer: &mut dyn Observer) -> Result<(), Error> {
         let n = self.schedule.len() as u64;
@@ -303,7 +291,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     }
 
     /// Software pipelining over the events that follow: a link that frees soon has its state, then
-    /// its queue head, then the queued transfer fetched into cache before the event is handled.
+    /// its queue head, then the queued transfer fetched into cache before the event is handled;
+    /// a transfer that completes soon has its dependents' list, then their waiting counts.
     /// On large networks these are cache misses that dominate the run time otherwise.
     #[inline(always)]
     fn prefetch_upcoming(&self) {
@@ -312,17 +301,65 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             Some(Event::Arrive { node, dst, .. }) if node != dst => {
                 prefetch(&self.links[self.router.next_link(*node, *dst) as usize]);
             }
+            Some(&Event::Arrive { transfer, .. }) | Some(&Event::Complete { transfer }) => {
+                if let Some(start) = self.dependents.0.get(transfer as usize) {
+                    prefetch(start);
+                }
+            }
             _ => {}
         }
-        if let Some(Event::LinkFree { link }) = self.queue.peek_ahead(PREFETCH_DISTANCE * 2) {
-            if let Some(head) = self.links[*link as usize].pending.as_slices().0.first() {
-                prefetch(head);
+        match self.queue.peek_ahead(PREFETCH_DISTANCE * 2) {
+            Some(Event::LinkFree { link }) => {
+                if let Some(head) = self.links[*link as usize].pending.as_slices().0.first() {
+                    prefetch(head);
+                }
             }
+            Some(&Event::Arrive {
+                transfer,
+                node,
+                dst,
+                ..
+            }) if node == dst => self.prefetch_dependents_list(transfer),
+            Some(&Event::Complete { transfer }) => self.prefetch_dependents_list(transfer),
+            _ => {}
         }
-        if let Some(Event::LinkFree { link }) = self.queue.peek_ahead(PREFETCH_DISTANCE) {
-            if let Some(&next) = self.links[*link as usize].pending.front() {
-                prefetch(&self.schedule.transfers()[next as usize]);
+        match self.queue.peek_ahead(PREFETCH_DISTANCE) {
+            Some(Event::LinkFree { link }) => {
+                if let Some(&next) = self.links[*link as usize].pending.front() {
+                    prefetch(&self.schedule.transfers()[next as usize]);
+                }
             }
+            Some(&Event::Arrive {
+                transfer,
+                node,
+                dst,
+                ..
+            }) if node == dst => self.prefetch_waiting(transfer),
+            Some(&Event::Complete { transfer }) => self.prefetch_waiting(transfer),
+            _ => {}
+        }
+    }
+
+    /// The dependents of `t`, as [`Engine::complete`] will read them.
+    fn dependents_of(&self, t: TransferIndex) -> &[TransferIndex] {
+        let (start, list) = &self.dependents;
+        match (start.get(t as usize), start.get(t as usize + 1)) {
+            (Some(&lo), Some(&hi)) => &list[lo as usize..hi as usize],
+            _ => &[],
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_dependents_list(&self, t: TransferIndex) {
+        if let Some(first) = self.dependents_of(t).first() {
+            prefetch(first);
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_waiting(&self, t: TransferIndex) {
+        for &d in self.dependents_of(t) {
+            prefetch(&self.waiting[d as usize]);
         }
     }
 

@@ -30,6 +30,9 @@ pub(crate) const NONE: u32 = u32::MAX;
 /// How many chunks that reached a link's source together a random choice looks at.
 const TIE_WINDOW: usize = 64;
 
+/// How many events (or NPUs to match) ahead the event loop fetches link queue heads.
+const PREFETCH_AHEAD: usize = 8;
+
 /// Which NPUs must end up holding a chunk.
 #[derive(Clone, Debug)]
 pub(crate) enum Members {
@@ -285,6 +288,16 @@ impl State<'_> {
         self.log[src as usize]
             .get((pos - self.trimmed[src as usize]) as usize)
             .copied()
+    }
+
+    /// Hints the CPU to fetch the head of link `l`'s queue: the logs are large and each link
+    /// reads its own place in its source's log, so the event loops fetch a few links ahead.
+    fn prefetch_head(&self, l: u32) {
+        let src = self.net.links[l as usize].src as usize;
+        let pos = (self.cursor[l as usize] - self.trimmed[src]) as usize;
+        if let Some(entry) = self.log[src].get(pos) {
+            crate::memory::prefetch(entry);
+        }
     }
 
     fn has_pending(&self, l: u32) -> bool {
@@ -584,8 +597,11 @@ pub(crate) fn run(
     }
     let mut links = Vec::new();
     while let Some((now, mut events)) = state.events.pop() {
-        for event in events.drain(..) {
-            match event {
+        for i in 0..events.len() {
+            if let Some(&Event::LinkFree { link }) = events.get(i + PREFETCH_AHEAD) {
+                state.prefetch_head(link);
+            }
+            match events[i] {
                 Event::LinkFree { link } => {
                     state.free[link as usize] = true;
                     if state.has_pending(link) {
@@ -595,9 +611,15 @@ pub(crate) fn run(
                 Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
             }
         }
+        events.clear();
         state.events.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
-        for &dst in &dirty {
+        for (i, &dst) in dirty.iter().enumerate() {
+            if let Some(&ahead) = dirty.get(i + PREFETCH_AHEAD) {
+                for &l in net.in_links(ahead) {
+                    state.prefetch_head(l);
+                }
+            }
             state.is_dirty[dst as usize] = false;
             state.match_into(dst, now, &mut links, rng, sink);
         }
