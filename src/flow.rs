@@ -256,12 +256,23 @@ impl FlowNetwork {
         }
     }
 
+    /// After a run that stopped below its limit: the nodes that reach `sinks` over residual arcs,
+    /// the sink side of the minimum cut closest to the sinks.
+    pub fn sink_side(&mut self, sinks: &[u32]) -> Vec<bool> {
+        self.residual_reach(sinks, true)
+    }
+
     /// After a run that stopped below its limit: the nodes reachable from `sources` over residual
     /// arcs, the source side of the minimum cut closest to the sources.
     pub fn source_side(&mut self, sources: &[u32]) -> Vec<bool> {
+        self.residual_reach(sources, false)
+    }
+
+    /// The nodes reachable from `start` over residual arcs, or (`backwards`) that reach it.
+    fn residual_reach(&mut self, start: &[u32], backwards: bool) -> Vec<bool> {
         let mut seen = vec![false; self.adjacency.len()];
         self.queue.clear();
-        for &s in sources {
+        for &s in start {
             seen[s as usize] = true;
             self.queue.push(s);
         }
@@ -271,7 +282,9 @@ impl FlowNetwork {
             i += 1;
             for &arc in &self.adjacency[v as usize] {
                 let w = self.head[arc as usize] as usize;
-                if self.residual[arc as usize] > 0 && !seen[w] {
+                // Backwards, `w` reaches `v` over the arc paired with `v -> w`.
+                let residual = self.residual[arc as usize ^ usize::from(backwards)];
+                if residual > 0 && !seen[w] {
                     seen[w] = true;
                     self.queue.push(w as u32);
                 }
@@ -306,6 +319,9 @@ mod tests {
         let side = net.source_side(&[0]);
         // The minimum cut {0,1,2,4} | {3,5}: 12 + 7 + 4 = 23.
         assert_eq!(side, vec![true, true, true, false, true, false]);
+        // The same cut is the one closest to the sink: nothing else reaches {3, 5}.
+        let sink = net.sink_side(&[5]);
+        assert_eq!(sink, vec![false, false, false, true, false, true]);
         // Limits stop early; capacities can change in place.
         assert!(net.max_flow(&[0], &[5], 10) >= 10);
         net.set_capacity(0, 0);

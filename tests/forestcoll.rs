@@ -186,6 +186,7 @@ fn forestcoll_is_efficient_at_one_gigabyte() {
 #[test]
 #[ignore = "the whole acceptance grid: 12 networks x 3 collectives, about 2 minutes"]
 fn every_listed_network_is_efficient_at_one_gigabyte() {
+    let mut below = Vec::new();
     for (name, t) in networks() {
         for kind in [
             CollectiveKind::AllGather,
@@ -199,12 +200,80 @@ fn every_listed_network_is_efficient_at_one_gigabyte() {
                 0.97
             };
             eprintln!("{name} {kind}: {e:.4}");
-            assert!(e >= floor, "{name} {kind}: efficiency {e}");
+            if e < floor {
+                below.push(format!("{name} {kind}: {e:.4}"));
+            }
         }
     }
+    assert!(below.is_empty(), "below the floor: {below:?}");
 }
 
 /// A collsim graph file: `npus` compute nodes, then `switches`, bidirectional links.
+/// `boxes` A100 boxes as configs/a100_2x8.yml describes them (same numbering and latencies):
+/// 8 GPUs per NVSwitch at 300 GB/s, a 25 GB/s NIC per GPU, even and odd NICs on two IB switches.
+fn a100_boxes(boxes: u32) -> String {
+    let n = 8 * boxes;
+    let mut text = format!("npus: {n}\nswitches: {}\nlinks:\n", boxes + n + 2);
+    let mut link = |a: u32, b: u32, bw: &str, lat: &str| {
+        text += &format!("  - {{src: {a}, dst: {b}, bandwidth: {bw}, latency: {lat}}}\n");
+    };
+    for v in 0..n {
+        link(v, n + v / 8, "300GB/s", "0.35us");
+    }
+    for v in 0..n {
+        let nic = n + boxes + v;
+        link(v, nic, "25GB/s", "0.5us");
+        link(nic, n + boxes + n + v % 2, "25GB/s", "1us");
+    }
+    text
+}
+
+/// The generator writes configs/a100_2x8.yml's fabric: same optimum, same number of trees.
+#[test]
+fn generated_a100_boxes_are_the_configured_fabric() {
+    let generated = load_text("a100-2", &a100_boxes(2));
+    let configured = build(&config("a100_2x8.yml"), None);
+    let plan = |t: &Topology| {
+        let c = collective(CollectiveKind::AllGather, t, 1 << 30, None);
+        let f = &forestcoll::forests(t, &c, None).unwrap()[0];
+        (f.k, f.optimal_rate, t.links().len())
+    };
+    assert_eq!(plan(&generated), plan(&configured));
+}
+
+/// The scale line: 1024 GPUs in 128 A100 boxes, optimal trees within a minute, at the
+/// closed-form optimum (each box's NICs, 200 GB/s, carry the data of the 1016 GPUs outside it).
+#[test]
+#[ignore = "1024-GPU packing, about 20 s in a release build: `cargo test --release --test forestcoll -- --ignored a_thousand`"]
+fn a_thousand_gpus_in_a100_boxes_pack_within_a_minute() {
+    let path = std::env::temp_dir().join(format!("collsim-a100-128-{}.yml", std::process::id()));
+    std::fs::write(&path, a100_boxes(128)).unwrap();
+    let started = std::time::Instant::now();
+    let out = collsim(&[
+        "trees",
+        "-t",
+        path.to_str().unwrap(),
+        "--collective",
+        "all-gather",
+    ]);
+    let seconds = started.elapsed().as_secs_f64();
+    std::fs::remove_file(&path).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let algbw: f64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("algorithm bandwidth"))
+        .and_then(|v| v.trim().trim_end_matches("GB/s").trim().parse().ok())
+        .expect("the algorithm bandwidth line");
+    let optimum = 1024.0 * 200.0 / 1016.0;
+    assert!((algbw - optimum).abs() < 5e-4, "{algbw} against {optimum}");
+    assert!(seconds <= 60.0, "{seconds} s");
+}
+
 fn graph_file(npus: u32, switches: u32, links: &[(u32, u32, u32)]) -> String {
     let mut text = format!("npus: {npus}\nswitches: {switches}\nlinks:\n");
     for &(a, b, gbps) in links {

@@ -343,10 +343,28 @@ impl Splitter<'_> {
             return (flow - self.need).clamp(0, cap);
         }
         // Every minimum cut isolates switches only: try each participant as an extra sink.
+        // For a lone switch `w` whose out-arcs all lead to participants, only those need trying:
+        // a side Y = X + w binds only if w feeds X (else in(Y) = in(X) + c(outside -> w) keeps
+        // at least need + c(u -> w), and `cap` is at most c(u -> w)); so Y holds one of them.
         let mut best = limit;
         let mut extended = sinks.to_vec();
         extended.push(0);
-        for &p in self.participants {
+        let fed: Vec<NodeId> = match sinks {
+            &[w] => self
+                .net
+                .out_arcs(w)
+                .filter(|&a| self.net.capacity(a) > 0)
+                .map(|a| self.net.head(a))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let candidates = if !fed.is_empty() && fed.iter().all(|&v| self.is_participant[v as usize])
+        {
+            &fed[..]
+        } else {
+            self.participants
+        };
+        for &p in candidates {
             if sources.contains(&p) || sinks.contains(&p) {
                 continue;
             }
