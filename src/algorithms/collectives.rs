@@ -18,6 +18,12 @@ fn wrap(i: i64, g: u32) -> u32 {
     i.rem_euclid(g as i64) as u32
 }
 
+/// Segment `s` of member `p`'s part when `range` is cut into `g` neighbouring parts of
+/// `segments` segments each.
+fn range_parts(range: (u32, u32), g: u32, segments: u32) -> impl Fn(u32, u32) -> (u32, u32) {
+    move |p, s| part(range.0, range.1, g, p, segments, s)
+}
+
 /// Ring exchange. With `Op::Reduce` (reduce-scatter) member `i` ends holding part `i` of the range
 /// reduced over the group; with `Op::Copy` (all-gather) member `i` starts with part `i` and every
 /// member ends with all parts. Bidirectional rings send the second half of the segments the other
@@ -30,8 +36,7 @@ pub(crate) fn ring_exchange(
     bidirectional: bool,
     op: Op,
 ) {
-    let g = members.len() as u32;
-    let pieces = |p: u32, s: u32| part(range.0, range.1, g, p, segments, s);
+    let pieces = range_parts(range, members.len() as u32, segments);
     ring_exchange_parts(b, members, segments, bidirectional, op, &pieces);
 }
 
@@ -76,8 +81,7 @@ pub(crate) fn direct_exchange(
     op: Op,
     staggered: bool,
 ) {
-    let g = members.len() as u32;
-    let pieces = |p: u32, s: u32| part(range.0, range.1, g, p, segments, s);
+    let pieces = range_parts(range, members.len() as u32, segments);
     direct_exchange_parts(b, members, segments, op, staggered, &pieces);
 }
 

@@ -330,34 +330,14 @@ fn one_way_themis(
     if transfers > ONE_WAY_MAX_TRANSFERS {
         return Ok(None);
     }
+    let start = if gather {
+        slice_bytes / n as f64
+    } else {
+        slice_bytes
+    };
     let jobs: Vec<Vec<PhaseJob>> = orders
         .iter()
-        .map(|order| {
-            let mut size = if gather {
-                slice_bytes / n as f64
-            } else {
-                slice_bytes
-            };
-            order
-                .iter()
-                .map(|&dim| {
-                    let k = dims[dim].size as f64;
-                    let work = if gather {
-                        size * (k - 1.0)
-                    } else {
-                        size * (k - 1.0) / k
-                    } / dims[dim].bandwidth;
-                    let job = PhaseJob {
-                        dim,
-                        work,
-                        latency: dims[dim].fixed_cost,
-                        size,
-                    };
-                    size = if gather { size * k } else { size / k };
-                    job
-                })
-                .collect()
-        })
+        .map(|order| themis::one_way_jobs(dims, order.iter().copied(), start, gather))
         .collect();
     let intra = options
         .intra_dimension

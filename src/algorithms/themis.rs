@@ -62,8 +62,17 @@ pub(crate) fn dimension_orders(
             if balancing_pays(dims, &load, slice_bytes) {
                 order.sort_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
             }
-            let size = charge_reduce_scatter(dims, &mut load, order.iter().copied(), slice_bytes);
-            charge_all_gather(dims, &mut load, order.iter().rev().copied(), size);
+            let held = order
+                .iter()
+                .fold(slice_bytes, |bytes, &d| bytes / dims[d].size as f64);
+            charge(
+                &mut load,
+                &one_way_jobs(dims, order.iter().copied(), slice_bytes, false),
+            );
+            charge(
+                &mut load,
+                &one_way_jobs(dims, order.iter().rev().copied(), held, true),
+            );
             order
         })
         .collect()
@@ -93,12 +102,15 @@ pub(crate) fn one_way_orders(
                     (if gather { by_load.reverse() } else { by_load }).then(a.cmp(&b))
                 });
             }
-            let phases = order.iter().copied();
-            if gather {
-                charge_all_gather(dims, &mut load, phases, slice_bytes / ranks);
+            let start = if gather {
+                slice_bytes / ranks
             } else {
-                charge_reduce_scatter(dims, &mut load, phases, slice_bytes);
-            }
+                slice_bytes
+            };
+            charge(
+                &mut load,
+                &one_way_jobs(dims, order.iter().copied(), start, gather),
+            );
             order
         })
         .collect()
@@ -118,34 +130,41 @@ fn balancing_pays(dims: &[Dimension], load: &[f64], slice_bytes: f64) -> bool {
     most - load[least] >= runtime
 }
 
-/// Adds a reduce-scatter of `size` bytes across `order` to the load tracker (`size (n-1)/n / BW`
-/// per phase, `size /= n`); returns the bytes each rank ends with.
-fn charge_reduce_scatter(
+/// The phases of a reduce-scatter (or, `gather`, an all-gather) across `order` as the offline
+/// model costs them: a rank enters each phase holding `size` bytes (reduce-scatter starts with the
+/// chunk and divides by each dimension's size, all-gather starts with one rank's share and
+/// multiplies), and the phase needs `size (n-1)/n / BW` (all-gather: `size (n-1) / BW`).
+pub(crate) fn one_way_jobs(
     dims: &[Dimension],
-    load: &mut [f64],
-    order: impl Iterator<Item = usize>,
+    order: impl IntoIterator<Item = usize>,
     mut size: f64,
-) -> f64 {
-    for d in order {
-        let n = dims[d].size as f64;
-        load[d] += size * (n - 1.0) / n / dims[d].bandwidth;
-        size /= n;
-    }
-    size
+    gather: bool,
+) -> Vec<PhaseJob> {
+    order
+        .into_iter()
+        .map(|dim| {
+            let n = dims[dim].size as f64;
+            let moved = if gather {
+                size * (n - 1.0)
+            } else {
+                size * (n - 1.0) / n
+            };
+            let job = PhaseJob {
+                dim,
+                work: moved / dims[dim].bandwidth,
+                latency: dims[dim].fixed_cost,
+                size,
+            };
+            size = if gather { size * n } else { size / n };
+            job
+        })
+        .collect()
 }
 
-/// Adds an all-gather of `size` bytes per rank across `order` to the load tracker (`size (n-1) /
-/// BW` per phase, `size *= n`).
-fn charge_all_gather(
-    dims: &[Dimension],
-    load: &mut [f64],
-    order: impl Iterator<Item = usize>,
-    mut size: f64,
-) {
-    for d in order {
-        let n = dims[d].size as f64;
-        load[d] += size * (n - 1.0) / dims[d].bandwidth;
-        size *= n;
+/// Adds the phases' bandwidth time to the load tracker.
+fn charge(load: &mut [f64], jobs: &[PhaseJob]) {
+    for job in jobs {
+        load[job.dim] += job.work;
     }
 }
 

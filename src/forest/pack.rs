@@ -82,25 +82,22 @@ pub(crate) fn pack_trusting(
     trust_pool: bool,
 ) -> Result<Vec<TreeClass>, Error> {
     let mut out: Vec<Vec<(u32, usize)>> = vec![Vec::new(); n];
+    let mut in_arcs: Vec<Vec<(u32, usize)>> = vec![Vec::new(); n];
     for (i, &(a, b, _)) in arcs.iter().enumerate() {
         out[a as usize].push((b, i));
+        in_arcs[b as usize].push((a, i));
     }
     for list in &mut out {
         list.sort_unstable();
     }
-    let mut into: Vec<Vec<(u32, usize)>> = vec![Vec::new(); n];
-    for (i, &(a, b, _)) in arcs.iter().enumerate() {
-        into[b as usize].push((a, i));
-    }
     let mut packer = Packer {
         n,
-        into,
+        in_arcs,
         holding: vec![0; n],
         to_head: vec![0; n],
         trust_pool,
         pool: Vec::new(),
         pool_of: vec![Vec::new(); n],
-        pooled: HashSet::new(),
         left: arcs.iter().map(|a| a.2 as Cap).collect(),
         tails_heads: arcs.iter().map(|a| (a.0, a.1)).collect(),
         out,
@@ -167,7 +164,7 @@ struct Packer {
     /// Flow-network id of each arc.
     arc_id: Vec<ArcId>,
     /// Per node, its in-arcs `(tail, arc)`.
-    into: Vec<Vec<(u32, usize)>>,
+    in_arcs: Vec<Vec<(u32, usize)>>,
     /// Per node, the total weight of the unfinished classes whose trees hold it.
     holding: Vec<Cap>,
     /// Scratch: per node, the capacity left on its arc into the current test's head.
@@ -177,7 +174,6 @@ struct Packer {
     pool: Vec<Vec<u32>>,
     /// Per node, the pool sets that hold it.
     pool_of: Vec<Vec<u32>>,
-    pooled: HashSet<Vec<u32>>,
     /// Take an arc without a flow when the pool sets around its head leave room for it.
     trust_pool: bool,
 }
@@ -239,7 +235,6 @@ impl Packer {
                 if g.in_tree[y as usize] || self.left[arc] == 0 || g.refused.contains(&(x, y)) {
                     continue;
                 }
-                let holds = |set: &[u64], v: u32| set[v as usize / 64] >> (v % 64) & 1 == 1;
                 if g.tight.iter().any(|set| holds(set, y) && !holds(set, x)) {
                     self.classes[j].refused.insert((x, y));
                     continue;
@@ -362,7 +357,10 @@ impl Packer {
             if self.pool.len() < MAX_POOL_SETS {
                 let side = self.net.sink_side(&[y]);
                 let nodes: Vec<u32> = (0..self.n as u32).filter(|&v| side[v as usize]).collect();
-                if self.pooled.insert(nodes.clone()) {
+                let pooled = self.pool_of[y as usize]
+                    .iter()
+                    .any(|&p| self.pool[p as usize] == nodes);
+                if !pooled {
                     for &v in &nodes {
                         self.pool_of[v as usize].push(self.pool.len() as u32);
                     }
@@ -383,6 +381,11 @@ fn bitset(n: usize, nodes: impl IntoIterator<Item = u32>) -> Vec<u64> {
         set[v as usize / 64] |= 1 << (v % 64);
     }
     set
+}
+
+/// Whether bitset `set` holds node `v`.
+fn holds(set: &[u64], v: u32) -> bool {
+    set[v as usize / 64] >> (v % 64) & 1 == 1
 }
 
 impl Packer {
@@ -415,18 +418,17 @@ impl Packer {
     /// A node set's spare in-capacity for class `j`: what is left on the arcs entering it, less
     /// the trees of the other unfinished classes that have no node in it yet.
     fn spare(&self, j: usize, nodes: &[u32], set: &[u64]) -> Cap {
-        let holds = |v: u32| set[v as usize / 64] >> (v % 64) & 1 == 1;
         let entering: Cap = nodes
             .iter()
-            .flat_map(|&v| &self.into[v as usize])
-            .filter(|&&(z, _)| !holds(z))
+            .flat_map(|&v| &self.in_arcs[v as usize])
+            .filter(|&&(z, _)| !holds(set, z))
             .map(|&(_, a)| self.left[a])
             .sum();
         let missing: Cap = self
             .classes
             .iter()
             .enumerate()
-            .filter(|&(i, g)| i != j && !g.done && !g.members.iter().any(|&m| holds(m)))
+            .filter(|&(i, g)| i != j && !g.done && !g.members.iter().any(|&m| holds(set, m)))
             .map(|(_, g)| g.class.weight as Cap)
             .sum();
         entering - missing
@@ -435,7 +437,7 @@ impl Packer {
     /// A lower bound on the x-to-y connectivity left: the arc itself and the two-arc paths
     /// through every other node, which share no arc.
     fn two_hop_connectivity(&mut self, x: u32, y: u32, arc: usize) -> Cap {
-        for &(z, a) in &self.into[y as usize] {
+        for &(z, a) in &self.in_arcs[y as usize] {
             self.to_head[z as usize] = self.left[a];
         }
         let mut total = self.left[arc];
@@ -444,7 +446,7 @@ impl Packer {
                 total += self.left[a].min(self.to_head[z as usize]);
             }
         }
-        for &(z, _) in &self.into[y as usize] {
+        for &(z, _) in &self.in_arcs[y as usize] {
             self.to_head[z as usize] = 0;
         }
         total

@@ -81,6 +81,7 @@ impl Store {
 struct Validator<'a> {
     schedule: &'a Schedule,
     c: &'a Collective,
+    ranks: Ranks,
     seed: u64,
     /// All pieces of the collective.
     pieces: u64,
@@ -217,6 +218,32 @@ fn piece_components(
     Ok((all, (start, list)))
 }
 
+/// The rank of every NPU of a collective, by NPU id (a table: looked up twice per transfer).
+struct Ranks(Vec<u32>);
+
+impl Ranks {
+    fn new(c: &Collective) -> Ranks {
+        let mut table = vec![NONE; c.npus.iter().max().map_or(0, |&m| m as usize + 1)];
+        for (r, &npu) in c.npus.iter().enumerate() {
+            table[npu as usize] = r as u32;
+        }
+        Ranks(table)
+    }
+
+    fn get(&self, npu: u32) -> Option<u32> {
+        self.0.get(npu as usize).copied().filter(|&r| r != NONE)
+    }
+
+    /// The rank of transfer `id`'s `role` (source or destination) NPU, or the error naming it.
+    fn of(&self, npu: u32, id: u64, role: &str) -> Result<u32, Error> {
+        self.get(npu).ok_or_else(|| {
+            Error::input(format!(
+                "transfer {id}: {role} NPU {npu} is not a participant of the collective"
+            ))
+        })
+    }
+}
+
 /// An all-to-all without dependencies issues everything at once, so nothing can be relayed: it is
 /// correct exactly when every transfer copies pieces its source originated and every piece reaches
 /// its destination. One bit per piece instead of a cell per (rank, piece): at 8192 NPUs that is
@@ -224,10 +251,7 @@ fn piece_components(
 fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<(), Error> {
     let (n, k) = (c.ranks(), c.chunks);
     let pieces = c.piece_count();
-    let mut rank_of = vec![u32::MAX; c.npus.iter().max().map_or(0, |&m| m as usize + 1)];
-    for (r, &npu) in c.npus.iter().enumerate() {
-        rank_of[npu as usize] = r as u32;
-    }
+    let ranks = Ranks::new(c);
     let mut delivered = vec![0u64; (pieces as usize).div_ceil(64)];
     // A rank's data for itself is in place from the start.
     for r in 0..n {
@@ -237,15 +261,9 @@ fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<
     for t in 0..schedule.len() as TransferIndex {
         let id = schedule.id(t);
         let transfer = schedule.transfer(t);
-        let rank = |npu: u32, role: &str| match rank_of.get(npu as usize) {
-            Some(&r) if r != u32::MAX => Ok(r),
-            _ => Err(Error::input(format!(
-                "transfer {id}: {role} NPU {npu} is not a participant of the collective"
-            ))),
-        };
         let (src, dst) = (
-            rank(transfer.src, "source")?,
-            rank(transfer.dst, "destination")?,
+            ranks.of(transfer.src, id, "source")?,
+            ranks.of(transfer.dst, id, "destination")?,
         );
         let (lo, hi) = schedule.pieces(t).unwrap_or((0, 0));
         if hi > pieces || lo >= hi {
@@ -294,6 +312,7 @@ impl<'a> Validator<'a> {
         Validator {
             schedule,
             c,
+            ranks: Ranks::new(c),
             seed,
             pieces,
             window: (0, pieces as u32),
@@ -384,29 +403,21 @@ impl<'a> Validator<'a> {
     }
 
     fn execute(&mut self) -> Result<(), Error> {
-        let mut rank_of = vec![NONE; self.c.npus.iter().max().map_or(0, |&m| m as usize + 1)];
-        for (r, &npu) in self.c.npus.iter().enumerate() {
-            rank_of[npu as usize] = r as u32;
-        }
         // Ancestor searches run over the whole schedule (every path is a real ordering); only
         // the transfers of the current piece window change the state.
         let members = self.members.take();
-        let result = self.execute_members(members.as_deref(), &rank_of);
+        let result = self.execute_members(members.as_deref());
         self.members = members;
         result
     }
 
-    fn execute_members(
-        &mut self,
-        members: Option<&[TransferIndex]>,
-        rank_of: &[u32],
-    ) -> Result<(), Error> {
+    fn execute_members(&mut self, members: Option<&[TransferIndex]>) -> Result<(), Error> {
         let n = self.schedule.len() as TransferIndex;
         match (members, self.order.take()) {
-            (None, None) => (0..n).try_for_each(|t| self.apply(t, rank_of))?,
-            (Some(list), None) => self.apply_scattered(list, rank_of)?,
+            (None, None) => (0..n).try_for_each(|t| self.apply(t))?,
+            (Some(list), None) => self.apply_scattered(list)?,
             (None, Some(order)) => {
-                let result = order.iter().try_for_each(|&t| self.apply(t, rank_of));
+                let result = order.iter().try_for_each(|&t| self.apply(t));
                 self.order = Some(order);
                 result?
             }
@@ -414,7 +425,7 @@ impl<'a> Validator<'a> {
                 let mut list = list.to_vec();
                 list.sort_unstable_by_key(|&t| self.position[t as usize]);
                 self.order = Some(order);
-                self.apply_scattered(&list, rank_of)?
+                self.apply_scattered(&list)?
             }
         }
         Ok(())
@@ -423,22 +434,22 @@ impl<'a> Validator<'a> {
     /// Applies a window's transfers, which lie scattered over the schedule (a window's pieces
     /// are a small share of every step): each transfer's entries, then its source and destination
     /// cells, are fetched into cache a few transfers ahead, so that the misses overlap.
-    fn apply_scattered(&mut self, list: &[TransferIndex], rank_of: &[u32]) -> Result<(), Error> {
+    fn apply_scattered(&mut self, list: &[TransferIndex]) -> Result<(), Error> {
         const AHEAD: usize = 8;
         for (i, &t) in list.iter().enumerate() {
             if let Some(&far) = list.get(i + 2 * AHEAD) {
                 self.schedule.prefetch(far);
             }
             if let Some(&near) = list.get(i + AHEAD) {
-                self.prefetch_cells(near, rank_of);
+                self.prefetch_cells(near);
             }
-            self.apply(t, rank_of)?;
+            self.apply(t)?;
         }
         Ok(())
     }
 
     /// Hints the cells transfer `t` reads and writes (its first piece at both ends).
-    fn prefetch_cells(&self, t: TransferIndex, rank_of: &[u32]) {
+    fn prefetch_cells(&self, t: TransferIndex) {
         let Store::Dense(cells) = &self.store else {
             return;
         };
@@ -448,7 +459,7 @@ impl<'a> Validator<'a> {
             return;
         }
         for npu in [transfer.src, transfer.dst] {
-            if let Some(&rank) = rank_of.get(npu as usize).filter(|&&r| r != NONE) {
+            if let Some(rank) = self.ranks.get(npu) {
                 if let Some(cell) = cells.get(self.key(rank, lo) as usize) {
                     crate::memory::prefetch(cell);
                 }
@@ -537,7 +548,7 @@ impl<'a> Validator<'a> {
         false
     }
 
-    fn apply(&mut self, t: TransferIndex, rank_of: &[u32]) -> Result<(), Error> {
+    fn apply(&mut self, t: TransferIndex) -> Result<(), Error> {
         let s = self.schedule;
         if s.wait(t).is_some() {
             // A local wait (pacing, compute) moves no data.
@@ -545,20 +556,9 @@ impl<'a> Validator<'a> {
         }
         let id = s.id(t);
         let transfer = s.transfer(t);
-        let rank = |npu: u32, role: &str| {
-            rank_of
-                .get(npu as usize)
-                .copied()
-                .filter(|&r| r != NONE)
-                .ok_or_else(|| {
-                    Error::input(format!(
-                        "transfer {id}: {role} NPU {npu} is not a participant of the collective"
-                    ))
-                })
-        };
         let (src, dst) = (
-            rank(transfer.src, "source")?,
-            rank(transfer.dst, "destination")?,
+            self.ranks.of(transfer.src, id, "source")?,
+            self.ranks.of(transfer.dst, id, "destination")?,
         );
         let (lo, hi) = s.pieces(t).unwrap_or((0, 0));
         if hi > self.pieces as u32 || lo >= hi {
@@ -888,5 +888,42 @@ mod tests {
             Op::Copy,
         );
         validate(&s, &c, 1).unwrap();
+    }
+
+    /// A transfer that touches an NPU outside the collective is named, on the one-round
+    /// all-to-all path and on the general one (an NPU beyond every participant's id included).
+    #[test]
+    fn a_transfer_outside_the_collective_is_named() {
+        let c = Collective::new(CollectiveKind::AllToAll, vec![0, 1, 2], 24, 1, None).unwrap();
+        for (src, dst, role) in [(5, 1, "source NPU 5"), (0, 9, "destination NPU 9")] {
+            let mut s = Schedule::new();
+            s.push_data(
+                Transfer { src, dst, bytes: 8 },
+                &[],
+                c.a2a_block(0, 1),
+                Op::Copy,
+            );
+            let error = validate(&s, &c, 1).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("transfer 0: {role} is not a participant")),
+                "{error}"
+            );
+            // A dependency sends the schedule down the general path.
+            s.push_data(
+                Transfer {
+                    src: 0,
+                    dst: 1,
+                    bytes: 8,
+                },
+                &[0],
+                c.a2a_block(0, 1),
+                Op::Copy,
+            );
+            let error = validate(&s, &c, 1).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("transfer 0: {role} is not a participant")),
+                "{error}"
+            );
+        }
     }
 }

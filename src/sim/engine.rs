@@ -233,6 +233,33 @@ fn check_range(topology: &Topology, result: &SimResult) -> Result<(), Error> {
 
 const PROGRESS_EVERY: u64 = 1 << 20;
 
+/// The transfer an event completes: an arrival at the transfer's destination, or the end of
+/// its endpoint delay.
+fn completing(event: &Event) -> Option<TransferIndex> {
+    match *event {
+        Event::Arrive {
+            transfer,
+            node,
+            dst,
+            ..
+        } if node == dst => Some(transfer),
+        Event::Complete { transfer } => Some(transfer),
+        _ => None,
+    }
+}
+
+/// The transfers that wait for `t` (CSR offsets and list; empty when nothing has dependencies).
+fn dependents_of(
+    dependents: &(Vec<u32>, Vec<TransferIndex>),
+    t: TransferIndex,
+) -> &[TransferIndex] {
+    let (start, list) = dependents;
+    match (start.get(t as usize), start.get(t as usize + 1)) {
+        (Some(&lo), Some(&hi)) => &list[lo as usize..hi as usize],
+        _ => &[],
+    }
+}
+
 /// How many events ahead each prefetch stage looks.
 const PREFETCH_DISTANCE: usize = 8;
 
@@ -301,12 +328,14 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             Some(Event::Arrive { node, dst, .. }) if node != dst => {
                 prefetch(&self.links[self.router.next_link(*node, *dst) as usize]);
             }
-            Some(&Event::Arrive { transfer, .. }) | Some(&Event::Complete { transfer }) => {
-                if let Some(start) = self.dependents.0.get(transfer as usize) {
+            Some(event) => {
+                if let Some(start) =
+                    completing(event).and_then(|t| self.dependents.0.get(t as usize))
+                {
                     prefetch(start);
                 }
             }
-            _ => {}
+            None => {}
         }
         match self.queue.peek_ahead(PREFETCH_DISTANCE * 2) {
             Some(Event::LinkFree { link }) => {
@@ -314,14 +343,12 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                     prefetch(head);
                 }
             }
-            Some(&Event::Arrive {
-                transfer,
-                node,
-                dst,
-                ..
-            }) if node == dst => self.prefetch_dependents_list(transfer),
-            Some(&Event::Complete { transfer }) => self.prefetch_dependents_list(transfer),
-            _ => {}
+            Some(event) => {
+                if let Some(first) = completing(event).and_then(|t| self.dependents_of(t).first()) {
+                    prefetch(first);
+                }
+            }
+            None => {}
         }
         match self.queue.peek_ahead(PREFETCH_DISTANCE) {
             Some(Event::LinkFree { link }) => {
@@ -329,38 +356,18 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                     prefetch(&self.schedule.transfers()[next as usize]);
                 }
             }
-            Some(&Event::Arrive {
-                transfer,
-                node,
-                dst,
-                ..
-            }) if node == dst => self.prefetch_waiting(transfer),
-            Some(&Event::Complete { transfer }) => self.prefetch_waiting(transfer),
-            _ => {}
+            Some(event) => {
+                for &d in completing(event).map_or(&[][..], |t| self.dependents_of(t)) {
+                    prefetch(&self.waiting[d as usize]);
+                }
+            }
+            None => {}
         }
     }
 
-    /// The dependents of `t`, as [`Engine::complete`] will read them.
+    /// The transfers that wait for `t`, as [`Engine::complete`] releases them.
     fn dependents_of(&self, t: TransferIndex) -> &[TransferIndex] {
-        let (start, list) = &self.dependents;
-        match (start.get(t as usize), start.get(t as usize + 1)) {
-            (Some(&lo), Some(&hi)) => &list[lo as usize..hi as usize],
-            _ => &[],
-        }
-    }
-
-    #[inline(always)]
-    fn prefetch_dependents_list(&self, t: TransferIndex) {
-        if let Some(first) = self.dependents_of(t).first() {
-            prefetch(first);
-        }
-    }
-
-    #[inline(always)]
-    fn prefetch_waiting(&self, t: TransferIndex) {
-        for &d in self.dependents_of(t) {
-            prefetch(&self.waiting[d as usize]);
-        }
+        dependents_of(&self.dependents, t)
     }
 
     fn issue(&mut self, t: TransferIndex, now: Time) {
@@ -449,8 +456,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if self.waiting.is_empty() {
             return;
         }
-        let (start, list) = &self.dependents;
-        for &d in &list[start[t as usize] as usize..start[t as usize + 1] as usize] {
+        for &d in dependents_of(&self.dependents, t) {
             self.waiting[d as usize] -= 1;
             if self.waiting[d as usize] == 0 {
                 self.ready.push(Reverse(d));
