@@ -9,7 +9,8 @@
 //! only that *some* NPU does (a given one needs `size`). Where NPUs differ that is not a lower
 //! bound: TACOS all-reduces on a 4x4 mesh 3.4% faster, letting the corner NPUs (half the links)
 //! receive less. So all-reduce takes the largest of what is provable: every NPU receives `size`;
-//! for any partition of the participants into `g` groups some group takes in `2(g-1)/g size`
+//! every byte needs `2(n-1)` transfers (one-way gossip), so the NPUs together take in `2(n-1)
+//! size`; for any partition of the participants into `g` groups the groups take in `2(g-1) size`
 //! (singletons, and the groups joined by the network's fast links, e.g. boxes behind their
 //! NVSwitch); an all-reduce solves an all-gather and a reduce-scatter of the same size, so it
 //! takes at least each. DESIGN's sum is kept on fault-free built-in shapes whose NPUs are all
@@ -154,8 +155,9 @@ fn crossing_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> f
     c.size as f64 / (lambda as f64 * capacities.unit_bps)
 }
 
-/// All-reduce: for a partition of the participants into `g >= 2` groups, some group takes in (and
-/// some gives out) `2(g-1)/g size` over the links that cross into (out of) it. The partitions are
+/// All-reduce: for a partition of the participants into `g >= 2` groups, the groups together take
+/// in (and give out) `2(g-1) size` over the links that cross into (out of) them (every byte
+/// needs `2(g-1)` transfers between groups). The partitions are
 /// the components of the links of at least `b` bandwidth, for every `b` just above a gap of 2x
 /// or more between the link bandwidths (boxes behind a fast switch, the inner dimensions of a
 /// hierarchy); singletons are [`npu_bound`]'s. Seconds, 0 where no partition applies.
@@ -207,14 +209,14 @@ fn group_bound(topology: &Topology, c: &Collective) -> f64 {
                 out[a] += l.bandwidth.as_bytes_per_sec();
             }
         }
-        let widest = |side: &[f64]| {
+        let together = |side: &[f64]| {
             (0..nodes)
                 .filter(|&r| holds[r])
                 .map(|r| side[r])
-                .fold(0.0, f64::max)
+                .sum::<f64>()
         };
-        let need = 2.0 * (g - 1.0) / g * c.size as f64;
-        best = best.max(need / widest(&into)).max(need / widest(&out));
+        let need = 2.0 * (g - 1.0) * c.size as f64;
+        best = best.max(need / together(&into)).max(need / together(&out));
     }
     best
 }
@@ -271,15 +273,17 @@ pub fn npu_bound(topology: &Topology, c: &Collective) -> Time {
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
             (n - 1.0) / n * size / min_over(&mut c.npus.iter().copied())
         }
-        // Every NPU takes in and gives out `size`; some NPU takes in (gives out) 2(n-1)/n of it
-        // (Patarasuk and Yuan): on NPUs that all have the same links, every one does.
+        // Every NPU takes in and gives out `size`; and every byte needs 2(n-1) transfers
+        // between participants (one-way gossip), each leaving one NPU and entering another, so
+        // together the NPUs take in (give out) 2(n-1) size: on NPUs that all have the same
+        // links, 2(n-1)/n size each (Patarasuk and Yuan).
         CollectiveKind::AllReduce => {
-            let most = 2.0 * (n - 1.0) / n * size;
+            let most = 2.0 * (n - 1.0) * size;
             let every = (size / over(&ingress, f64::min, f64::INFINITY))
                 .max(size / over(&egress, f64::min, f64::INFINITY));
-            let some =
-                (most / over(&ingress, f64::max, 0.0)).max(most / over(&egress, f64::max, 0.0));
-            every.max(some)
+            let sum = |side: &[f64]| c.npus.iter().map(|&v| side[v as usize]).sum::<f64>();
+            let together = (most / sum(&ingress)).max(most / sum(&egress));
+            every.max(together)
         }
         CollectiveKind::Broadcast => size / min_over(&mut non_root()),
         // The root pushes out everything but its own part; every other NPU takes in its part.

@@ -170,6 +170,8 @@ fn forestcoll_is_efficient_at_one_gigabyte() {
             CollectiveKind::ReduceScatter,
         ),
         (build("torus:4x4", None), CollectiveKind::AllReduce),
+        // Corners with half the links: reduce-then-broadcast trees, not the two phases.
+        (build("mesh:8x8", None), CollectiveKind::AllReduce),
         (build("ring:8", None), CollectiveKind::AllGather),
     ];
     for (t, kind) in cases {
@@ -375,6 +377,66 @@ proptest! {
             let bound = cut_bound(&t, &c, None).unwrap();
             prop_assert!(bound <= result.finish, "{kind}: {bound:?} > {:?}", result.finish);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Random connected switch-free networks with links of 25 to 200 GB/s: the reduce-then-
+    /// broadcast trees span every NPU, no link carries more than its share of them either way,
+    /// they never beat the all-reduce lower bound, and the all-reduce schedule forestcoll runs
+    /// (these trees or the two phases, whichever is faster) validates and never beats it either.
+    #[test]
+    fn random_direct_networks_reduce_and_broadcast_on_valid_trees(
+        npus in 3u32..10,
+        seed in any::<u64>(),
+    ) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let speeds = [25, 50, 100, 200];
+        let mut pairs = std::collections::BTreeSet::new();
+        for v in 1..npus {
+            pairs.insert((rng.random_range(0..v), v));
+        }
+        for u in 0..npus {
+            for v in u + 1..npus {
+                if rng.random_bool(0.3) {
+                    pairs.insert((u, v));
+                }
+            }
+        }
+        let links: Vec<(u32, u32, u32)> = pairs
+            .into_iter()
+            .map(|(u, v)| (u, v, speeds[rng.random_range(0..speeds.len())]))
+            .collect();
+        let t = load_text(&format!("rb-{seed}"), &graph_file(npus, 0, &links));
+        let c = Collective::new(CollectiveKind::AllReduce, t.active_npus(), 1 << 26, 1, None)
+            .unwrap();
+        let bound = collsim::bound::bounds(&t, &c, None);
+        let plan = forest::reduce_broadcast::plan(&t, &c.npus).unwrap().unwrap();
+        prop_assert!(plan.reduce_broadcast && plan.trees.iter().map(|t| t.weight).sum::<u64>() == plan.k);
+        let mut load = std::collections::HashMap::new();
+        for tree in &plan.trees {
+            let mut reached = std::collections::HashSet::from([tree.root]);
+            for e in &tree.edges {
+                prop_assert!(reached.contains(&e.src) && reached.insert(e.dst));
+                *load.entry((e.src.min(e.dst), e.src.max(e.dst))).or_insert(0u64) += tree.weight;
+            }
+            prop_assert_eq!(reached.len(), npus as usize);
+        }
+        for (&(a, b), &trees) in &load {
+            let bw = t.link(t.link_between(a, b).unwrap()).bandwidth.as_bytes_per_sec();
+            let share = plan.rate_bps() / plan.k as f64 * trees as f64;
+            prop_assert!(share <= bw * (1.0 + 1e-9), "{a}-{b}: {share} > {bw}");
+        }
+        let secs = plan.seconds_for(c.size as f64);
+        let floor = bound.npu.max(bound.cut.unwrap()).as_secs_f64();
+        prop_assert!(secs >= floor * (1.0 - 1e-9), "{secs} s beats the bound {floor} s");
+        let (schedule, _) = forestcoll::produce(&t, &c, None, Some(2)).unwrap();
+        validate(&schedule, &schedule.collective.clone().unwrap(), seed).unwrap();
+        let result = simulate(&t, &schedule, &SimOptions::default(), &mut ()).unwrap();
+        prop_assert!(bound.total() <= result.finish, "{:?} > {:?}", bound.total(), result.finish);
     }
 }
 

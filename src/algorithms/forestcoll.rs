@@ -11,7 +11,7 @@
 use super::builder::Builder;
 use crate::bound;
 use crate::collective::{Collective, CollectiveKind};
-use crate::forest::{self, Forest, ForestRequest};
+use crate::forest::{self, Forest, ForestRequest, Tree};
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::{NodeId, Topology};
 use crate::units::Time;
@@ -25,9 +25,47 @@ pub fn produce(
     trees: Option<u64>,
     slices: Option<u32>,
 ) -> Result<(Schedule, u32), Error> {
+    if let Some(plan) = reduce_broadcast_plan(topology, c, trees)? {
+        let slices = slices.unwrap_or_else(|| reduce_broadcast_slices(topology, c, &plan));
+        return Ok((generate_reduce_broadcast(c, &plan, slices)?, slices));
+    }
     let forests = forests(topology, c, trees)?;
     let slices = slices.unwrap_or_else(|| default_slices(topology, c, &forests));
     Ok((generate(c, &forests, slices)?, slices))
+}
+
+/// For an all-reduce without `--trees`, the reduce-then-broadcast trees when they are more than
+/// 1% faster than reduce-scatter then all-gather at their optimal rates (never on networks whose
+/// NPUs are all alike, where both reach the bound). The two phases are compared by rate alone,
+/// so their trees are packed only when they are the ones used.
+pub fn reduce_broadcast_plan(
+    topology: &Topology,
+    c: &Collective,
+    trees: Option<u64>,
+) -> Result<Option<Forest>, Error> {
+    if c.kind != CollectiveKind::AllReduce
+        || trees.is_some()
+        || bound::symmetry_representatives(topology).len() == 1
+    {
+        return Ok(None);
+    }
+    let Some(plan) = forest::reduce_broadcast::plan(topology, &c.npus)? else {
+        return Ok(None);
+    };
+    let shard = c.size as f64 / c.ranks() as f64;
+    let demand = forest::Demand::all(&c.npus);
+    let sinks = if c.npus.len() == topology.active_npus().len() {
+        bound::symmetry_representatives(topology)
+    } else {
+        c.npus.clone()
+    };
+    let mut two_phases = 0.0;
+    for reversed in [true, false] {
+        let net = forest::Network::new(topology, reversed);
+        let rate = forest::rate::optimal_rate(&net, &demand, &sinks)?;
+        two_phases += shard / (rate.as_f64() * net.unit_bps);
+    }
+    Ok((plan.seconds_for(c.size as f64) < 0.99 * two_phases).then_some(plan))
 }
 
 /// The packings a collective needs, in the order they run: reduce-scatter (on the transposed
@@ -63,34 +101,52 @@ pub fn forests(
 /// the networks of the tests (A100 and MI250 boxes, 3D-RFS, tori, meshes, rings), so 0.6% keeps
 /// the pipeline's fill and drain within about 2% of the bound.
 pub fn default_slices(topology: &Topology, c: &Collective, forests: &[Forest]) -> u32 {
-    const TARGET_OVERHEAD: f64 = 0.006;
-    const TRANSFER_BUDGET: f64 = 4e6;
-    const MAX_SLICES: f64 = 512.0;
     let shard = c.size as f64 / c.ranks() as f64;
-    let mut slices = 1.0f64;
+    let mut slices = 1u32;
     let mut arcs = 0.0f64;
     for f in forests {
-        let spread = f.seconds_for(shard);
-        let piece_trip = deepest_trip(topology, f, shard / f.k as f64);
-        slices = slices.max((piece_trip / (TARGET_OVERHEAD * spread)).ceil());
         arcs += f
             .trees
             .iter()
             .map(|t| t.edges.iter().map(|e| e.routes.len()).sum::<usize>())
             .sum::<usize>() as f64;
     }
+    for f in forests {
+        let spread = f.seconds_for(shard);
+        let piece_trip = deepest_trip(topology, &f.trees, f.reversed, shard / f.k as f64);
+        slices = slices.max(slices_for(piece_trip, spread, arcs));
+    }
+    slices
+}
+
+const TARGET_OVERHEAD: f64 = 0.006;
+const TRANSFER_BUDGET: f64 = 4e6;
+const MAX_SLICES: f64 = 512.0;
+
+/// [`default_slices`] for reduce-then-broadcast: a piece's trip is up the deepest tree and down.
+pub fn reduce_broadcast_slices(topology: &Topology, c: &Collective, plan: &Forest) -> u32 {
+    let spread = plan.seconds_for(c.size as f64);
+    let piece_trip =
+        2.0 * deepest_trip(topology, &plan.trees, false, c.size as f64 / plan.k as f64);
+    let arcs = 2.0 * plan.trees.iter().map(|t| t.edges.len()).sum::<usize>() as f64;
+    slices_for(piece_trip, spread, arcs)
+}
+
+/// Slices per tree that keep a piece's `trip` within `TARGET_OVERHEAD` of `spread`, capped.
+fn slices_for(trip: f64, spread: f64, arcs: f64) -> u32 {
+    let slices = (trip / (TARGET_OVERHEAD * spread)).ceil();
     let affordable = (TRANSFER_BUDGET / arcs.max(1.0)).floor().max(1.0);
     slices.min(MAX_SLICES).min(affordable).max(1.0) as u32
 }
 
 /// Seconds for one tree's share of a root's data (`bytes`, times the trees sharing a path) to
-/// cross the slowest root-to-node chain of paths, hop by hop.
-fn deepest_trip(topology: &Topology, f: &Forest, bytes: f64) -> f64 {
+/// cross the slowest root-to-node chain of paths of `trees`, hop by hop.
+fn deepest_trip(topology: &Topology, trees: &[Tree], reversed: bool, bytes: f64) -> f64 {
     let seconds = |path: &[NodeId], trees: u64| -> f64 {
         let bytes = bytes * trees as f64;
         path.windows(2)
             .map(|hop| {
-                let (a, b) = if f.reversed {
+                let (a, b) = if reversed {
                     (hop[1], hop[0])
                 } else {
                     (hop[0], hop[1])
@@ -105,7 +161,7 @@ fn deepest_trip(topology: &Topology, f: &Forest, bytes: f64) -> f64 {
             .sum()
     };
     let mut worst = 0.0f64;
-    for tree in &f.trees {
+    for tree in trees {
         let mut reach: std::collections::HashMap<NodeId, f64> =
             std::collections::HashMap::from([(tree.root, 0.0)]);
         for e in &tree.edges {
@@ -150,12 +206,7 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
             refined.piece_count()
         )));
     }
-    let rank_of: std::collections::HashMap<NodeId, u32> = c
-        .npus
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (v, i as u32))
-        .collect();
+    let rank_of = ranks_by_npu(c);
     let mut b = Builder::new(&refined)?;
     let shard = match c.kind {
         CollectiveKind::Broadcast | CollectiveKind::Reduce => c.size as f64,
@@ -174,7 +225,7 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
         let start = Time::from_ps((offset * 1e12) as u64);
         let pace = Time::from_ps((spread / slices as f64 * 1e12) as u64);
         offset += spread;
-        let mut pacers: std::collections::HashMap<NodeId, Vec<TransferIndex>> = Default::default();
+        let mut pacer = Pacer::new(start, pace);
         let has_children: Vec<std::collections::HashSet<NodeId>> = f
             .trees
             .iter()
@@ -208,23 +259,8 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
                     } else {
                         !has_children[ti].contains(&from)
                     };
-                    // Slice s waits for the (s+1)-th wait of its NPU's chain: the first lasts
-                    // `start` (nothing before the first phase), each later one `pace`.
-                    let paced = injection && (s > 0 || start > Time::ZERO);
-                    let after: Vec<TransferIndex> = if paced {
-                        let chain = pacers.entry(from).or_default();
-                        let skip = usize::from(start == Time::ZERO);
-                        while chain.len() + skip <= s as usize {
-                            let previous: Vec<TransferIndex> =
-                                chain.last().copied().into_iter().collect();
-                            let duration = if chain.is_empty() && skip == 0 {
-                                start
-                            } else {
-                                pace
-                            };
-                            chain.push(b.wait(rank_of[&from], duration, &previous));
-                        }
-                        vec![chain[s as usize - skip]]
+                    let after = if injection {
+                        pacer.release(&mut b, rank_of[&from], s)
                     } else {
                         Vec::new()
                     };
@@ -242,6 +278,113 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
                     }
                     debug_assert_eq!(offset, hi_unit);
                 }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// Each participant's rank.
+fn ranks_by_npu(c: &Collective) -> std::collections::HashMap<NodeId, u32> {
+    c.npus
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, i as u32))
+        .collect()
+}
+
+/// Holds each NPU's injections back so that slice `s` leaves at `start + s pace`: per NPU a chain
+/// of waits, the first lasting `start` (none when it is zero), each later one `pace`.
+struct Pacer {
+    start: Time,
+    pace: Time,
+    chains: std::collections::HashMap<u32, Vec<TransferIndex>>,
+}
+
+impl Pacer {
+    fn new(start: Time, pace: Time) -> Pacer {
+        Pacer {
+            start,
+            pace,
+            chains: Default::default(),
+        }
+    }
+
+    /// What an injection of slice `s` from `rank` must wait for.
+    fn release(&mut self, b: &mut Builder, rank: u32, s: u32) -> Vec<TransferIndex> {
+        if s == 0 && self.start == Time::ZERO {
+            return Vec::new();
+        }
+        let chain = self.chains.entry(rank).or_default();
+        let skip = usize::from(self.start == Time::ZERO);
+        while chain.len() + skip <= s as usize {
+            let previous: Vec<TransferIndex> = chain.last().copied().into_iter().collect();
+            let duration = if chain.is_empty() && skip == 0 {
+                self.start
+            } else {
+                self.pace
+            };
+            chain.push(b.wait(rank, duration, &previous));
+        }
+        vec![chain[s as usize - skip]]
+    }
+}
+
+/// The schedule of an all-reduce along reduce-then-broadcast trees: each tree class's part of
+/// every slice is reduced up the tree (a node sends once all its children's parts are in) and
+/// broadcast back down; leaves release slice `s` at `s / slices` of the whole time.
+pub fn generate_reduce_broadcast(
+    c: &Collective,
+    plan: &Forest,
+    slices: u32,
+) -> Result<Schedule, Error> {
+    let units = plan.k * slices as u64;
+    let ranks = c.ranks().max(1) as u64;
+    let pieces = units / forest::rate::gcd(units, ranks) * ranks;
+    if pieces > u32::MAX as u64 || c.size < pieces {
+        return Err(Error::input(format!(
+            "forestcoll: size {} B cannot be cut into {pieces} pieces ({} trees x {slices} \
+             slices); give a larger size or fewer --chunks",
+            c.size, plan.k
+        )));
+    }
+    let per_unit = pieces / units;
+    let refined = Collective {
+        chunks: (pieces / ranks) as u32,
+        ..c.clone()
+    };
+    let rank_of = ranks_by_npu(c);
+    let mut b = Builder::new(&refined)?;
+    let total = plan.seconds_for(c.size as f64);
+    let pace = Time::from_ps((total / slices as f64 * 1e12) as u64);
+    let mut pacer = Pacer::new(Time::ZERO, pace);
+    let parents: Vec<std::collections::HashSet<NodeId>> = plan
+        .trees
+        .iter()
+        .map(|t| t.edges.iter().map(|e| e.src).collect())
+        .collect();
+    for s in 0..slices {
+        let mut unit = s as u64 * plan.k;
+        for (tree, parents) in plan.trees.iter().zip(&parents) {
+            let range = (
+                (unit * per_unit) as u32,
+                ((unit + tree.weight) * per_unit) as u32,
+            );
+            unit += tree.weight;
+            for edge in tree.edges.iter().rev() {
+                let (child, parent) = (rank_of[&edge.dst], rank_of[&edge.src]);
+                let after = if parents.contains(&edge.dst) {
+                    Vec::new()
+                } else {
+                    pacer.release(&mut b, child, s)
+                };
+                let route = [edge.dst, edge.src];
+                b.send_routed(child, parent, range, Op::Reduce, &route, &after);
+            }
+            for edge in &tree.edges {
+                let route = [edge.src, edge.dst];
+                let (parent, child) = (rank_of[&edge.src], rank_of[&edge.dst]);
+                b.send_routed(parent, child, range, Op::Copy, &route, &[]);
             }
         }
     }

@@ -16,7 +16,8 @@ use crate::Error;
 pub struct TreesArgs {
     #[command(flatten)]
     pub topology: TopologyArgs,
-    /// all-gather, reduce-scatter, all-reduce (both packings), broadcast, reduce
+    /// all-gather, reduce-scatter, all-reduce (both packings, or the reduce-then-broadcast trees
+    /// where those are faster), broadcast, reduce
     #[arg(long, short = 'c', default_value = "all-gather")]
     pub collective: String,
     /// Participating NPUs, e.g. 0,2,4,6 [default: all]
@@ -63,7 +64,10 @@ pub(super) fn trees(args: TreesArgs) -> Result<(), Error> {
         args.root.filter(|_| kind.is_rooted()),
     )?;
     let heartbeat = crate::report::Heartbeat::start("packing trees");
-    let forests = forestcoll::forests(&topology, &c, args.trees)?;
+    let forests = match forestcoll::reduce_broadcast_plan(&topology, &c, args.trees)? {
+        Some(plan) => vec![plan],
+        None => forestcoll::forests(&topology, &c, args.trees)?,
+    };
     drop(heartbeat);
     let elapsed = started.elapsed();
     match args.format {
@@ -76,6 +80,9 @@ pub(super) fn trees(args: TreesArgs) -> Result<(), Error> {
 
 /// What the packing's phase does: the collective whose trees these are.
 fn phase(c: &Collective, f: &Forest) -> &'static str {
+    if f.reduce_broadcast {
+        return "reduce-broadcast";
+    }
     match (c.kind.is_rooted(), f.reversed) {
         (true, false) => "broadcast",
         (true, true) => "reduce",
@@ -87,13 +94,15 @@ fn phase(c: &Collective, f: &Forest) -> &'static str {
 /// Algorithm bandwidth (size / time, bytes per second) the packings allow together.
 pub fn algorithm_bandwidth(c: &Collective, forests: &[Forest]) -> f64 {
     // Seconds per byte of the user's size: each phase spreads size/n from every root (or the
-    // whole size from one root).
-    let share = if c.kind.is_rooted() {
-        1.0
-    } else {
-        1.0 / c.ranks() as f64
+    // whole size from one root, or reduces and broadcasts the whole size).
+    let share = |f: &Forest| {
+        if c.kind.is_rooted() || f.reduce_broadcast {
+            1.0
+        } else {
+            1.0 / c.ranks() as f64
+        }
     };
-    1.0 / forests.iter().map(|f| share / f.rate_bps()).sum::<f64>()
+    1.0 / forests.iter().map(|f| share(f) / f.rate_bps()).sum::<f64>()
 }
 
 fn print_text(
@@ -115,10 +124,15 @@ fn print_text(
     for f in forests {
         let optimal = f.optimal_rate.as_f64() * f.unit_bps;
         println!(
-            "  {:<15}      {} trees per root (U = {}), {} classes, height up to {}; {:.3} GB/s per \
+            "  {:<15}      {} trees {} (U = {}), {} classes, height up to {}; {:.3} GB/s per \
              root{}",
             phase(c, f),
             f.k,
+            if f.reduce_broadcast {
+                "in all"
+            } else {
+                "per root"
+            },
             f.multiplier,
             f.classes(),
             f.height(),

@@ -11,6 +11,7 @@
 
 pub mod pack;
 pub mod rate;
+pub mod reduce_broadcast;
 pub mod split;
 
 use std::collections::HashMap;
@@ -72,16 +73,22 @@ pub struct Forest {
     pub reversed: bool,
     /// Bandwidths were rounded to integer capacities (see [`Network::new`]).
     pub rounded: bool,
+    /// All-reduce by reduce-then-broadcast ([`reduce_broadcast`]): each tree reduces its part of
+    /// the whole buffer to its root and broadcasts it back; `k` counts all trees, and `roots`
+    /// holds the one they were packed from.
+    pub reduce_broadcast: bool,
     pub trees: Vec<Tree>,
 }
 
 impl Forest {
-    /// Bytes per second each root spreads at: `k / U` units.
+    /// Bytes per second each root spreads at: `k / U` units (for reduce-then-broadcast, the
+    /// whole buffer's all-reduce rate).
     pub fn rate_bps(&self) -> f64 {
         self.k as f64 / self.multiplier.as_f64() * self.unit_bps
     }
 
-    /// Seconds to spread `shard` bytes from every root.
+    /// Seconds to spread `shard` bytes from every root (reduce-then-broadcast: to all-reduce a
+    /// buffer of `shard` bytes).
     pub fn seconds_for(&self, shard: f64) -> f64 {
         shard / self.rate_bps()
     }
@@ -133,6 +140,28 @@ pub fn tree_height(tree: &Tree) -> usize {
         height = height.max(d);
     }
     height
+}
+
+/// A packed class as a tree over the participants; `routes(x, y, weight)` gives the physical paths
+/// of its arc between participant indices `x` and `y`.
+fn tree_of(
+    class: pack::TreeClass,
+    participants: &[NodeId],
+    mut routes: impl FnMut(u32, u32, u64) -> Vec<(Vec<NodeId>, u64)>,
+) -> Tree {
+    Tree {
+        root: participants[class.root as usize],
+        weight: class.weight,
+        edges: class
+            .edges
+            .iter()
+            .map(|&(x, y)| TreeEdge {
+                src: participants[x as usize],
+                dst: participants[y as usize],
+                routes: routes(x, y, class.weight),
+            })
+            .collect(),
+    }
 }
 
 /// The logical arcs between participants, numbered by their place in `participants` (the
@@ -193,29 +222,18 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
         .collect();
     let trees = classes
         .into_iter()
-        .map(|class| Tree {
-            root: participants[class.root as usize],
-            weight: class.weight,
-            edges: class
-                .edges
-                .iter()
-                .map(|&(x, y)| {
-                    let taken = split::take_units(
-                        bundles
-                            .get_mut(&(x, y))
-                            .expect("tree arcs are logical arcs"),
-                        class.weight,
-                    );
-                    TreeEdge {
-                        src: participants[x as usize],
-                        dst: participants[y as usize],
-                        routes: taken
-                            .into_iter()
-                            .map(|(p, units)| (logical.paths.get(p).to_vec(), units))
-                            .collect(),
-                    }
-                })
-                .collect(),
+        .map(|class| {
+            tree_of(class, participants, |x, y, weight| {
+                split::take_units(
+                    bundles
+                        .get_mut(&(x, y))
+                        .expect("tree arcs are logical arcs"),
+                    weight,
+                )
+                .into_iter()
+                .map(|(p, units)| (logical.paths.get(p).to_vec(), units))
+                .collect()
+            })
         })
         .collect();
     Ok(Forest {
@@ -227,6 +245,7 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
         unit_bps: net.unit_bps,
         reversed: request.reversed,
         rounded: net.rounded,
+        reduce_broadcast: false,
         trees,
     })
 }
