@@ -191,7 +191,7 @@ fn out_folder_holds_consistent_csvs_and_two_runs_are_identical() {
     }
     assert_eq!(last_end, time);
     let links = std::fs::read_to_string(a.join("links.csv")).unwrap();
-    assert!(links.starts_with("src,dst,bytes,busy_ns,utilization\n"));
+    assert!(links.starts_with("src,dst,bytes,busy_ns,utilization,max_queue,queued_ns\n"));
     let mut link_bytes = 0u64;
     for line in links.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();

@@ -6,6 +6,7 @@ mod collectives;
 mod dbt;
 mod direct;
 pub mod forestcoll;
+mod hdrm;
 mod hierarchical;
 mod rhd;
 mod ring;
@@ -32,10 +33,12 @@ pub enum Algorithm {
     Themis,
     Tacos,
     ForestColl,
+    /// EFLOPS's halving-doubling with rank mapping, on a BiGraph.
+    Hdrm,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 9] = [
+    pub const ALL: [Algorithm; 10] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -45,6 +48,7 @@ impl Algorithm {
         Algorithm::Themis,
         Algorithm::Tacos,
         Algorithm::ForestColl,
+        Algorithm::Hdrm,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -54,7 +58,7 @@ impl Algorithm {
             .ok_or_else(|| {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
-                     dbt, hierarchical, themis, tacos, forestcoll"
+                     dbt, hierarchical, themis, tacos, forestcoll, hdrm"
                 ))
             })
     }
@@ -74,6 +78,7 @@ impl Algorithm {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
+            Algorithm::Hdrm => kind == AllReduce,
         }
     }
 
@@ -102,6 +107,7 @@ impl Algorithm {
             Algorithm::Themis => "themis",
             Algorithm::Tacos => "tacos",
             Algorithm::ForestColl => "forestcoll",
+            Algorithm::Hdrm => "hdrm",
         }
     }
 }
@@ -182,6 +188,7 @@ pub fn generate_with(
         Algorithm::DirectStaggered => direct::generate(collective, true),
         Algorithm::Rhd => rhd::generate(collective),
         Algorithm::Dbt => dbt::generate(collective),
+        Algorithm::Hdrm => hdrm::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {

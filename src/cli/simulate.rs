@@ -45,7 +45,8 @@ pub struct RunArgs {
     /// Also write the schedule as an MSCCL XML algorithm (runs on GPUs via the MSCCL executor)
     #[arg(long)]
     pub msccl: Option<PathBuf>,
-    /// What the heat map of --out shows per link: bytes carried, or busy fraction
+    /// What the heat map of --out shows per link: bytes carried, busy fraction, fraction of time
+    /// with a message waiting (queued), or the most messages held at once (max-queue)
     #[arg(long, value_enum, default_value = "bytes")]
     pub heatmap: HeatmapArg,
     /// Leave transfers.csv (one row per transfer; hundreds of MB for millions of transfers) out
@@ -58,6 +59,8 @@ pub struct RunArgs {
 pub enum HeatmapArg {
     Bytes,
     Busy,
+    Queued,
+    MaxQueue,
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +167,8 @@ fn run_and_report(
         let metric = match args.heatmap {
             HeatmapArg::Bytes => HeatMetric::Bytes,
             HeatmapArg::Busy => HeatMetric::Busy,
+            HeatmapArg::Queued => HeatMetric::Queued,
+            HeatmapArg::MaxQueue => HeatMetric::MaxQueue,
         };
         let tables = experiment::Tables {
             transfers: !args.no_transfers,

@@ -343,6 +343,8 @@ pub fn execute(
         dim_utilization: (0..topology.dims().len())
             .map(|d| busy_fraction(topology, &result, Some(d as u8)))
             .collect(),
+        max_queue: result.link_max_queue.iter().copied().max().unwrap_or(0),
+        queued_fraction: queued_fraction(&result),
     };
     summary.check()?;
     Ok(RunOutcome {
@@ -367,6 +369,16 @@ fn busy_fraction(topology: &Topology, result: &SimResult, dim: Option<u8>) -> f6
         return 0.0;
     }
     busy.iter().sum::<f64>() / busy.len() as f64 / finish
+}
+
+/// Mean over links of the time a message waited for the link / collective time.
+fn queued_fraction(result: &SimResult) -> f64 {
+    let finish = result.finish.ps() as f64;
+    if result.link_queued.is_empty() || finish == 0.0 {
+        return 0.0;
+    }
+    let total: f64 = result.link_queued.iter().map(|q| q.ps() as f64).sum();
+    total / result.link_queued.len() as f64 / finish
 }
 
 fn file_label(path: &Path) -> String {

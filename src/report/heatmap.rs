@@ -20,6 +20,10 @@ pub enum HeatMetric {
     Bytes,
     /// Busy time over the collective time.
     Busy,
+    /// Time during which a message waited for the link, over the collective time.
+    Queued,
+    /// The most messages the link held at once (1: none ever waited).
+    MaxQueue,
 }
 
 impl HeatMetric {
@@ -27,6 +31,8 @@ impl HeatMetric {
         match self {
             HeatMetric::Bytes => "bytes carried",
             HeatMetric::Busy => "busy fraction",
+            HeatMetric::Queued => "fraction of time with a queue",
+            HeatMetric::MaxQueue => "most messages at once",
         }
     }
 
@@ -34,7 +40,10 @@ impl HeatMetric {
     fn format(self, value: f64, max: f64) -> String {
         match self {
             HeatMetric::Bytes => ByteUnit::for_max(max).format(value),
-            HeatMetric::Busy => format!("{}%", significant(value * 100.0, 3)),
+            HeatMetric::Busy | HeatMetric::Queued => {
+                format!("{}%", significant(value * 100.0, 3))
+            }
+            HeatMetric::MaxQueue => significant(value, 3).to_string(),
         }
     }
 
@@ -45,7 +54,10 @@ impl HeatMetric {
                 let unit = ByteUnit::for_max(max).bytes;
                 nice_ticks(max / unit).iter().map(|t| t * unit).collect()
             }
-            HeatMetric::Busy => nice_ticks(max * 100.0).iter().map(|t| t / 100.0).collect(),
+            HeatMetric::Busy | HeatMetric::Queued => {
+                nice_ticks(max * 100.0).iter().map(|t| t / 100.0).collect()
+            }
+            HeatMetric::MaxQueue => nice_ticks(max),
         }
     }
 }
@@ -85,6 +97,12 @@ impl Heatmap {
                 .iter()
                 .map(|b| b.ps() as f64 / finish)
                 .collect(),
+            HeatMetric::Queued => result
+                .link_queued
+                .iter()
+                .map(|b| b.ps() as f64 / finish)
+                .collect(),
+            HeatMetric::MaxQueue => result.link_max_queue.iter().map(|&q| q as f64).collect(),
         };
         Heatmap::from_loads(topology, &values, metric, title)
     }

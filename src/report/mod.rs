@@ -25,7 +25,7 @@ use crate::Error;
 /// Columns of `summary.csv`, in DESIGN.md order, then collsim's extras.
 pub const SUMMARY_HEADER: &str = "topology,npus,collective,algorithm,size_bytes,chunks_per_npu,\
 collective_time_ns,algbw_GBps,busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed,time_model,\
-link_utilization,dim_utilization";
+link_utilization,dim_utilization,max_queue,queued_fraction";
 
 /// One simulated run.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +49,10 @@ pub struct Summary {
     pub link_utilization: f64,
     /// The same per dimension of a multi-dimensional network (empty otherwise).
     pub dim_utilization: Vec<f64>,
+    /// The most messages any link held at once (1: no message ever waited for a link).
+    pub max_queue: u32,
+    /// Mean over links of the time a message waited for the link / collective time.
+    pub queued_fraction: f64,
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -142,6 +146,8 @@ impl Summary {
                 .map(|u| format!("{u:.6}"))
                 .collect::<Vec<_>>()
                 .join(";"),
+            self.max_queue.to_string(),
+            format!("{:.6}", self.queued_fraction),
         ]
         .join(",")
     }
@@ -192,6 +198,12 @@ impl Summary {
             out += &format!(" ({})", dims.join(", "));
         }
         out += "\n";
+        out += &format!(
+            "  link queues     at most {} message(s) at a link; one waiting {:.1}% of the time on \
+             average\n",
+            self.max_queue,
+            self.queued_fraction * 100.0
+        );
         if let Some(ms) = self.synthesis_ms {
             out += &format!("  synthesis       {ms:.1} ms\n");
         }
@@ -403,12 +415,13 @@ pub fn write_transfers_csv(
     w.flush().map_err(io)
 }
 
-/// Writes `links.csv` (`src,dst,bytes,busy_ns,utilization`): utilisation is busy time over the
-/// collective time.
+/// Writes `links.csv` (`src,dst,bytes,busy_ns,utilization,max_queue,queued_ns`): utilisation is
+/// busy time over the collective time; `max_queue` the most messages the link held at once, and
+/// `queued_ns` the time a message waited for it.
 pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> Result<(), Error> {
     let io = |e| Error::io(path.display(), e);
     let mut w = writer(path)?;
-    writeln!(w, "src,dst,bytes,busy_ns,utilization").map_err(io)?;
+    writeln!(w, "src,dst,bytes,busy_ns,utilization,max_queue,queued_ns").map_err(io)?;
     let total = result.finish.ps() as f64;
     for (l, link) in topology.links().iter().enumerate() {
         let busy = result.link_busy[l];
@@ -419,12 +432,14 @@ pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> 
         };
         writeln!(
             w,
-            "{},{},{},{},{:.6}",
+            "{},{},{},{},{:.6},{},{}",
             link.src,
             link.dst,
             result.link_bytes[l],
             busy.ns_string(),
-            utilization
+            utilization,
+            result.link_max_queue[l],
+            result.link_queued[l].ns_string()
         )
         .map_err(io)?;
     }

@@ -50,6 +50,11 @@ pub struct SimResult {
     pub link_bytes: Vec<u64>,
     /// Per link: time spent serialising messages.
     pub link_busy: Vec<Time>,
+    /// Per link: the most messages it held at once, the one being sent included (1: a message
+    /// never waited there; 0: unused).
+    pub link_max_queue: Vec<u32>,
+    /// Per link: time during which a message waited for it.
+    pub link_queued: Vec<Time>,
     /// Per link: busy intervals, back-to-back ones merged (empty unless recorded).
     pub busy_intervals: Vec<Vec<(Time, Time)>>,
     /// Events processed.
@@ -64,6 +69,8 @@ struct LinkState {
     latency: Time,
     far_end: NodeId,
     busy: bool,
+    /// Since when `pending` has been non-empty.
+    queued_since: Time,
 }
 
 /// The links of every explicitly routed transfer, and how far along its route each one is.
@@ -152,6 +159,7 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
         .iter()
         .map(|l| LinkState {
             busy: false,
+            queued_since: Time::ZERO,
             far_end: l.dst,
             pending: VecDeque::new(),
             bandwidth: l.bandwidth,
@@ -197,6 +205,8 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
             },
             link_bytes: vec![0; link_count],
             link_busy: vec![Time::ZERO; link_count],
+            link_max_queue: vec![0; link_count],
+            link_queued: vec![Time::ZERO; link_count],
             busy_intervals: if options.record_busy_intervals {
                 vec![Vec::new(); link_count]
             } else {
@@ -287,6 +297,11 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                     let state = &mut self.links[link as usize];
                     state.busy = false;
                     if let Some(next) = state.pending.pop_front() {
+                        if state.pending.is_empty() {
+                            let l = link as usize;
+                            self.result.link_queued[l] =
+                                self.result.link_queued[l] + (now - state.queued_since);
+                        }
                         let transfer = self.schedule.transfer(next);
                         self.transmit(link, next, transfer.dst, transfer.bytes, now);
                     }
@@ -391,7 +406,13 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         };
         let state = &mut self.links[link as usize];
         if state.busy {
+            if state.pending.is_empty() {
+                state.queued_since = now;
+            }
             state.pending.push_back(t);
+            let held = state.pending.len() as u32 + 1;
+            let most = &mut self.result.link_max_queue[link as usize];
+            *most = (*most).max(held);
         } else {
             self.transmit(link, t, dst, bytes, now);
         }
@@ -416,6 +437,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         );
         self.queue.push(now + free, Event::LinkFree { link });
         let l = link as usize;
+        self.result.link_max_queue[l] = self.result.link_max_queue[l].max(1);
         self.result.link_bytes[l] = self.result.link_bytes[l].saturating_add(bytes);
         self.result.link_busy[l] = self.result.link_busy[l] + free;
         if self.options.record_busy_intervals && free > Time::ZERO {

@@ -6,6 +6,7 @@
 //! topologies with faults route by shortest path.
 
 mod build;
+mod fabrics;
 mod file;
 mod routing;
 mod spec;

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind, MAX_NPUS};
+use super::fabrics;
 use super::{load_topology_file, NodeId, Topology};
 use crate::units::{parse_bandwidth, parse_list, parse_time, Bandwidth, Time};
 use crate::Error;
@@ -232,11 +233,14 @@ pub fn parse_inline(
             let global = (per_dim(bandwidths, 2, 1, "bandwidth", spec)?, per_dim(latencies, 2, 1, "latency", spec)?);
             return dragonfly(shape[0], shape[1], local, global);
         }
+        "spineleaf" | "fattree" | "rail" | "bigraph" => {
+            return fabric(kind, arg, spec, bandwidths, latencies)
+        }
         _ => {
             return Err(Error::input(format!(
                 "unknown topology '{spec}': expected a YAML file or one of ring:N, uring:N, fc:N, \
                  switch:N, mesh:AxB[xC], torus:AxB[xC], hypercube:D, dims:ring4,fc8,..., dgx1, \
-                 dragonfly:GxA"
+                 dragonfly:GxA, spineleaf:LxSxH, fattree:K, rail:BxG, bigraph:MxN"
             )))
         }
     };
@@ -254,6 +258,46 @@ pub fn parse_inline(
         })
         .collect::<Result<Vec<_>, Error>>()?;
     multi_dim(spec, dims)
+}
+
+/// The datacenter fabrics ([`fabrics`]): their sizes, and one bandwidth and latency per tier.
+fn fabric(
+    kind: &str,
+    arg: &str,
+    spec: &str,
+    bandwidths: &[Bandwidth],
+    latencies: &[Time],
+) -> Result<Topology, Error> {
+    let (form, tiers) = match kind {
+        "spineleaf" => ("spineleaf:LEAVESxSPINESxHOSTS", 3),
+        "fattree" => ("fattree:K", 1),
+        "rail" => ("rail:BOXESxGPUS", 2),
+        _ => ("bigraph:HOSTSxSWITCHES", 2),
+    };
+    let shape = if kind == "fattree" {
+        vec![arg
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| Error::input(format!("topology '{spec}': expected {form}")))?]
+    } else {
+        parse_shape(arg, spec)?
+    };
+    if shape.len() != tiers {
+        return Err(Error::input(format!("topology '{spec}': expected {form}")));
+    }
+    let levels = if kind == "fattree" { 3 } else { 2 };
+    let tier = |d: usize| -> Result<fabrics::Tier, Error> {
+        Ok((
+            per_dim(bandwidths, levels, d, "bandwidth", spec)?,
+            per_dim(latencies, levels, d, "latency", spec)?,
+        ))
+    };
+    match kind {
+        "spineleaf" => fabrics::spine_leaf(shape[0], shape[1], shape[2], tier(0)?, tier(1)?),
+        "fattree" => fabrics::fat_tree(shape[0], [tier(0)?, tier(1)?, tier(2)?]),
+        "rail" => fabrics::rail(shape[0], shape[1], tier(0)?, tier(1)?),
+        _ => fabrics::bigraph(shape[0], shape[1], tier(0)?, tier(1)?),
+    }
 }
 
 #[cfg(test)]

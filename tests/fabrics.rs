@@ -1,0 +1,152 @@
+//! Datacenter fabrics and congestion: the shapes' routes, the per-link queue measures, and
+//! EFLOPS's claim that halving-doubling with rank mapping never queues on a BiGraph.
+
+mod common;
+use common::collsim;
+
+/// Runs `simulate --format csv` with `args` and returns the summary row by column.
+fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
+    let mut all = vec!["simulate", "--format", "csv"];
+    all.extend_from_slice(args);
+    let out = collsim(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    let row: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    header.into_iter().zip(row).collect()
+}
+
+/// Two NPUs send 1 MB to a third through one switch at once: the switch's link to the third
+/// holds both (max queue 2) and one waits for the other's whole serialisation (20 us at 50 GB/s);
+/// the links in have no queue.
+#[test]
+fn a_shared_link_reports_its_queue_and_waiting_time() {
+    let dir = common::scratch("collsim-fabrics", "queue");
+    let schedule = dir.join("incast.csv");
+    std::fs::write(
+        &schedule,
+        "id,src,dst,bytes,deps\n0,0,2,1000000,\n1,1,2,1000000,\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let run = collsim(&[
+        "simulate",
+        "--topology",
+        "switch:3",
+        "--bandwidth",
+        "50GB/s",
+        "--latency",
+        "1us",
+        "--schedule",
+        schedule.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
+    let mut rows = links
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>());
+    let into_2 = rows.find(|r| r[0] == "3" && r[1] == "2").unwrap();
+    assert_eq!((into_2[5], into_2[6]), ("2", "20000"), "{links}");
+    for r in links
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+    {
+        if r[1] == "3" {
+            assert!(r[5] == "1" || r[5] == "0", "{r:?}");
+            assert_eq!(r[6], "0");
+        }
+    }
+}
+
+/// EFLOPS: on a BiGraph, HDRM's every message has its links to itself (max queue 1) and the
+/// all-reduce takes the contention-free closed form: 2 log2(P) steps of three store-and-forward
+/// hops, `3 (a + s/B)` each for messages of `s = size/2, size/4, ...`. Plain RHD in rank order
+/// routes same-half pairs through one lower switch, queues, and is slower.
+#[test]
+fn hdrm_never_queues_on_a_bigraph_and_meets_the_closed_form() {
+    for (spec, npus) in [
+        ("bigraph:4x8", 32u32),
+        ("bigraph:2x8", 16),
+        ("bigraph:8x16", 128),
+    ] {
+        let args = |algorithm: &'static str| {
+            summary(&[
+                "--topology",
+                spec,
+                "--bandwidth",
+                "50GB/s",
+                "--latency",
+                "500ns",
+                "--collective",
+                "all-reduce",
+                "--size",
+                "64MiB",
+                "--algorithm",
+                algorithm,
+            ])
+        };
+        let hdrm = args("hdrm");
+        assert_eq!(hdrm["max_queue"], "1", "{spec}");
+        let size = (64u64 << 20) as f64;
+        let mut expected_ns = 0.0;
+        let mut s = size;
+        while s > size / npus as f64 + 0.5 {
+            s /= 2.0;
+            expected_ns += 2.0 * 3.0 * (500.0 + s / 50.0);
+        }
+        let time: f64 = hdrm["collective_time_ns"].parse().unwrap();
+        assert!(
+            (time - expected_ns).abs() < 1.0,
+            "{spec}: {time} against {expected_ns}"
+        );
+        let rhd = args("rhd");
+        assert!(rhd["max_queue"].parse::<u32>().unwrap() > 1, "{spec}");
+        let slower: f64 = rhd["collective_time_ns"].parse().unwrap();
+        assert!(
+            slower > 1.2 * time,
+            "{spec}: rhd {slower} against hdrm {time}"
+        );
+    }
+}
+
+/// The fabrics route by shortest path: on a leaf/spine, NPUs on one leaf talk through the leaf
+/// alone (two hops), NPUs on different leaves through a spine (four hops).
+#[test]
+fn leaf_spine_routes_through_the_spines_only_between_leaves() {
+    let time = |dst: &str| -> f64 {
+        let dir = common::scratch("collsim-fabrics", &format!("route{dst}"));
+        let schedule = dir.join("one.csv");
+        std::fs::write(
+            &schedule,
+            format!("id,src,dst,bytes,deps\n0,0,{dst},1000,\n"),
+        )
+        .unwrap();
+        summary(&[
+            "--topology",
+            "spineleaf:2x2x4",
+            "--bandwidth",
+            "50GB/s",
+            "--latency",
+            "1us",
+            "--schedule",
+            schedule.to_str().unwrap(),
+        ])["collective_time_ns"]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(time("1"), 2.0 * (1000.0 + 20.0));
+    assert_eq!(time("5"), 4.0 * (1000.0 + 20.0));
+}
