@@ -21,6 +21,30 @@ fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
     header.into_iter().zip(row).collect()
 }
 
+/// A 64 MiB all-reduce by `algorithm` on `topology` at 50 GB/s and 500 ns, then `extra` flags.
+fn all_reduce(
+    topology: &str,
+    algorithm: &str,
+    extra: &[&str],
+) -> std::collections::HashMap<String, String> {
+    let mut args = vec![
+        "--topology",
+        topology,
+        "--bandwidth",
+        "50GB/s",
+        "--latency",
+        "500ns",
+        "--collective",
+        "all-reduce",
+        "--size",
+        "64MiB",
+        "--algorithm",
+        algorithm,
+    ];
+    args.extend_from_slice(extra);
+    summary(&args)
+}
+
 /// Two NPUs send 1 MB to a third through one switch at once: the switch's link to the third
 /// holds both (max queue 2) and one waits for the other's whole serialisation (20 us at 50 GB/s);
 /// the links in have no queue.
@@ -82,22 +106,7 @@ fn hdrm_never_queues_on_a_bigraph_and_meets_the_closed_form() {
         ("bigraph:2x8", 16),
         ("bigraph:8x16", 128),
     ] {
-        let args = |algorithm: &'static str| {
-            summary(&[
-                "--topology",
-                spec,
-                "--bandwidth",
-                "50GB/s",
-                "--latency",
-                "500ns",
-                "--collective",
-                "all-reduce",
-                "--size",
-                "64MiB",
-                "--algorithm",
-                algorithm,
-            ])
-        };
+        let args = |algorithm: &str| all_reduce(spec, algorithm, &[]);
         let hdrm = args("hdrm");
         assert_eq!(hdrm["max_queue"], "1", "{spec}");
         let size = (64u64 << 20) as f64;
@@ -149,4 +158,35 @@ fn leaf_spine_routes_through_the_spines_only_between_leaves() {
     };
     assert_eq!(time("1"), 2.0 * (1000.0 + 20.0));
     assert_eq!(time("5"), 4.0 * (1000.0 + 20.0));
+}
+
+/// ECMP runs are reproducible with `--seed` and differ between seeds; on a non-oversubscribed
+/// leaf/spine they never beat the contention-free halving-doubling time (9.903 ms, see
+/// results/README.md) and fixed paths are no faster than the best seed.
+#[test]
+fn ecmp_is_reproducible_with_its_seed() {
+    let run = |routing: &str, seed: &str| -> (f64, u32) {
+        let row = all_reduce(
+            "spineleaf:8x4x4",
+            "rhd",
+            &["--routing", routing, "--seed", seed],
+        );
+        (
+            row["collective_time_ns"].parse().unwrap(),
+            row["max_queue"].parse().unwrap(),
+        )
+    };
+    let times: Vec<f64> = ["1", "2", "3", "4", "5"]
+        .iter()
+        .map(|s| run("ecmp", s).0)
+        .collect();
+    assert_eq!(run("ecmp", "3").0, times[2]);
+    assert!(times.iter().any(|&t| t != times[0]), "{times:?}");
+    let contention_free = 9_902_557.44;
+    assert!(
+        times.iter().all(|&t| t >= contention_free - 1.0),
+        "{times:?}"
+    );
+    let (fixed, queue) = run("dor", "1");
+    assert!(queue > 1 && fixed >= times.iter().copied().fold(f64::MAX, f64::min));
 }

@@ -15,6 +15,7 @@ use crate::report::{HeatMetric, SUMMARY_HEADER};
 use crate::schedule::{write_msccl, write_schedule_json};
 use crate::sim::SimOptions;
 use crate::system::SystemConfig;
+use crate::topology::Routing;
 use crate::units::{parse_bandwidth, parse_time};
 use crate::Error;
 
@@ -27,6 +28,10 @@ pub struct RunArgs {
     /// Skip the symbolic validation of schedules that claim a collective (for huge runs)
     #[arg(long)]
     pub no_validate: bool,
+    /// dor: one fixed shortest path per pair; ecmp: a hash of (transfer, destination, node),
+    /// seeded by --seed, picks among the shortest paths at every node, as switches hash flows
+    #[arg(long, value_enum, default_value = "dor")]
+    pub routing: RoutingArg,
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
     #[arg(long, value_enum, default_value = "exact")]
     pub time_model: TimeModelArg,
@@ -53,6 +58,12 @@ pub struct RunArgs {
     /// of --out
     #[arg(long, requires = "out")]
     pub no_transfers: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoutingArg {
+    Dor,
+    Ecmp,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +127,12 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
             .transpose()?,
         record_transfers: args.output.out.is_some() && !args.no_transfers,
         record_busy_intervals: args.output.out.is_some(),
+        routing: match args.routing {
+            RoutingArg::Dor => Routing::Dor,
+            RoutingArg::Ecmp => Routing::Ecmp {
+                seed: args.seed.unwrap_or(1),
+            },
+        },
         ..system.sim_options(args.time_model.into())
     })
 }

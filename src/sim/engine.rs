@@ -152,7 +152,7 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
     queue: Q,
 ) -> Result<SimResult, Error> {
     schedule.check(topology)?;
-    let router = Router::new(topology, schedule.destinations())?;
+    let router = Router::with_routing(topology, schedule.destinations(), options.routing)?;
     let n = schedule.len();
     let links = topology
         .links()
@@ -340,8 +340,14 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     fn prefetch_upcoming(&self) {
         match self.queue.peek_ahead(PREFETCH_DISTANCE * 3) {
             Some(Event::LinkFree { link }) => prefetch(&self.links[*link as usize]),
-            Some(Event::Arrive { node, dst, .. }) if node != dst => {
-                prefetch(&self.links[self.router.next_link(*node, *dst) as usize]);
+            Some(Event::Arrive {
+                transfer,
+                node,
+                dst,
+                ..
+            }) if node != dst => {
+                let link = self.router.next_link_of(*transfer, *node, *dst);
+                prefetch(&self.links[link as usize]);
             }
             Some(event) => {
                 if let Some(start) =
@@ -402,7 +408,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     fn forward(&mut self, t: TransferIndex, at: NodeId, dst: NodeId, bytes: u64, now: Time) {
         let link = match self.routes.as_mut().and_then(|r| r.next(t)) {
             Some(link) => link,
-            None => self.router.next_link(at, dst),
+            None => self.router.next_link_of(t, at, dst),
         };
         let state = &mut self.links[link as usize];
         if state.busy {

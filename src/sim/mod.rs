@@ -74,6 +74,8 @@ pub struct SimOptions {
     pub record_transfers: bool,
     /// Keep per-link busy intervals (back-to-back intervals merged) for utilisation over time.
     pub record_busy_intervals: bool,
+    /// How messages without a route of their own choose among equal shortest paths.
+    pub routing: crate::topology::Routing,
 }
 
 #[cfg(test)]

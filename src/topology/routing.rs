@@ -5,6 +5,10 @@
 //! topologies use shortest paths by (latency, hops), ties broken towards the lowest next node id;
 //! their next-hop tables are built once per destination that a schedule uses, so memory grows with
 //! nodes x destinations used, never with all pairs up front.
+//!
+//! [`Routing::Ecmp`] spreads messages over every shortest path, on any topology, as switches hash
+//! flows: at each node a seeded hash of (transfer, destination, node) picks one of the out-links
+//! that start a shortest path (by latency, then hops).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -12,6 +16,24 @@ use std::collections::{BinaryHeap, HashMap};
 use super::build::{strides, DimKind};
 use super::{LinkId, NodeId, Topology};
 use crate::Error;
+
+/// How messages choose among equal shortest paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Routing {
+    /// One fixed path per (source, destination): dimension order, or the shortest path with ties
+    /// to the lowest next node.
+    #[default]
+    Dor,
+    /// Equal-cost multipath: a hash of (transfer, destination, node) seeded by `seed` picks among
+    /// the shortest paths' next links at every node.
+    Ecmp { seed: u64 },
+}
+
+/// Every out-link starting a shortest path towards one destination, per node.
+struct Choices {
+    start: Vec<u32>,
+    links: Vec<LinkId>,
+}
 
 /// Route lookups for one simulation.
 pub struct Router<'t> {
@@ -25,24 +47,44 @@ pub struct Router<'t> {
     switches: Vec<NodeId>,
     /// Shortest-path next links per destination (only for non-dimensional topologies).
     tables: HashMap<NodeId, Vec<LinkId>>,
+    /// ECMP: its seed and the equal-cost next links per destination.
+    ecmp: Option<(u64, HashMap<NodeId, Choices>)>,
 }
 
 const NO_LINK: LinkId = LinkId::MAX;
 
 impl<'t> Router<'t> {
-    /// Prepares routes towards every destination in `destinations`.
+    /// Prepares fixed routes towards every destination in `destinations`.
     pub fn new(
         topology: &'t Topology,
         destinations: impl IntoIterator<Item = NodeId>,
     ) -> Result<Router<'t>, Error> {
+        Router::with_routing(topology, destinations, Routing::Dor)
+    }
+
+    /// Prepares routes by `routing` towards every destination in `destinations`.
+    pub fn with_routing(
+        topology: &'t Topology,
+        destinations: impl IntoIterator<Item = NodeId>,
+        routing: Routing,
+    ) -> Result<Router<'t>, Error> {
         let mut tables = HashMap::new();
-        if !topology.uses_dimension_routing() {
-            for dst in destinations {
-                if let std::collections::hash_map::Entry::Vacant(e) = tables.entry(dst) {
-                    e.insert(shortest_path_tree(topology, dst));
-                }
+        let mut choices = HashMap::new();
+        for dst in destinations {
+            if let Routing::Ecmp { .. } = routing {
+                choices
+                    .entry(dst)
+                    .or_insert_with(|| equal_cost_choices(topology, dst));
+            } else if !topology.uses_dimension_routing() {
+                tables
+                    .entry(dst)
+                    .or_insert_with(|| shortest_path_tree(topology, dst));
             }
         }
+        let ecmp = match routing {
+            Routing::Ecmp { seed } => Some((seed, choices)),
+            Routing::Dor => None,
+        };
         let strides = strides(topology.dims());
         let mut coords = Vec::new();
         if topology.uses_dimension_routing() {
@@ -62,6 +104,7 @@ impl<'t> Router<'t> {
             coords,
             switches: Vec::new(),
             tables,
+            ecmp,
         };
         let dims = topology.dims();
         if topology.uses_dimension_routing() && dims.iter().any(|d| d.kind == DimKind::Switch) {
@@ -81,7 +124,26 @@ impl<'t> Router<'t> {
         self.topology
     }
 
-    /// The link a message at `at` takes towards `dst` (`at != dst`).
+    /// The link transfer `transfer`, now at `at`, takes towards `dst` (`at != dst`).
+    #[inline]
+    pub fn next_link_of(&self, transfer: u32, at: NodeId, dst: NodeId) -> LinkId {
+        let Some((seed, choices)) = &self.ecmp else {
+            return self.next_link(at, dst);
+        };
+        let table = &choices[&dst];
+        let (first, end) = (
+            table.start[at as usize] as usize,
+            table.start[at as usize + 1] as usize,
+        );
+        debug_assert!(
+            first < end,
+            "connectivity was checked when the topology was built"
+        );
+        let key = (transfer as u64) << 32 ^ (dst as u64) << 16 ^ at as u64;
+        table.links[first + (mix(seed ^ key) % (end - first) as u64) as usize]
+    }
+
+    /// The fixed-route link a message at `at` takes towards `dst` (`at != dst`).
     pub fn next_link(&self, at: NodeId, dst: NodeId) -> LinkId {
         if self.topology.uses_dimension_routing() {
             if self.topology.is_switch(at) {
@@ -166,8 +228,36 @@ impl<'t> Router<'t> {
     }
 }
 
-/// Next link from every node towards `dst` by shortest (latency, hops), ties to the lowest next node.
-fn shortest_path_tree(topology: &Topology, dst: NodeId) -> Vec<LinkId> {
+/// SplitMix64's finaliser: a portable, well-spread 64-bit hash.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Per node, every out-link on some shortest (latency, hops) path towards `dst`.
+fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
+    let dist = distances_to(topology, dst);
+    let mut start = Vec::with_capacity(topology.nodes() as usize + 1);
+    let mut links = Vec::new();
+    for v in 0..topology.nodes() {
+        start.push(links.len() as u32);
+        if v == dst || dist[v as usize].0 == u64::MAX {
+            continue;
+        }
+        links.extend(topology.out_links_of(v).iter().copied().filter(|&l| {
+            let link = topology.link(l);
+            let (lat, hops) = dist[link.dst as usize];
+            lat != u64::MAX && (lat + link.latency.ps(), hops + 1) == dist[v as usize]
+        }));
+    }
+    start.push(links.len() as u32);
+    Choices { start, links }
+}
+
+/// Shortest (latency, hops) from every node to `dst`; `u64::MAX` latency where unreachable.
+fn distances_to(topology: &Topology, dst: NodeId) -> Vec<(u64, u32)> {
     let nodes = topology.nodes() as usize;
     let mut incoming: Vec<Vec<LinkId>> = vec![Vec::new(); nodes];
     for (id, link) in topology.links().iter().enumerate() {
@@ -192,6 +282,13 @@ fn shortest_path_tree(topology: &Topology, dst: NodeId) -> Vec<LinkId> {
             }
         }
     }
+    dist
+}
+
+/// Next link from every node towards `dst` by shortest (latency, hops), ties to the lowest next node.
+fn shortest_path_tree(topology: &Topology, dst: NodeId) -> Vec<LinkId> {
+    let nodes = topology.nodes() as usize;
+    let dist = distances_to(topology, dst);
     (0..nodes as NodeId)
         .map(|v| {
             if v == dst {
@@ -272,5 +369,33 @@ mod tests {
         let r = Router::new(&t, 0..9).unwrap();
         assert_eq!(path(&r, 0, 1), vec![0, 3, 4, 1]);
         assert_eq!(r.hops(0, 2), 4);
+    }
+
+    /// ECMP follows only shortest paths, uses every spine of a leaf/spine across many transfers,
+    /// and picks the same links again for the same seed.
+    #[test]
+    fn ecmp_spreads_over_equal_shortest_paths_reproducibly() {
+        let t = crate::topology::TopologyOptions::new("spineleaf:2x4x2")
+            .build()
+            .unwrap();
+        let route = |seed: u64, transfer: u32| {
+            let r = Router::with_routing(&t, [3], Routing::Ecmp { seed }).unwrap();
+            let mut at = 0;
+            let mut nodes = vec![at];
+            while at != 3 {
+                at = t.link(r.next_link_of(transfer, at, 3)).dst;
+                nodes.push(at);
+            }
+            nodes
+        };
+        let mut spines = std::collections::BTreeSet::new();
+        for transfer in 0..64 {
+            let nodes = route(7, transfer);
+            assert_eq!(nodes.len(), 5, "{nodes:?}: NPU, leaf, spine, leaf, NPU");
+            assert_eq!((nodes[1], nodes[3]), (4, 5));
+            spines.insert(nodes[2]);
+            assert_eq!(route(7, transfer), nodes);
+        }
+        assert_eq!(spines.into_iter().collect::<Vec<_>>(), vec![6, 7, 8, 9]);
     }
 }
