@@ -190,3 +190,37 @@ fn ecmp_is_reproducible_with_its_seed() {
     let (fixed, queue) = run("dor", "1");
     assert!(queue > 1 && fixed >= times.iter().copied().fold(f64::MAX, f64::min));
 }
+
+/// ACCL: on boxes of 8 GPUs behind NVSwitch (300 GB/s) with a 25 GB/s NIC per GPU on rail
+/// switches, the hybrid all-reduce (ring inside boxes, halving-doubling across them on every NIC
+/// at once, two halves a phase apart) beats one ring over all GPUs and plain halving-doubling at
+/// 1 GB (validated on the way, as every run is).
+#[test]
+fn accl_hybrid_beats_ring_and_rhd_on_rail_boxes() {
+    let time = |algorithm: &str| -> f64 {
+        summary(&[
+            "--topology",
+            "rail:4x8",
+            "--bandwidth",
+            "300GB/s,25GB/s",
+            "--latency",
+            "1us",
+            "--collective",
+            "all-reduce",
+            "--size",
+            "1GB",
+            "--chunks",
+            "4",
+            "--algorithm",
+            algorithm,
+        ])["collective_time_ns"]
+            .parse()
+            .unwrap()
+    };
+    let hybrid = time("accl-hybrid");
+    let (ring, rhd) = (time("ring"), time("rhd"));
+    assert!(
+        hybrid * 1.5 < ring && hybrid * 1.5 < rhd,
+        "{hybrid} {ring} {rhd}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Baseline collective algorithms. Each is a producer of the schedule IR: it reads the topology and
 //! the collective and returns a [`Schedule`] that claims that collective.
 
+mod accl;
 pub(crate) mod builder;
 mod collectives;
 mod dbt;
@@ -35,10 +36,12 @@ pub enum Algorithm {
     ForestColl,
     /// EFLOPS's halving-doubling with rank mapping, on a BiGraph.
     Hdrm,
+    /// ACCL's hybrid all-reduce for boxes of GPUs.
+    AcclHybrid,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 10] = [
+    pub const ALL: [Algorithm; 11] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -49,6 +52,7 @@ impl Algorithm {
         Algorithm::Tacos,
         Algorithm::ForestColl,
         Algorithm::Hdrm,
+        Algorithm::AcclHybrid,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -58,7 +62,7 @@ impl Algorithm {
             .ok_or_else(|| {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
-                     dbt, hierarchical, themis, tacos, forestcoll, hdrm"
+                     dbt, hierarchical, themis, tacos, forestcoll, hdrm, accl-hybrid"
                 ))
             })
     }
@@ -78,7 +82,7 @@ impl Algorithm {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
-            Algorithm::Hdrm => kind == AllReduce,
+            Algorithm::Hdrm | Algorithm::AcclHybrid => kind == AllReduce,
         }
     }
 
@@ -108,6 +112,7 @@ impl Algorithm {
             Algorithm::Tacos => "tacos",
             Algorithm::ForestColl => "forestcoll",
             Algorithm::Hdrm => "hdrm",
+            Algorithm::AcclHybrid => "accl-hybrid",
         }
     }
 }
@@ -189,6 +194,7 @@ pub fn generate_with(
         Algorithm::Rhd => rhd::generate(collective),
         Algorithm::Dbt => dbt::generate(collective),
         Algorithm::Hdrm => hdrm::generate(topology, collective),
+        Algorithm::AcclHybrid => accl::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {

@@ -84,7 +84,8 @@ pub struct SimulateArgs {
     pub schedule: Option<PathBuf>,
     #[command(flatten)]
     pub collective: CollectiveArgs,
-    /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, forestcoll
+    /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, forestcoll, hdrm,
+    /// accl-hybrid
     /// [default with --system: themis or hierarchical, as its inter-dimension-scheduling says]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
