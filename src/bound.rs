@@ -173,26 +173,11 @@ fn group_bound(topology: &Topology, c: &Collective) -> f64 {
     let mut best = 0.0f64;
     for w in speeds.windows(2).filter(|w| w[1] / w[0] >= 2.0) {
         let threshold = w[1];
-        let mut parent: Vec<usize> = (0..nodes).collect();
-        fn find(parent: &mut [usize], mut v: usize) -> usize {
-            while parent[v] != v {
-                parent[v] = parent[parent[v]];
-                v = parent[v];
-            }
-            v
-        }
-        for l in topology.links() {
-            if l.bandwidth.as_bytes_per_sec() >= threshold {
-                let (a, b) = (
-                    find(&mut parent, l.src as usize),
-                    find(&mut parent, l.dst as usize),
-                );
-                if a != b {
-                    parent[a] = b;
-                }
-            }
-        }
-        let group: Vec<usize> = (0..nodes).map(|v| find(&mut parent, v)).collect();
+        let group: Vec<usize> = topology
+            .groups_joined_at(threshold)
+            .into_iter()
+            .map(|g| g as usize)
+            .collect();
         let mut holds = vec![false; nodes];
         for &v in &c.npus {
             holds[group[v as usize]] = true;

@@ -200,6 +200,15 @@ impl Collective {
         self.npus.len() as u32
     }
 
+    /// Each participant's rank, by NPU id.
+    pub fn ranks_by_npu(&self) -> std::collections::HashMap<NodeId, u32> {
+        self.npus
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v, i as u32))
+            .collect()
+    }
+
     pub fn root(&self) -> NodeId {
         self.npus[self.root_rank as usize]
     }

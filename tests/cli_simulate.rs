@@ -2,32 +2,11 @@
 //! determinism, and bad input (exit status 2, one `error:` line, nothing left behind).
 
 mod common;
-use common::collsim;
+use common::{collsim, summary};
 use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
     common::scratch("collsim-cli", name)
-}
-
-/// Runs `simulate --format csv` and returns the summary row as a header -> value map.
-fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
-    let mut all = vec!["simulate", "--format", "csv"];
-    all.extend_from_slice(args);
-    let out = collsim(&all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    header
-        .iter()
-        .map(|h| h.to_string())
-        .zip(row.iter().map(|v| v.to_string()))
-        .collect()
 }
 
 fn time_ns(args: &[&str]) -> f64 {

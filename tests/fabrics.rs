@@ -2,24 +2,7 @@
 //! EFLOPS's claim that halving-doubling with rank mapping never queues on a BiGraph.
 
 mod common;
-use common::collsim;
-
-/// Runs `simulate --format csv` with `args` and returns the summary row by column.
-fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
-    let mut all = vec!["simulate", "--format", "csv"];
-    all.extend_from_slice(args);
-    let out = collsim(&all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
-    let row: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
-    header.into_iter().zip(row).collect()
-}
+use common::{collsim, summary};
 
 /// A 64 MiB all-reduce by `algorithm` on `topology` at 50 GB/s and 500 ns, then `extra` flags.
 fn all_reduce(

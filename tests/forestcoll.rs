@@ -414,7 +414,7 @@ proptest! {
         let c = Collective::new(CollectiveKind::AllReduce, t.active_npus(), 1 << 26, 1, None)
             .unwrap();
         let bound = collsim::bound::bounds(&t, &c, None);
-        let plan = forest::reduce_broadcast::plan(&t, &c.npus).unwrap().unwrap();
+        let plan = forest::reduce_broadcast::plan(&t, &c.npus, || Ok(None)).unwrap().unwrap();
         prop_assert!(plan.reduce_broadcast && plan.trees.iter().map(|t| t.weight).sum::<u64>() == plan.k);
         let mut load = std::collections::HashMap::new();
         for tree in &plan.trees {

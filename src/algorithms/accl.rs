@@ -28,12 +28,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         ..c.clone()
     };
     let mut b = Builder::new(&refined)?;
-    let rank_of: BTreeMap<NodeId, u32> = c
-        .npus
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (v, i as u32))
-        .collect();
+    let rank_of = c.ranks_by_npu();
     let members: Vec<Vec<u32>> = boxes
         .iter()
         .map(|gpus| gpus.iter().map(|v| rank_of[v]).collect())
@@ -92,23 +87,10 @@ fn boxes(topology: &Topology, c: &Collective) -> Result<Vec<Vec<NodeId>>, Error>
         .iter()
         .map(|l| l.bandwidth.as_bytes_per_sec())
         .fold(0.0, f64::max);
-    let mut parent: Vec<u32> = (0..topology.nodes()).collect();
-    fn find(parent: &mut [u32], mut v: u32) -> u32 {
-        while parent[v as usize] != v {
-            parent[v as usize] = parent[parent[v as usize] as usize];
-            v = parent[v as usize];
-        }
-        v
-    }
-    for l in topology.links() {
-        if l.bandwidth.as_bytes_per_sec() >= fastest {
-            let (a, b) = (find(&mut parent, l.src), find(&mut parent, l.dst));
-            parent[a as usize] = b;
-        }
-    }
+    let group = topology.groups_joined_at(fastest);
     let mut groups: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
     for &v in &c.npus {
-        groups.entry(find(&mut parent, v)).or_default().push(v);
+        groups.entry(group[v as usize]).or_default().push(v);
     }
     let mut boxes: Vec<Vec<NodeId>> = groups.into_values().collect();
     boxes.sort_by_key(|b| b[0]);

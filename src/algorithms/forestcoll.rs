@@ -37,7 +37,7 @@ pub fn produce(
 /// For an all-reduce without `--trees`, the reduce-then-broadcast trees when they are more than
 /// 1% faster than reduce-scatter then all-gather at their optimal rates (never on networks whose
 /// NPUs are all alike, where both reach the bound). The two phases are compared by rate alone,
-/// so their trees are packed only when they are the ones used.
+/// worked out only where the trees apply, and neither packing is made unless it is used.
 pub fn reduce_broadcast_plan(
     topology: &Topology,
     c: &Collective,
@@ -49,23 +49,25 @@ pub fn reduce_broadcast_plan(
     {
         return Ok(None);
     }
-    let Some(plan) = forest::reduce_broadcast::plan(topology, &c.npus)? else {
-        return Ok(None);
+    let two_phases = || {
+        let demand = forest::Demand::all(&c.npus);
+        let sinks = spreading_sinks(topology, c).unwrap_or_else(|| c.npus.clone());
+        let mut per_byte = 0.0;
+        for reversed in [true, false] {
+            let net = forest::Network::new(topology, reversed);
+            let rate = forest::rate::optimal_rate(&net, &demand, &sinks)?;
+            per_byte += 1.0 / (c.ranks() as f64 * rate.as_f64() * net.unit_bps);
+        }
+        Ok(Some(0.99 * per_byte))
     };
-    let shard = c.size as f64 / c.ranks() as f64;
-    let demand = forest::Demand::all(&c.npus);
-    let sinks = if c.npus.len() == topology.active_npus().len() {
-        bound::symmetry_representatives(topology)
-    } else {
-        c.npus.clone()
-    };
-    let mut two_phases = 0.0;
-    for reversed in [true, false] {
-        let net = forest::Network::new(topology, reversed);
-        let rate = forest::rate::optimal_rate(&net, &demand, &sinks)?;
-        two_phases += shard / (rate.as_f64() * net.unit_bps);
-    }
-    Ok((plan.seconds_for(c.size as f64) < 0.99 * two_phases).then_some(plan))
+    forest::reduce_broadcast::plan(topology, &c.npus, two_phases)
+}
+
+/// The participants whose cuts an every-NPU spreading checks: one per symmetry class when the
+/// collective covers the network's active NPUs; None for all of them.
+fn spreading_sinks(topology: &Topology, c: &Collective) -> Option<Vec<NodeId>> {
+    (c.npus.len() == topology.active_npus().len())
+        .then(|| bound::symmetry_representatives(topology))
 }
 
 /// The packings a collective needs, in the order they run: reduce-scatter (on the transposed
@@ -75,13 +77,16 @@ pub fn forests(
     c: &Collective,
     trees: Option<u64>,
 ) -> Result<Vec<Forest>, Error> {
-    let all_active = c.npus.len() == topology.active_npus().len();
     let request = |reversed: bool, rooted: bool| ForestRequest {
         participants: c.npus.clone(),
         root: rooted.then(|| c.root()),
         reversed,
         trees,
-        sinks: (all_active && !rooted).then(|| bound::symmetry_representatives(topology)),
+        sinks: if rooted {
+            None
+        } else {
+            spreading_sinks(topology, c)
+        },
     };
     let plans = match c.kind {
         CollectiveKind::AllGather => vec![request(false, false)],
@@ -206,7 +211,7 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
             refined.piece_count()
         )));
     }
-    let rank_of = ranks_by_npu(c);
+    let rank_of = c.ranks_by_npu();
     let mut b = Builder::new(&refined)?;
     let shard = match c.kind {
         CollectiveKind::Broadcast | CollectiveKind::Reduce => c.size as f64,
@@ -284,15 +289,6 @@ pub fn generate(c: &Collective, forests: &[Forest], slices: u32) -> Result<Sched
     Ok(b.finish())
 }
 
-/// Each participant's rank.
-fn ranks_by_npu(c: &Collective) -> std::collections::HashMap<NodeId, u32> {
-    c.npus
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (v, i as u32))
-        .collect()
-}
-
 /// Holds each NPU's injections back so that slice `s` leaves at `start + s pace`: per NPU a chain
 /// of waits, the first lasting `start` (none when it is zero), each later one `pace`.
 struct Pacer {
@@ -353,7 +349,7 @@ pub fn generate_reduce_broadcast(
         chunks: (pieces / ranks) as u32,
         ..c.clone()
     };
-    let rank_of = ranks_by_npu(c);
+    let rank_of = c.ranks_by_npu();
     let mut b = Builder::new(&refined)?;
     let total = plan.seconds_for(c.size as f64);
     let pace = Time::from_ps((total / slices as f64 * 1e12) as u64);

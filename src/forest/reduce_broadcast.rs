@@ -30,8 +30,14 @@ use crate::Error;
 
 /// The optimal reduce-then-broadcast trees of `participants` on `topology` (a [`Forest`] with
 /// `reduce_broadcast` set, `U = m`), or None when some node of the network does not take part
-/// (switches, bystanders) or no tree spans them.
-pub fn plan(topology: &Topology, participants: &[NodeId]) -> Result<Option<Forest>, Error> {
+/// (switches, bystanders), no tree spans them, or their all-reduce would take at least the
+/// seconds per byte `beats` gives (asked only once the trees' rate is known; nothing is packed
+/// then).
+pub fn plan(
+    topology: &Topology,
+    participants: &[NodeId],
+    beats: impl FnOnce() -> Result<Option<f64>, Error>,
+) -> Result<Option<Forest>, Error> {
     let n = participants.len();
     if n < 2 || n != topology.nodes() as usize {
         return Ok(None);
@@ -67,6 +73,10 @@ pub fn plan(topology: &Topology, participants: &[NodeId]) -> Result<Option<Fores
     let Some((k, multiplier, in_degrees)) = best_rate(n, &edges, root) else {
         return Ok(None);
     };
+    let per_byte = multiplier as f64 / (k as f64 * net.unit_bps);
+    if beats()?.is_some_and(|limit| per_byte >= limit) {
+        return Ok(None);
+    }
     let arcs = orient(n, &edges, multiplier, &in_degrees);
     let classes = pack::pack(n, &arcs, &[(root, k)])?;
     debug_assert_eq!(pack::verify(n, &arcs, &classes), Ok(()));
@@ -276,7 +286,7 @@ mod tests {
     #[test]
     fn a_mesh_all_reduces_at_the_transfer_count_bound() {
         let t = topology("mesh:8x8");
-        let plan = plan(&t, &t.active_npus()).unwrap().unwrap();
+        let plan = plan(&t, &t.active_npus(), || Ok(None)).unwrap().unwrap();
         let expected = 2.0 * 63.0 / (224.0 * 50e9);
         assert!((plan.seconds_for(1.0) - expected).abs() < 1e-9 * expected);
         check(&t, &plan);
@@ -305,7 +315,7 @@ mod tests {
         let path = dir.join("bridge.yml");
         std::fs::write(&path, text).unwrap();
         let t = crate::topology::load_topology_file(&path).unwrap();
-        let plan = plan(&t, &t.active_npus()).unwrap().unwrap();
+        let plan = plan(&t, &t.active_npus(), || Ok(None)).unwrap().unwrap();
         assert!((plan.seconds_for(1.0) - 1.0 / 50e9).abs() < 1e-3 / 50e9);
         assert_eq!(check(&t, &plan), plan.multiplier.num / plan.multiplier.den);
     }
@@ -314,6 +324,6 @@ mod tests {
     #[test]
     fn a_switch_is_refused() {
         let t = topology("switch:8");
-        assert!(plan(&t, &t.active_npus()).unwrap().is_none());
+        assert!(plan(&t, &t.active_npus(), || Ok(None)).unwrap().is_none());
     }
 }

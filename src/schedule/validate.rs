@@ -896,6 +896,13 @@ mod tests {
     fn a_transfer_outside_the_collective_is_named() {
         let c = Collective::new(CollectiveKind::AllToAll, vec![0, 1, 2], 24, 1, None).unwrap();
         for (src, dst, role) in [(5, 1, "source NPU 5"), (0, 9, "destination NPU 9")] {
+            let names_it = |s: &Schedule| {
+                let error = validate(s, &c, 1).unwrap_err().to_string();
+                assert!(
+                    error.contains(&format!("transfer 0: {role} is not a participant")),
+                    "{error}"
+                );
+            };
             let mut s = Schedule::new();
             s.push_data(
                 Transfer { src, dst, bytes: 8 },
@@ -903,11 +910,7 @@ mod tests {
                 c.a2a_block(0, 1),
                 Op::Copy,
             );
-            let error = validate(&s, &c, 1).unwrap_err().to_string();
-            assert!(
-                error.contains(&format!("transfer 0: {role} is not a participant")),
-                "{error}"
-            );
+            names_it(&s);
             // A dependency sends the schedule down the general path.
             s.push_data(
                 Transfer {
@@ -919,11 +922,7 @@ mod tests {
                 c.a2a_block(0, 1),
                 Op::Copy,
             );
-            let error = validate(&s, &c, 1).unwrap_err().to_string();
-            assert!(
-                error.contains(&format!("transfer 0: {role} is not a participant")),
-                "{error}"
-            );
+            names_it(&s);
         }
     }
 }

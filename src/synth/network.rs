@@ -330,25 +330,12 @@ fn clusters_above(
     min_ingress: f64,
 ) -> Option<(Vec<u32>, u32)> {
     let fast = |l: &&NetLink| l.bandwidth.as_bytes_per_sec() >= threshold;
-    let mut parent: Vec<u32> = (0..n as u32).collect();
-    fn find(parent: &mut [u32], mut v: u32) -> u32 {
-        while parent[v as usize] != v {
-            parent[v as usize] = parent[parent[v as usize] as usize];
-            v = parent[v as usize];
-        }
-        v
-    }
-    for l in links.iter().filter(fast) {
-        let (a, b) = (find(&mut parent, l.src), find(&mut parent, l.dst));
-        if a != b {
-            parent[a as usize] = b;
-        }
-    }
+    let root = crate::topology::components(n, links.iter().filter(fast).map(|l| (l.src, l.dst)));
     let mut id = vec![u32::MAX; n];
     let mut count = 0;
     let cluster: Vec<u32> = (0..n as u32)
         .map(|v| {
-            let r = find(&mut parent, v) as usize;
+            let r = root[v as usize] as usize;
             if id[r] == u32::MAX {
                 id[r] = count;
                 count += 1;

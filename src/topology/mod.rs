@@ -19,6 +19,26 @@ pub use spec::{parse_inline, TopologyOptions};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 
+/// The connected components of `nodes` nodes under the undirected `pairs`: per node, its
+/// component's representative (a member of it).
+pub fn components(nodes: usize, pairs: impl IntoIterator<Item = (NodeId, NodeId)>) -> Vec<NodeId> {
+    fn find(parent: &mut [NodeId], mut v: NodeId) -> NodeId {
+        while parent[v as usize] != v {
+            parent[v as usize] = parent[parent[v as usize] as usize];
+            v = parent[v as usize];
+        }
+        v
+    }
+    let mut parent: Vec<NodeId> = (0..nodes as NodeId).collect();
+    for (a, b) in pairs {
+        let (a, b) = (find(&mut parent, a), find(&mut parent, b));
+        if a != b {
+            parent[a as usize] = b;
+        }
+    }
+    (0..nodes as NodeId).map(|v| find(&mut parent, v)).collect()
+}
+
 /// Index of a node (NPU or switch).
 pub type NodeId = u32;
 /// Index of a directed link in [`Topology::links`].
@@ -315,6 +335,18 @@ impl Topology {
     }
 
     /// True when every link is matched by a link in the opposite direction.
+    /// The groups of nodes joined by links of at least `threshold` B/s (boxes behind a fast
+    /// switch, the inner dimensions of a hierarchy): per node, its group's representative.
+    pub fn groups_joined_at(&self, threshold: f64) -> Vec<NodeId> {
+        components(
+            self.nodes as usize,
+            self.links
+                .iter()
+                .filter(|l| l.bandwidth.as_bytes_per_sec() >= threshold)
+                .map(|l| (l.src, l.dst)),
+        )
+    }
+
     pub fn is_bidirectional(&self) -> bool {
         self.links
             .iter()

@@ -268,7 +268,7 @@ fn fabric(
     bandwidths: &[Bandwidth],
     latencies: &[Time],
 ) -> Result<Topology, Error> {
-    let (form, tiers) = match kind {
+    let (form, sizes) = match kind {
         "spineleaf" => ("spineleaf:LEAVESxSPINESxHOSTS", 3),
         "fattree" => ("fattree:K", 1),
         "rail" => ("rail:BOXESxGPUS", 2),
@@ -282,14 +282,14 @@ fn fabric(
     } else {
         parse_shape(arg, spec)?
     };
-    if shape.len() != tiers {
+    if shape.len() != sizes {
         return Err(Error::input(format!("topology '{spec}': expected {form}")));
     }
-    let levels = if kind == "fattree" { 3 } else { 2 };
+    let tiers = if kind == "fattree" { 3 } else { 2 };
     let tier = |d: usize| -> Result<fabrics::Tier, Error> {
         Ok((
-            per_dim(bandwidths, levels, d, "bandwidth", spec)?,
-            per_dim(latencies, levels, d, "latency", spec)?,
+            per_dim(bandwidths, tiers, d, "bandwidth", spec)?,
+            per_dim(latencies, tiers, d, "latency", spec)?,
         ))
     };
     match kind {

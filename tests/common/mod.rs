@@ -20,3 +20,24 @@ pub fn scratch(prefix: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Runs `simulate --format csv` with `args` and returns the summary row by column.
+pub fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
+    let mut all = vec!["simulate", "--format", "csv"];
+    all.extend_from_slice(args);
+    let out = collsim(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    header
+        .iter()
+        .map(|h| h.to_string())
+        .zip(row.iter().map(|v| v.to_string()))
+        .collect()
+}
