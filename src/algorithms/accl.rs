@@ -8,13 +8,12 @@
 //! Boxes are the groups of NPUs joined by the network's fastest links (NVSwitch, xGMI); they must
 //! be equally large, and their number a power of two.
 
-use std::collections::BTreeMap;
-
+use super::boxes::equal_boxes;
 use super::builder::{part, Builder};
 use super::collectives::{rhd_all_gather, rhd_reduce_scatter, ring_exchange};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
-use crate::topology::{NodeId, Topology};
+use crate::topology::Topology;
 use crate::Error;
 
 /// The hybrid all-reduce of `c` on `topology`.
@@ -22,17 +21,12 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     if c.kind != CollectiveKind::AllReduce {
         return Err(super::Algorithm::AcclHybrid.refusal(c.kind));
     }
-    let boxes = boxes(topology, c)?;
+    let members = boxes(topology, c)?;
     let refined = Collective {
         chunks: c.chunks * 2,
         ..c.clone()
     };
     let mut b = Builder::new(&refined)?;
-    let rank_of = c.ranks_by_npu();
-    let members: Vec<Vec<u32>> = boxes
-        .iter()
-        .map(|gpus| gpus.iter().map(|v| rank_of[v]).collect())
-        .collect();
     let g = members[0].len() as u32;
     let total = refined.piece_count();
     let halves = [(0, total / 2), (total / 2, total)];
@@ -70,8 +64,8 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     Ok(b.finish())
 }
 
-/// The boxes: components of the fastest links, each listed by NPU id, ordered by their first NPU.
-fn boxes(topology: &Topology, c: &Collective) -> Result<Vec<Vec<NodeId>>, Error> {
+/// The boxes, as ranks: a power of two of them, equally large, over every NPU of the network.
+fn boxes(topology: &Topology, c: &Collective) -> Result<Vec<Vec<u32>>, Error> {
     let refuse = |why: String| {
         Error::input(format!(
             "accl-hybrid needs equal boxes of NPUs joined by the fastest links, a power of two of \
@@ -82,22 +76,7 @@ fn boxes(topology: &Topology, c: &Collective) -> Result<Vec<Vec<NodeId>>, Error>
     if c.npus.len() != topology.active_npus().len() {
         return Err(refuse("has NPUs outside the collective".into()));
     }
-    let fastest = topology
-        .links()
-        .iter()
-        .map(|l| l.bandwidth.as_bytes_per_sec())
-        .fold(0.0, f64::max);
-    let group = topology.groups_joined_at(fastest);
-    let mut groups: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
-    for &v in &c.npus {
-        groups.entry(group[v as usize]).or_default().push(v);
-    }
-    let mut boxes: Vec<Vec<NodeId>> = groups.into_values().collect();
-    boxes.sort_by_key(|b| b[0]);
-    let g = boxes[0].len();
-    if boxes.iter().any(|b| b.len() != g) {
-        return Err(refuse("has boxes of different sizes".into()));
-    }
+    let boxes = equal_boxes(topology, c, super::Algorithm::AcclHybrid)?;
     if !boxes.len().is_power_of_two() {
         return Err(refuse(format!("has {} boxes", boxes.len())));
     }
@@ -137,5 +116,16 @@ mod tests {
         let (t, c) = rail("rail:3x4");
         let err = generate(&t, &c).unwrap_err().to_string();
         assert!(err.contains("3 boxes"), "{err}");
+        let (t, _) = rail("rail:4x4");
+        let c = Collective::new(
+            CollectiveKind::AllReduce,
+            (0..15).collect(),
+            1 << 24,
+            1,
+            None,
+        )
+        .unwrap();
+        let err = generate(&t, &c).unwrap_err().to_string();
+        assert!(err.contains("outside"), "{err}");
     }
 }

@@ -7,10 +7,10 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
 use crate::Error;
 
-/// A binary tree over `order`: the root and, per position, its children (positions into `order`).
-struct Tree {
-    root: usize,
-    children: Vec<Vec<usize>>,
+/// A tree over `order`: the root and, per position, its children (positions into `order`).
+pub(crate) struct Tree {
+    pub root: usize,
+    pub children: Vec<Vec<usize>>,
 }
 
 fn build(lo: usize, hi: usize, children: &mut Vec<Vec<usize>>) -> Option<usize> {
@@ -27,7 +27,8 @@ fn build(lo: usize, hi: usize, children: &mut Vec<Vec<usize>>) -> Option<usize> 
     Some(mid)
 }
 
-fn tree(len: usize) -> Tree {
+/// The balanced binary tree over positions `0..len` (in-order: the middle is the root).
+pub(crate) fn tree(len: usize) -> Tree {
     let mut children = vec![Vec::new(); len];
     let root = build(0, len, &mut children).expect("trees have at least one rank");
     Tree { root, children }
@@ -42,7 +43,7 @@ fn post_order(t: &Tree, at: usize, out: &mut Vec<usize>) {
 }
 
 /// Reduce `pieces` up the tree over `ranks` to its root.
-fn reduce_up(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
+pub(crate) fn reduce_up(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
     let mut order = Vec::new();
     post_order(t, t.root, &mut order);
     for &at in &order {
@@ -53,7 +54,7 @@ fn reduce_up(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
 }
 
 /// Broadcast `pieces` from the tree's root down to every rank.
-fn broadcast_down(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
+pub(crate) fn broadcast_down(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
     let mut order = Vec::new();
     post_order(t, t.root, &mut order);
     for &at in order.iter().rev() {

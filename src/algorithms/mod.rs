@@ -2,6 +2,7 @@
 //! the collective and returns a [`Schedule`] that claims that collective.
 
 mod accl;
+mod boxes;
 pub(crate) mod builder;
 mod collectives;
 mod dbt;
@@ -9,9 +10,12 @@ mod direct;
 pub mod forestcoll;
 mod hdrm;
 mod hierarchical;
+mod nccl_ring;
+mod nccl_tree;
 mod rhd;
 mod ring;
 mod themis;
+mod two_step_tree;
 
 pub use hierarchical::DimAlgorithm;
 pub use themis::IntraDimension;
@@ -38,10 +42,16 @@ pub enum Algorithm {
     Hdrm,
     /// ACCL's hybrid all-reduce for boxes of GPUs.
     AcclHybrid,
+    /// NCCL's rings, one per channel, spread over the boxes' NICs.
+    NcclRing,
+    /// NCCL's double binary tree across boxes, chains inside them.
+    NcclTree,
+    /// The NCCL note's two-step tree broadcast (first copy to the farthest participant).
+    TwoStepTree,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 11] = [
+    pub const ALL: [Algorithm; 14] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -53,6 +63,9 @@ impl Algorithm {
         Algorithm::ForestColl,
         Algorithm::Hdrm,
         Algorithm::AcclHybrid,
+        Algorithm::NcclRing,
+        Algorithm::NcclTree,
+        Algorithm::TwoStepTree,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -62,7 +75,8 @@ impl Algorithm {
             .ok_or_else(|| {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
-                     dbt, hierarchical, themis, tacos, forestcoll, hdrm, accl-hybrid"
+                     dbt, hierarchical, themis, tacos, forestcoll, hdrm, accl-hybrid, nccl-ring, \
+                     nccl-tree, two-step-tree"
                 ))
             })
     }
@@ -78,11 +92,12 @@ impl Algorithm {
                     AllReduce | AllGather | ReduceScatter | Broadcast | Reduce
                 )
             }
-            Algorithm::Rhd | Algorithm::Hierarchical | Algorithm::Themis => {
+            Algorithm::Rhd | Algorithm::Hierarchical | Algorithm::Themis | Algorithm::NcclRing => {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
-            Algorithm::Hdrm | Algorithm::AcclHybrid => kind == AllReduce,
+            Algorithm::Hdrm | Algorithm::AcclHybrid | Algorithm::NcclTree => kind == AllReduce,
+            Algorithm::TwoStepTree => kind == Broadcast,
         }
     }
 
@@ -113,6 +128,9 @@ impl Algorithm {
             Algorithm::ForestColl => "forestcoll",
             Algorithm::Hdrm => "hdrm",
             Algorithm::AcclHybrid => "accl-hybrid",
+            Algorithm::NcclRing => "nccl-ring",
+            Algorithm::NcclTree => "nccl-tree",
+            Algorithm::TwoStepTree => "two-step-tree",
         }
     }
 }
@@ -195,6 +213,9 @@ pub fn generate_with(
         Algorithm::Dbt => dbt::generate(collective),
         Algorithm::Hdrm => hdrm::generate(topology, collective),
         Algorithm::AcclHybrid => accl::generate(topology, collective),
+        Algorithm::NcclRing => nccl_ring::generate(topology, collective),
+        Algorithm::NcclTree => nccl_tree::generate(topology, collective),
+        Algorithm::TwoStepTree => two_step_tree::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {

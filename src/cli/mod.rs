@@ -63,7 +63,8 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct TopologyArgs {
     /// YAML file (collsim or ASTRA-sim form) or inline spec: ring:8, uring:8, fc:8, switch:16,
-    /// mesh:8x8, torus:4x4x4, hypercube:6, dims:ring4,fc8, dgx1, dragonfly:GxA
+    /// mesh:8x8, torus:4x4x4, hypercube:6, dims:ring4,fc8, dgx1, dragonfly:GxA, spineleaf:LxSxH[xG],
+    /// fattree:K, rail:BxG, bigraph:MxN
     #[arg(long, short = 't')]
     pub topology: String,
     /// Link bandwidth per direction, one value or one per dimension (e.g. 50GB/s, 50GiB/s, 400Gbps)

@@ -29,7 +29,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_validate: bool,
     /// dor: one fixed shortest path per pair; ecmp: a hash of (transfer, destination, node),
-    /// seeded by --seed, picks among the shortest paths at every node, as switches hash flows
+    /// seeded by --seed, picks among the shortest paths at every node, as switches hash flows;
+    /// pinned: paths planned before the run so that messages of one step share no link where
+    /// the network allows (ACCL's path control; the routes are kept in the schedule)
     #[arg(long, value_enum, default_value = "dor")]
     pub routing: RoutingArg,
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
@@ -64,6 +66,7 @@ pub struct RunArgs {
 pub enum RoutingArg {
     Dor,
     Ecmp,
+    Pinned,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +88,7 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub collective: CollectiveArgs,
     /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, forestcoll, hdrm,
-    /// accl-hybrid
+    /// accl-hybrid, nccl-ring, nccl-tree, two-step-tree
     /// [default with --system: themis or hierarchical, as its inter-dimension-scheduling says]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
@@ -133,6 +136,7 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
             RoutingArg::Ecmp => Routing::Ecmp {
                 seed: args.seed.unwrap_or(1),
             },
+            RoutingArg::Pinned => Routing::Pinned,
         },
         ..system.sim_options(args.time_model.into())
     })
@@ -148,11 +152,12 @@ fn run_and_report(
     args: &RunArgs,
     system: &SystemConfig,
 ) -> Result<(), Error> {
-    // Schedules collsim made itself are worth keeping: they can be simulated again.
+    // Schedules collsim made itself, or gave planned paths, are worth keeping: they can be
+    // simulated again.
     let produced = matches!(
         source,
         ScheduleSource::Algorithm(Algorithm::Tacos | Algorithm::ForestColl)
-    );
+    ) || args.routing == RoutingArg::Pinned;
     let spec = RunSpec {
         source,
         collectives,

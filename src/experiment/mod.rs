@@ -18,7 +18,7 @@ use crate::report::{self, HeatMetric, Heatmap, OutputDir, Summary, Utilization};
 use crate::schedule::{self, Schedule};
 use crate::sim::{self, Observer, SimOptions, SimResult};
 use crate::synth::{self, SynthOptions};
-use crate::topology::{NodeId, Topology};
+use crate::topology::{NodeId, Routing, Topology};
 use crate::units::Time;
 use crate::Error;
 
@@ -255,12 +255,15 @@ pub fn execute(
     let mut produced = produce(topology, spec, &collectives)?;
     // One collective: its schedule is simulated and validated as it is. Several: each part is
     // validated against its own collective and the parts are simulated together.
-    let (schedule, parts) = if produced.parts.len() == 1 {
+    let (mut schedule, parts) = if produced.parts.len() == 1 {
         (produced.parts.pop().expect("one part"), Vec::new())
     } else {
         (Schedule::concat(&produced.parts), produced.parts)
     };
     schedule.check(topology)?;
+    if spec.options.routing == Routing::Pinned {
+        schedule::pin_paths(&mut schedule, topology);
+    }
     // Validation and simulation are independent once the structure is checked, so the validator
     // runs on a second thread beside the simulator (2 cores: wall time max(v, s) instead of v + s).
     // Nothing is reported unless both succeed, so an invalid schedule never yields a result.

@@ -8,10 +8,12 @@
 mod check;
 mod io;
 mod msccl;
+mod paths;
 mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
 pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
+pub use paths::{pin_paths, PinnedPaths};
 pub use validate::validate;
 
 use crate::collective::Collective;
@@ -155,6 +157,35 @@ impl Schedule {
 
     pub fn has_routes(&self) -> bool {
         self.routes.is_some()
+    }
+
+    /// Gives the transfers in `routes` (ascending indices, each without a route so far) their
+    /// routes, keeping the routes others have.
+    pub fn add_routes(&mut self, routes: &[(TransferIndex, Vec<NodeId>)]) {
+        if routes.is_empty() {
+            return;
+        }
+        let n = self.transfers.len();
+        let (old_start, old_nodes) = self.routes.take().unwrap_or((vec![0; n + 1], Vec::new()));
+        let added: usize = routes.iter().map(|(_, r)| r.len()).sum();
+        let mut start = Vec::with_capacity(n + 1);
+        let mut nodes = Vec::with_capacity(old_nodes.len() + added);
+        let mut next = routes.iter().peekable();
+        start.push(0);
+        for i in 0..n {
+            let own = &old_nodes[old_start[i] as usize..old_start[i + 1] as usize];
+            match next.peek() {
+                Some((t, route)) if *t as usize == i => {
+                    debug_assert!(own.is_empty(), "transfer {i} already has a route");
+                    nodes.extend_from_slice(route);
+                    next.next();
+                }
+                _ => nodes.extend_from_slice(own),
+            }
+            assert!(nodes.len() < u32::MAX as usize, "routes too long");
+            start.push(nodes.len() as u32);
+        }
+        self.routes = Some((start, nodes));
     }
 
     /// Appends a wait of `duration` on `npu` (no network traffic) and returns its index.

@@ -47,32 +47,49 @@ fn check_size(name: &str, npus: u64, switches: u64) -> Result<(), Error> {
 /// `spineleaf:LxSxH`: `L` leaf switches with `H` NPUs each (NPU `l H + h`), every leaf linked to
 /// each of `S` spines. Leaves are switches `n..n+L`, spines follow. Tiers: NPU-leaf, leaf-spine
 /// (an uplink tier slower than `H / S` times the NPU links is oversubscribed).
+///
+/// `spineleaf:LxSxHxG` (`boxes` = `Some((G, NVSwitch tier))`): the `H` hosts of a leaf are boxes
+/// of `G` GPUs. GPU `i` of box `h` of leaf `l` is NPU `(l H + h) G + i`; every box's GPUs share an
+/// NVSwitch (switch `n + l H + h`) and each GPU has its own NIC link to its leaf. Leaves follow
+/// the NVSwitches, spines follow the leaves.
 pub fn spine_leaf(
-    leaves: u32,
-    spines: u32,
-    hosts: u32,
+    [leaves, spines, hosts]: [u32; 3],
+    boxes: Option<(u32, Tier)>,
     down: Tier,
     up: Tier,
 ) -> Result<Topology, Error> {
-    let name = format!("spineleaf:{leaves}x{spines}x{hosts}");
-    let npus = leaves as u64 * hosts as u64;
-    check_size(&name, npus, leaves as u64 + spines as u64)?;
+    let gpus = boxes.map_or(1, |(g, _)| g);
+    let name = match boxes {
+        Some(_) => format!("spineleaf:{leaves}x{spines}x{hosts}x{gpus}"),
+        None => format!("spineleaf:{leaves}x{spines}x{hosts}"),
+    };
+    let host_count = leaves as u64 * hosts as u64;
+    let switches = boxes.map_or(0, |_| host_count);
+    let npus = host_count * gpus as u64;
+    check_size(&name, npus, switches + leaves as u64 + spines as u64)?;
     if spines == 0 {
         return Err(Error::input(format!(
             "topology {name}: sizes must be positive"
         )));
     }
-    let n = npus as u32;
+    let (n, switches) = (npus as u32, switches as u32);
+    let leaf = |l: u32| n + switches + l;
     let mut links = Links(Vec::new());
     for l in 0..leaves {
-        for h in 0..hosts {
-            links.join(l * hosts + h, n + l, down);
+        for h in l * hosts..(l + 1) * hosts {
+            for i in 0..gpus {
+                if let Some((_, nvswitch)) = boxes {
+                    links.join(h * gpus + i, n + h, nvswitch);
+                }
+                links.join(h * gpus + i, leaf(l), down);
+            }
         }
         for s in 0..spines {
-            links.join(n + l, n + leaves + s, up);
+            links.join(leaf(l), leaf(leaves) + s, up);
         }
     }
-    Topology::from_parts(name, n, leaves + spines, links.0, Vec::new(), Vec::new())
+    let nodes = switches + leaves + spines;
+    Topology::from_parts(name, n, nodes, links.0, Vec::new(), Vec::new())
 }
 
 /// `fattree:K` (K even): the three-tier k-ary fat-tree, `K^3/4` NPUs. Pod `p` has edge switches
@@ -185,6 +202,13 @@ mod tests {
         assert_eq!((t.npus(), t.nodes()), (16, 24));
         assert_eq!(t.links().len(), 2 * (16 + 16));
         assert!(t.link_between(16, 20).is_some() && t.link_between(16, 17).is_none());
+        // 2 leaves x 2 boxes of 4 GPUs: 16 GPUs, 4 NVSwitches, 2 leaves, 3 spines.
+        let t = build("spineleaf:2x3x2x4");
+        assert_eq!((t.npus(), t.nodes()), (16, 25));
+        assert_eq!(t.links().len(), 2 * (16 + 16 + 2 * 3));
+        // GPU 13 is GPU 1 of box 3 (leaf 1): NVSwitch 16 + 3, leaf 16 + 4 + 1, spines 22..25.
+        assert!(t.link_between(13, 19).is_some() && t.link_between(13, 21).is_some());
+        assert!(t.link_between(21, 24).is_some() && t.link_between(13, 20).is_none());
     }
 
     #[test]
@@ -211,6 +235,8 @@ mod tests {
             "spineleaf:2x0x4",
             "rail:0x8",
             "spineleaf:2x2",
+            "spineleaf:2x2x2x0",
+            "spineleaf:2x2x2x2x2",
         ] {
             let err = TopologyOptions::new(bad).build().unwrap_err().to_string();
             assert!(err.contains(bad), "{bad}: {err}");

@@ -13,7 +13,7 @@ mod spec;
 
 pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
-pub use routing::{Router, Routing};
+pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
 
 use crate::units::{Bandwidth, Time};

@@ -27,12 +27,23 @@ pub enum Routing {
     /// Equal-cost multipath: a hash of (transfer, destination, node) seeded by `seed` picks among
     /// the shortest paths' next links at every node.
     Ecmp { seed: u64 },
+    /// Paths planned for the schedule before it runs (ACCL's path control): transfers that may
+    /// run at once are spread over the shortest paths so that as few as possible share a link
+    /// (see `schedule::pin_paths`); the fixed paths of `Dor` serve what is left.
+    Pinned,
 }
 
 /// Every out-link starting a shortest path towards one destination, per node.
-struct Choices {
+pub struct Choices {
     start: Vec<u32>,
     links: Vec<LinkId>,
+}
+
+impl Choices {
+    /// The out-links of `at` that start a shortest path (empty at the destination).
+    pub fn at(&self, at: NodeId) -> &[LinkId] {
+        &self.links[self.start[at as usize] as usize..self.start[at as usize + 1] as usize]
+    }
 }
 
 /// Route lookups for one simulation.
@@ -83,7 +94,7 @@ impl<'t> Router<'t> {
         }
         let ecmp = match routing {
             Routing::Ecmp { seed } => Some((seed, choices)),
-            Routing::Dor => None,
+            Routing::Dor | Routing::Pinned => None,
         };
         let strides = strides(topology.dims());
         let mut coords = Vec::new();
@@ -236,9 +247,37 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Per node, every out-link on some shortest (latency, hops) path towards `dst`.
-fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
+/// Per node, every out-link on some shortest (latency, hops) path towards `dst` whose narrowest
+/// link is as wide as any such path's: equal cost means equal delay and equal bandwidth, so a
+/// message inside an NVSwitch box never spreads onto the NICs' slower path of equal latency.
+pub fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
     let dist = distances_to(topology, dst);
+    let on_shortest = |l: LinkId, v: NodeId| {
+        let link = topology.link(l);
+        let (lat, hops) = dist[link.dst as usize];
+        lat != u64::MAX && (lat + link.latency.ps(), hops + 1) == dist[v as usize]
+    };
+    // Widest bottleneck to dst over shortest paths, nodes taken nearest first.
+    let mut order: Vec<NodeId> = (0..topology.nodes())
+        .filter(|&v| dist[v as usize].0 != u64::MAX)
+        .collect();
+    order.sort_unstable_by_key(|&v| dist[v as usize]);
+    let mut width = vec![0.0f64; topology.nodes() as usize];
+    width[dst as usize] = f64::INFINITY;
+    let through = |l: LinkId, width: &[f64]| {
+        let link = topology.link(l);
+        link.bandwidth
+            .as_bytes_per_sec()
+            .min(width[link.dst as usize])
+    };
+    for &v in order.iter().filter(|&&v| v != dst) {
+        width[v as usize] = topology
+            .out_links_of(v)
+            .iter()
+            .filter(|&&l| on_shortest(l, v))
+            .map(|&l| through(l, &width))
+            .fold(0.0, f64::max);
+    }
     let mut start = Vec::with_capacity(topology.nodes() as usize + 1);
     let mut links = Vec::new();
     for v in 0..topology.nodes() {
@@ -246,11 +285,13 @@ fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
         if v == dst || dist[v as usize].0 == u64::MAX {
             continue;
         }
-        links.extend(topology.out_links_of(v).iter().copied().filter(|&l| {
-            let link = topology.link(l);
-            let (lat, hops) = dist[link.dst as usize];
-            lat != u64::MAX && (lat + link.latency.ps(), hops + 1) == dist[v as usize]
-        }));
+        links.extend(
+            topology
+                .out_links_of(v)
+                .iter()
+                .copied()
+                .filter(|&l| on_shortest(l, v) && through(l, &width) >= width[v as usize]),
+        );
     }
     start.push(links.len() as u32);
     Choices { start, links }

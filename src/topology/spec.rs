@@ -240,7 +240,7 @@ pub fn parse_inline(
             return Err(Error::input(format!(
                 "unknown topology '{spec}': expected a YAML file or one of ring:N, uring:N, fc:N, \
                  switch:N, mesh:AxB[xC], torus:AxB[xC], hypercube:D, dims:ring4,fc8,..., dgx1, \
-                 dragonfly:GxA, spineleaf:LxSxH, fattree:K, rail:BxG, bigraph:MxN"
+                 dragonfly:GxA, spineleaf:LxSxH[xG], fattree:K, rail:BxG, bigraph:MxN"
             )))
         }
     };
@@ -269,7 +269,7 @@ fn fabric(
     latencies: &[Time],
 ) -> Result<Topology, Error> {
     let (form, sizes) = match kind {
-        "spineleaf" => ("spineleaf:LEAVESxSPINESxHOSTS", 3),
+        "spineleaf" => ("spineleaf:LEAVESxSPINESxHOSTS[xGPUS]", 3),
         "fattree" => ("fattree:K", 1),
         "rail" => ("rail:BOXESxGPUS", 2),
         _ => ("bigraph:HOSTSxSWITCHES", 2),
@@ -282,10 +282,12 @@ fn fabric(
     } else {
         parse_shape(arg, spec)?
     };
-    if shape.len() != sizes {
+    // Leaf/spine takes a fourth size: hosts are then boxes of that many GPUs on an NVSwitch.
+    let boxed = kind == "spineleaf" && shape.len() == 4;
+    if shape.len() != sizes && !boxed {
         return Err(Error::input(format!("topology '{spec}': expected {form}")));
     }
-    let tiers = if kind == "fattree" { 3 } else { 2 };
+    let tiers = if kind == "fattree" || boxed { 3 } else { 2 };
     let tier = |d: usize| -> Result<fabrics::Tier, Error> {
         Ok((
             per_dim(bandwidths, tiers, d, "bandwidth", spec)?,
@@ -293,7 +295,15 @@ fn fabric(
         ))
     };
     match kind {
-        "spineleaf" => fabrics::spine_leaf(shape[0], shape[1], shape[2], tier(0)?, tier(1)?),
+        "spineleaf" if boxed => fabrics::spine_leaf(
+            [shape[0], shape[1], shape[2]],
+            Some((shape[3], tier(0)?)),
+            tier(1)?,
+            tier(2)?,
+        ),
+        "spineleaf" => {
+            fabrics::spine_leaf([shape[0], shape[1], shape[2]], None, tier(0)?, tier(1)?)
+        }
         "fattree" => fabrics::fat_tree(shape[0], [tier(0)?, tier(1)?, tier(2)?]),
         "rail" => fabrics::rail(shape[0], shape[1], tier(0)?, tier(1)?),
         _ => fabrics::bigraph(shape[0], shape[1], tier(0)?, tier(1)?),

@@ -1,0 +1,145 @@
+//! NCCL's rings: one ring per channel, the buffer shared among the channels. On boxes of GPUs
+//! with a NIC per GPU, channel `c` enters every box on one GPU's NIC and leaves it on another's,
+//! visiting the box's other GPUs in between over the fast links, so the channels together keep
+//! every NIC busy in both directions (one ring in, one out). Successive boxes alternate the
+//! offset of the entry GPU so that a ring leaves one box and enters the next on the same local
+//! index (the same rail). Networks whose links are bidirectional also run every channel's ring
+//! the other way round (NCCL's reversed channels), each direction with half of the channel's data.
+//!
+//! One box (no slower links) gives rotations of a single ring: plain ring, pipelined.
+
+use super::boxes::equal_boxes;
+use super::builder::Builder;
+use super::collectives::ring_exchange_parts;
+use super::Algorithm;
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::{Op, Schedule};
+use crate::topology::Topology;
+use crate::Error;
+
+/// NCCL's ring all-gather, reduce-scatter or all-reduce of `c`.
+pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> {
+    let phases: &[Op] = match c.kind {
+        CollectiveKind::AllGather => &[Op::Copy],
+        CollectiveKind::ReduceScatter => &[Op::Reduce],
+        CollectiveKind::AllReduce => &[Op::Reduce, Op::Copy],
+        other => return Err(Algorithm::NcclRing.refusal(other)),
+    };
+    let boxes = equal_boxes(topology, c, Algorithm::NcclRing)?;
+    let rings = channel_rings(&boxes, topology.is_bidirectional());
+    let channels = rings.len() as u32;
+    let refined = Collective {
+        chunks: c.chunks * channels,
+        ..c.clone()
+    };
+    let mut b = Builder::new(&refined)?;
+    // Rank r's part of the buffer is pieces r K .. (r + 1) K; channel ch carries its ch-th run of
+    // `chunks` pieces, segment s being piece s of that run.
+    let per_rank = refined.chunks;
+    for &op in phases {
+        for (ch, ring) in rings.iter().enumerate() {
+            let pieces = |p: u32, s: u32| {
+                let first = ring[p as usize] * per_rank + ch as u32 * c.chunks + s;
+                (first, first + 1)
+            };
+            ring_exchange_parts(&mut b, ring, c.chunks, false, op, &pieces);
+        }
+    }
+    Ok(b.finish())
+}
+
+/// The ring of every channel, as ranks in sending order: one per local index of the boxes, and
+/// as many again reversed when links run both ways.
+pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<u32>> {
+    let g = boxes[0].len();
+    let shifts = entry_shifts(boxes.len(), g);
+    let mut rings: Vec<Vec<u32>> = (0..g)
+        .map(|c| {
+            let mut ring = Vec::with_capacity(boxes.len() * g);
+            for (b, gpus) in boxes.iter().enumerate() {
+                let entry = (c + shifts[b]) % g;
+                let exit = if boxes.len() == 1 {
+                    (entry + g - 1) % g
+                } else {
+                    (c + shifts[(b + 1) % boxes.len()]) % g
+                };
+                ring.extend(box_order(entry, exit, g).map(|i| gpus[i]));
+            }
+            ring
+        })
+        .collect();
+    if bidirectional && boxes.len() * g > 2 {
+        let reversed: Vec<Vec<u32>> = rings
+            .iter()
+            .map(|r| r.iter().rev().copied().collect())
+            .collect();
+        rings.extend(reversed);
+    }
+    rings
+}
+
+/// Offset of the entry GPU per box: consecutive boxes (cyclically) differ, so that a ring's exit
+/// from one box and entry into the next are the same local index but never a box's own entry.
+fn entry_shifts(boxes: usize, g: usize) -> Vec<usize> {
+    let mut shifts: Vec<usize> = (0..boxes).map(|b| b % 2).collect();
+    if boxes % 2 == 1 && boxes > 1 && g > 2 {
+        shifts[boxes - 1] = 2;
+    }
+    shifts
+}
+
+/// Local indices of one box in ring order: `entry` first, `exit` last, the others ascending
+/// from `entry` between them (`entry == exit` when the box cannot separate them: then the box
+/// is visited in rotation from `entry`).
+fn box_order(entry: usize, exit: usize, g: usize) -> impl Iterator<Item = usize> {
+    let middle = (1..g)
+        .map(move |k| (entry + k) % g)
+        .filter(move |&i| i != exit || entry == exit);
+    let last = (entry != exit).then_some(exit);
+    std::iter::once(entry).chain(middle).chain(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxes(count: u32, g: u32) -> Vec<Vec<u32>> {
+        (0..count).map(|b| (b * g..(b + 1) * g).collect()).collect()
+    }
+
+    /// Every channel's ring visits each rank once; each box is entered and left once per
+    /// channel, and across the channels every GPU is entered once and left once (its NIC
+    /// carries one ring each way), on the same local index as the previous box's exit.
+    #[test]
+    fn every_nic_carries_one_ring_each_way() {
+        for (count, g) in [(2, 8), (4, 8), (3, 4), (5, 8), (2, 2)] {
+            let rings = channel_rings(&boxes(count, g), false);
+            assert_eq!(rings.len(), g as usize);
+            let n = (count * g) as usize;
+            let mut entered = vec![0; n];
+            let mut left = vec![0; n];
+            for ring in &rings {
+                let mut seen = ring.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
+                for k in 0..n {
+                    let (from, to) = (ring[k], ring[(k + 1) % n]);
+                    if from / g != to / g {
+                        assert_eq!(from % g, to % g, "{count}x{g}: crosses rails");
+                        left[from as usize] += 1;
+                        entered[to as usize] += 1;
+                    }
+                }
+            }
+            assert!(entered.iter().all(|&e| e == 1), "{count}x{g}: {entered:?}");
+            assert!(left.iter().all(|&e| e == 1), "{count}x{g}: {left:?}");
+        }
+    }
+
+    #[test]
+    fn one_box_is_rotations_of_one_ring() {
+        let rings = channel_rings(&boxes(1, 4), false);
+        assert_eq!(rings[1], vec![1, 2, 3, 0]);
+        assert_eq!(channel_rings(&boxes(1, 4), true).len(), 8);
+    }
+}
