@@ -24,7 +24,7 @@ use crate::Error;
 pub use batch::{BatchArgs, MergeArgs, RunFileArgs, SweepArgs};
 pub use bound::BoundArgs;
 pub use simulate::{RunArgs, SimulateArgs, SynthesizeArgs};
-pub use train::TrainArgs;
+pub use train::{TraceArgs, TrainArgs};
 pub use trees::TreesArgs;
 
 #[derive(Parser, Debug)]
@@ -55,8 +55,12 @@ pub enum Command {
     Run(RunFileArgs),
     /// Join the results folders of an experiment's shards (`--shard I/N`) into one.
     Merge(MergeArgs),
-    /// Simulate a training iteration (compute and communication) per algorithm.
+    /// Simulate a training iteration (compute and communication) per algorithm, from a
+    /// workload file or Chakra execution traces.
     Train(TrainArgs),
+    /// Write a workload file as Chakra execution traces (one file per rank), as ASTRA-sim 2.x
+    /// reads them.
+    Trace(TraceArgs),
 }
 
 /// The network, shared by every command that takes `--topology`.
@@ -399,6 +403,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => batch::run_file(args),
         Command::Merge(args) => batch::merge_shards(args),
         Command::Train(args) => train::train(args),
+        Command::Trace(args) => train::trace(args),
     }
 }
 

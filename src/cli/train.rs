@@ -1,4 +1,4 @@
-//! `train`: one training iteration per algorithm.
+//! `train`: one training iteration per algorithm; `trace`: a workload as Chakra traces.
 
 use std::path::PathBuf;
 
@@ -6,19 +6,28 @@ use clap::Args;
 
 use super::{chunk_count, ForestArgs, Format, MultiDimArgs, OutArgs, TimeModelArg, TopologyArgs};
 use crate::algorithms::Algorithm;
-use crate::report::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER};
+use crate::report::{
+    breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,
+    BREAKDOWN_HEADER,
+};
 use crate::synth::SynthOptions;
+use crate::topology::{NodeId, Topology};
 use crate::units::parse_list;
-use crate::workload::{compare, load_workload, TrainOptions};
+use crate::workload::{chakra, compare_with, load_workload, program, Breakdown, TrainOptions};
 use crate::Error;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// Workload file: collsim YAML (.yaml) or an ASTRA-sim text workload
+    /// Workload: collsim YAML (.yaml), an ASTRA-sim text workload, or Chakra execution traces
+    /// (a folder of NAME.RANK.et[.gz] files, or its DIR/NAME prefix)
     #[arg(long, short = 'w')]
     pub workload: PathBuf,
     #[command(flatten)]
     pub topology: TopologyArgs,
+    /// Chakra traces: the NPU each rank runs on, comma-separated NPU ids or half-open ranges
+    /// (0..16,32..48) [default: rank r on the r-th NPU, when the counts agree]
+    #[arg(long)]
+    pub ranks_map: Option<String>,
     /// Algorithms for the collectives, comma-separated (one iteration each)
     #[arg(long, short = 'a', default_value = "ring")]
     pub algorithm: String,
@@ -39,7 +48,8 @@ pub struct TrainArgs {
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
     #[arg(long, value_enum, default_value = "exact")]
     pub time_model: TimeModelArg,
-    // Results folder: breakdown.csv and breakdown.png/.svg
+    // Results folder: breakdown.csv, breakdown.png/.svg, ranks.csv, timeline.json and, up to 64
+    // ranks, timeline.png/.svg
     #[command(flatten)]
     pub output: OutArgs,
     /// stdout: a table (text) or breakdown.csv (csv)
@@ -47,10 +57,101 @@ pub struct TrainArgs {
     pub format: Format,
 }
 
+/// `collsim trace`: a workload written as Chakra execution traces.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Workload file: collsim YAML (.yaml) or an ASTRA-sim text workload
+    #[arg(long, short = 'w')]
+    pub workload: PathBuf,
+    /// The network whose NPUs are the ranks (and whose dimensions give hybrid parallelism's groups)
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Folder for NAME.RANK.et (made if missing)
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Write gzip-compressed NAME.RANK.et.gz files
+    #[arg(long)]
+    pub gzip: bool,
+}
+
+/// Ranks beyond which no Gantt chart is drawn (its rows would be too thin to read).
+const GANTT_RANKS: usize = 64;
+
+pub(super) fn trace(args: TraceArgs) -> Result<(), Error> {
+    let topology = args.topology.build()?;
+    let workload = load_workload(&args.workload)?;
+    let program = workload.program(&topology)?;
+    let files = chakra::write_traces(&program, &args.out, args.gzip)?;
+    let nodes: usize = program.ranks.iter().map(Vec::len).sum();
+    println!(
+        "{}: {} ranks, {nodes} nodes, written to {}",
+        program.name,
+        files.len(),
+        args.out.join(format!("{}.RANK.et", program.name)).display()
+    );
+    Ok(())
+}
+
+/// The NPUs of `--ranks-map` for `ranks` ranks.
+fn ranks_map(text: &str, ranks: usize, topology: &Topology) -> Result<Vec<NodeId>, Error> {
+    let bad = |why: String| Error::input(format!("--ranks-map: {why}"));
+    let mut npus = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let number = |s: &str| {
+            s.parse::<NodeId>()
+                .map_err(|_| bad(format!("'{item}' is not an NPU id or a range A..B")))
+        };
+        match item.split_once("..") {
+            Some((a, b)) => npus.extend(number(a)?..number(b)?),
+            None => npus.push(number(item)?),
+        }
+    }
+    if npus.len() != ranks {
+        return Err(bad(format!("names {} NPUs for {ranks} ranks", npus.len())));
+    }
+    let active = topology.active_npus();
+    let mut seen = std::collections::HashSet::new();
+    for &v in &npus {
+        if active.binary_search(&v).is_err() {
+            return Err(bad(format!("{v} is not an NPU of {}", topology.name())));
+        }
+        if !seen.insert(v) {
+            return Err(bad(format!("NPU {v} is named twice")));
+        }
+    }
+    Ok(npus)
+}
+
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let system = args.multi_dim.resolve()?;
     let topology = args.topology.build()?;
-    let workload = load_workload(&args.workload)?;
+    let (program, layers) = match chakra::find_traces(&args.workload)? {
+        Some(files) => {
+            let name = chakra::trace_name(&files[0]);
+            let program = chakra::load_traces(&files, &name, &mut |w| eprintln!("warning: {w}"))?;
+            (program, None)
+        }
+        None => {
+            let workload = load_workload(&args.workload)?;
+            (workload.program(&topology)?, Some(workload.layers.len()))
+        }
+    };
+    let npus = match &args.ranks_map {
+        Some(text) => ranks_map(text, program.ranks.len(), &topology)?,
+        None => {
+            let npus = topology.active_npus();
+            if npus.len() != program.ranks.len() {
+                return Err(Error::input(format!(
+                    "{}: {} ranks, but {} has {} NPUs: give --ranks-map to place them",
+                    args.workload.display(),
+                    program.ranks.len(),
+                    topology.name(),
+                    npus.len()
+                )));
+            }
+            npus
+        }
+    };
     let algorithms = parse_list("--algorithm", &args.algorithm, Algorithm::parse)?;
     let out = args.output.prepare()?;
     let options = TrainOptions {
@@ -64,8 +165,11 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         trees: args.forest.trees,
     };
     let heartbeat = crate::report::Heartbeat::start("training iteration");
-    let rows = compare(&topology, &workload, &algorithms, &options)?;
+    let runs = compare_with(&program.name, &algorithms, &options, |o| {
+        program::execute(&topology, &program, &npus, o, &mut ())
+    })?;
     drop(heartbeat);
+    let rows: Vec<Breakdown> = runs.iter().map(|r| r.breakdown.clone()).collect();
     for row in &rows {
         for note in &row.notes {
             eprintln!("note: {note}");
@@ -75,10 +179,31 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         write_breakdown_csv(&rows, &out.file("breakdown.csv"))?;
         let title = format!(
             "{} on {}: one training iteration",
-            workload.name,
+            program.name,
             topology.name()
         );
         crate::report::save_figure(&breakdown_chart(&rows, &title), &mut out, "breakdown")?;
+        let ranks: Vec<(String, Vec<_>)> = runs
+            .iter()
+            .map(|r| (r.breakdown.algorithm.clone(), r.ranks.clone()))
+            .collect();
+        write_ranks_csv(&ranks, &out.file("ranks.csv"))?;
+        let spans: Vec<(String, Vec<_>)> = runs
+            .iter()
+            .map(|r| (r.breakdown.algorithm.clone(), r.timeline.clone()))
+            .collect();
+        let count = program.ranks.len() as u32;
+        write_timeline_json(&spans, count, &out.file("timeline.json"))?;
+        if program.ranks.len() <= GANTT_RANKS {
+            let title = format!(
+                "{} on {} with {}: timeline per rank",
+                program.name,
+                topology.name(),
+                runs[0].breakdown.algorithm
+            );
+            let chart = timeline_chart(&runs[0].timeline, count, &title);
+            crate::report::save_figure(&chart, &mut out, "timeline")?;
+        }
         out.commit()?;
     }
     match args.format {
@@ -89,11 +214,14 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             }
         }
         Format::Text => {
+            let what = layers.map_or_else(
+                || format!("{} ranks", program.ranks.len()),
+                |l| format!("{l} layers"),
+            );
             println!(
-                "{} on {} ({} layers), one training iteration",
-                workload.name,
+                "{} on {} ({what}), one training iteration (the slowest rank)",
+                program.name,
                 topology.name(),
-                workload.layers.len()
             );
             println!(
                 "  {:<13} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",

@@ -9,7 +9,10 @@ mod utilization;
 
 pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
 pub use plot::{BarChart, LinePlot, Series};
-pub use training::{breakdown_chart, write_breakdown_csv, BREAKDOWN_HEADER};
+pub use training::{
+    breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,
+    BREAKDOWN_HEADER,
+};
 pub use utilization::{Utilization, BINS as UTILIZATION_BINS};
 
 use std::fs::File;

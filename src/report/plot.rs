@@ -602,3 +602,72 @@ mod tests {
         assert_ne!(heat(0.0), NO_LINK);
     }
 }
+
+/// One rank's spans per lane: compute on the upper half of its row, communication on the lower.
+#[derive(Clone, Debug)]
+pub struct Gantt {
+    pub title: String,
+    pub ranks: u32,
+    /// (rank, compute?, start ms, end ms).
+    pub spans: Vec<(u32, bool, f64, f64)>,
+}
+
+impl Figure for Gantt {
+    fn size(&self) -> (u32, u32) {
+        let legend = legend_width(["communication".to_string()].iter());
+        (1200 + legend, (160 + 22 * self.ranks).clamp(400, 1600))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let names = ["compute".to_string(), "communication".to_string()];
+        let colours = [palette(1), palette(2)];
+        let entries: Vec<(String, Swatch)> = names
+            .iter()
+            .zip(colours)
+            .map(|(n, c)| (n.clone(), Swatch::Bar(c)))
+            .collect();
+        let (width, _) = root.dim_in_pixel();
+        let (root, legend) = root.split_horizontally(width - legend_width(names.iter()));
+        draw_legend_panel(&legend, &entries)?;
+        let end = self
+            .spans
+            .iter()
+            .map(|s| s.3)
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        let ranks = self.ranks.max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&self.title, font(20))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..end * 1.02, (ranks - 0.5)..-0.5)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("time (ms)")
+            .y_desc("rank")
+            .y_labels((self.ranks as usize + 1).min(33))
+            .y_label_formatter(&|y: &f64| {
+                let r = y.round();
+                if (y - r).abs() < 0.01 {
+                    format!("{r}")
+                } else {
+                    String::new()
+                }
+            })
+            .label_style(font(14))
+            .axis_desc_style(font(16))
+            .light_line_style(BLACK.mix(0.05))
+            .draw()?;
+        chart.draw_series(self.spans.iter().map(|&(rank, compute, start, stop)| {
+            let top = rank as f64 + if compute { -0.4 } else { 0.0 };
+            let colour = colours[usize::from(!compute)];
+            Rectangle::new(
+                [(start, top), (stop.max(start), top + 0.4)],
+                colour.filled(),
+            )
+        }))?;
+        Ok(())
+    }
+}

@@ -20,6 +20,9 @@ use crate::collective::Collective;
 use crate::topology::NodeId;
 use crate::units::Time;
 
+/// The duration slot of a transfer that is not a wait (no wait lasts 2^64 ps).
+const NOT_A_WAIT: Time = Time(u64::MAX);
+
 /// Position of a transfer in its schedule's list.
 pub type TransferIndex = u32;
 
@@ -65,7 +68,8 @@ pub struct Schedule {
     /// Local waits (compute between collectives in a training iteration): a transfer from an NPU
     /// to itself that carries nothing and completes this long after it is issued. Present once
     /// any transfer is a wait.
-    waits: Option<Vec<Option<Time>>>,
+    /// Stored as [`NOT_A_WAIT`] for real transfers: 8 bytes a transfer instead of an Option's 16.
+    waits: Option<Vec<Time>>,
     /// Explicit routes (CSR offsets per transfer, node lists from src to dst); a transfer with an
     /// empty route follows the topology's routing. Present once any transfer has a route.
     routes: Option<(Vec<u32>, Vec<NodeId>)>,
@@ -122,7 +126,7 @@ impl Schedule {
             ids.push(index as u64);
         }
         if let Some(w) = &mut self.waits {
-            w.push(None);
+            w.push(NOT_A_WAIT);
         }
         if let Some((start, nodes)) = &mut self.routes {
             start.push(nodes.len() as u32);
@@ -195,6 +199,7 @@ impl Schedule {
         duration: Time,
         deps: &[TransferIndex],
     ) -> TransferIndex {
+        let duration = duration.min(Time(NOT_A_WAIT.0 - 1));
         let index = self.push(
             Transfer {
                 src: npu,
@@ -204,13 +209,16 @@ impl Schedule {
             deps,
         );
         let n = self.transfers.len();
-        self.waits.get_or_insert_with(|| vec![None; n])[index as usize] = Some(duration);
+        self.waits.get_or_insert_with(|| vec![NOT_A_WAIT; n])[index as usize] = duration;
         index
     }
 
     /// The duration of a wait, None for a real transfer.
     pub fn wait(&self, index: TransferIndex) -> Option<Time> {
-        self.waits.as_ref().and_then(|w| w[index as usize])
+        self.waits
+            .as_ref()
+            .map(|w| w[index as usize])
+            .filter(|&d| d != NOT_A_WAIT)
     }
 
     pub fn has_waits(&self) -> bool {
@@ -311,6 +319,12 @@ impl Schedule {
 
     pub fn has_pieces(&self) -> bool {
         self.pieces.is_some()
+    }
+
+    /// Forgets which pieces the transfers carry: once a schedule is validated, the simulator
+    /// needs only bytes (a training iteration appends its collectives many times over).
+    pub fn drop_pieces(&mut self) {
+        self.pieces = None;
     }
 
     pub fn op(&self, index: TransferIndex) -> Op {

@@ -11,6 +11,7 @@ mod file;
 mod routing;
 mod spec;
 
+pub(crate) use build::strides as strides_of;
 pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};

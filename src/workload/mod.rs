@@ -5,28 +5,31 @@
 //! backward pass in reverse, each layer's input-gradient compute and its blocking communication,
 //! then its weight-gradient compute, whose communication is issued asynchronously and overlaps
 //! the rest of the backward pass; finally each layer's weight update, once its weight-gradient
-//! communication is done, in the order they were issued. Compute runs on one stream per NPU (the
-//! same on every NPU); the stream's stalls are the exposed communication, each charged to the
-//! (data- or model-parallel) communication it waited for, so
-//! `forward + backward + exposed = total` holds by construction and overlapped communication is
-//! never counted twice. Model-parallel groups are the first NPUs (the innermost dimensions), data
+//! communication is done, in the order they were issued. Every NPU runs this as its own program
+//! ([`program`]), each collective on the NPU's group of its kind; compute runs on one stream per
+//! NPU, whose stalls are the exposed communication, each charged to the (data- or model-parallel)
+//! communication it waited for, so `forward + backward + exposed = total` holds by construction
+//! and overlapped communication is never counted twice. The same programs, written as Chakra
+//! traces ([`chakra`]) and read back, run to the same times. Model-parallel groups are the first NPUs (the innermost dimensions), data
 //! parallel groups the NPUs with the same position in each model-parallel group.
 //!
 //! DLRM (ASTRA-sim's HYBRID_DLRM): layer 0's forward all-to-all is waited for only before the
 //! top MLP (the layer after `last_bottom_layer`); its backward all-to-all starts after that layer's
 //! input-gradient compute and is waited for before layer 0's weight-gradient compute.
 
+pub mod chakra;
 mod file;
+pub mod program;
 
 pub use file::{load_workload, parse_astra, parse_yaml};
+pub use program::{Execution, Node, Program, RankBreakdown, Span, Task};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use crate::algorithms::{self, Algorithm, MultiDimOptions};
-use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::{self, Schedule, TransferIndex};
-use crate::sim::{self, Observer, SimOptions};
-use crate::synth::{self, SynthOptions};
+use crate::algorithms::{Algorithm, MultiDimOptions};
+use crate::collective::CollectiveKind;
+use crate::sim::{Observer, SimOptions};
+use crate::synth::SynthOptions;
 use crate::topology::{NodeId, Topology};
 use crate::units::Time;
 use crate::Error;
@@ -211,83 +214,30 @@ pub struct Breakdown {
     pub notes: Vec<String>,
 }
 
-/// Simulates one training iteration of `workload` on `topology`.
+/// Simulates one training iteration of `workload` on `topology`: every NPU runs the workload's
+/// program (see [`program`]); the breakdown is the slowest rank's.
 pub fn simulate_iteration(
     topology: &Topology,
     workload: &Workload,
     options: &TrainOptions,
     observer: &mut dyn Observer,
 ) -> Result<Breakdown, Error> {
-    let groups = Groups::new(topology, workload)?;
-    let mut it = Iteration {
-        topology,
-        workload,
-        options,
-        groups,
-        schedule: Schedule::new(),
-        cache: HashMap::new(),
-        unwound: synth::Unwound::default(),
-        stream: Vec::new(),
-        notes: Vec::new(),
-    };
-    it.build()?;
-    let sim_options = SimOptions {
-        record_transfers: true,
-        ..options.sim.clone()
-    };
-    let result = sim::simulate(topology, &it.schedule, &sim_options, observer)?;
-    let mut b = Breakdown {
-        workload: workload.name.clone(),
-        algorithm: options.algorithm.name().to_string(),
-        forward_compute: Time::ZERO,
-        backward_compute: Time::ZERO,
-        exposed_comm: Time::ZERO,
-        exposed_data_parallel: Time::ZERO,
-        exposed_model_parallel: Time::ZERO,
-        total: Time::ZERO,
-        notes: it.notes,
-    };
-    let mut free = Time::ZERO;
-    for step in &it.stream {
-        let started = result.issued[step.node as usize];
-        let stall = Time(started.ps() - free.ps());
-        if stall > Time::ZERO {
-            let binding = step
-                .awaits
-                .iter()
-                .max_by_key(|(end, _)| result.completed[*end as usize])
-                .map(|&(_, group)| group)
-                .expect("the stream only stalls for communication");
-            match binding {
-                CommGroup::Data => b.exposed_data_parallel = b.exposed_data_parallel + stall,
-                CommGroup::Model => b.exposed_model_parallel = b.exposed_model_parallel + stall,
-            }
-            b.exposed_comm = b.exposed_comm + stall;
-        }
-        free = result.completed[step.node as usize];
-        let compute = Time(free.ps() - started.ps());
-        if step.forward {
-            b.forward_compute = b.forward_compute + compute;
-        } else {
-            b.backward_compute = b.backward_compute + compute;
-        }
-    }
-    b.total = free;
-    debug_assert_eq!(b.total, result.finish);
-    Ok(b)
+    let program = workload.program(topology)?;
+    let npus = topology.active_npus();
+    Ok(program::execute(topology, &program, &npus, options, observer)?.breakdown)
 }
 
-/// One iteration per algorithm, run in parallel, in the order given.
-pub fn compare(
-    topology: &Topology,
-    workload: &Workload,
+/// One iteration per algorithm, run in parallel, in the order given: `run` executes one.
+pub fn compare_with<T: Send>(
+    name: &str,
     algorithms: &[Algorithm],
     options: &TrainOptions,
-) -> Result<Vec<Breakdown>, Error> {
+    run: impl Fn(&TrainOptions) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
     use rayon::prelude::*;
-    let bar = crate::report::progress_bar(algorithms.len() as u64, &workload.name, "algorithms");
+    let bar = crate::report::progress_bar(algorithms.len() as u64, name, "algorithms");
     // In a log (no bar), each algorithm says when it is done, so a slow one can be told apart.
-    let finished = crate::report::Milestones::new(&workload.name, algorithms.len() as u64);
+    let finished = crate::report::Milestones::new(name, algorithms.len() as u64);
     let rows = algorithms
         .par_iter()
         .map(|&algorithm| {
@@ -295,7 +245,7 @@ pub fn compare(
                 algorithm,
                 ..options.clone()
             };
-            let row = simulate_iteration(topology, workload, &options, &mut ());
+            let row = run(&options);
             bar.inc(1);
             finished.reached(&format!("{} done", algorithm.name()));
             row
@@ -305,24 +255,33 @@ pub fn compare(
     rows
 }
 
+/// One iteration of `workload` per algorithm, run in parallel, in the order given.
+pub fn compare(
+    topology: &Topology,
+    workload: &Workload,
+    algorithms: &[Algorithm],
+    options: &TrainOptions,
+) -> Result<Vec<Breakdown>, Error> {
+    compare_with(&workload.name, algorithms, options, |o| {
+        simulate_iteration(topology, workload, o, &mut ())
+    })
+}
+
 /// The NPU lists of each kind of group.
 struct Groups {
-    /// Per kind: the groups, each in rank order, and the dimensions they span when they are
-    /// whole dimensions of a dimensional network.
-    data: (Vec<Vec<NodeId>>, Option<std::ops::Range<usize>>),
-    model: (Vec<Vec<NodeId>>, Option<std::ops::Range<usize>>),
+    data: Vec<Vec<NodeId>>,
+    model: Vec<Vec<NodeId>>,
 }
 
 impl Groups {
     fn new(topology: &Topology, w: &Workload) -> Result<Groups, Error> {
         let npus = topology.active_npus();
         let n = npus.len() as u32;
-        let all = |dims: usize| (vec![npus.clone()], Some(0..dims));
         let dims = topology.dims();
         if !w.parallelism.hybrid() {
             return Ok(Groups {
-                data: all(dims.len()),
-                model: all(dims.len()),
+                data: vec![npus.clone()],
+                model: vec![npus],
             });
         }
         if n != topology.npus() {
@@ -347,76 +306,82 @@ impl Groups {
                 topology.name()
             )));
         }
-        // Whole leading dimensions when the group size is their product.
-        let mut product = 1u32;
-        let mut inner = None;
-        for (d, dim) in dims.iter().enumerate() {
-            product *= dim.size;
-            if product == mp {
-                inner = Some(d + 1);
-                break;
-            }
-            if product > mp {
-                break;
-            }
-        }
         let model = (0..n / mp)
             .map(|k| (k * mp..(k + 1) * mp).collect())
             .collect();
         let data = (0..mp)
             .map(|i| (0..n / mp).map(|j| i + j * mp).collect())
             .collect();
-        Ok(Groups {
-            model: (model, inner.map(|k| 0..k)),
-            data: (data, inner.map(|k| k..dims.len())),
+        Ok(Groups { model, data })
+    }
+
+    /// The index of the group of `kind` that rank `npu` belongs to.
+    fn index_of(&self, kind: CommGroup, npu: NodeId) -> usize {
+        let lists = match kind {
+            CommGroup::Data => &self.data,
+            CommGroup::Model => &self.model,
+        };
+        lists
+            .iter()
+            .position(|g| g.binary_search(&npu).is_ok())
+            .expect("every NPU is in a group of each kind")
+    }
+}
+
+impl Workload {
+    /// The program every rank runs (the same on all of them, each collective on the rank's own
+    /// group of its kind): the iteration described in this module's documentation.
+    pub fn program(&self, topology: &Topology) -> Result<Program, Error> {
+        let groups = Groups::new(topology, self)?;
+        let template = self.rank_program();
+        let ranks = topology
+            .active_npus()
+            .iter()
+            .map(|&npu| {
+                template
+                    .iter()
+                    .map(|node| {
+                        let mut node = node.clone();
+                        if let Task::Collective {
+                            communicator,
+                            group,
+                            ..
+                        } = &mut node.task
+                        {
+                            let name = match group {
+                                CommGroup::Data => "data",
+                                CommGroup::Model => "model",
+                            };
+                            *communicator = format!("{name}{}", groups.index_of(*group, npu));
+                        }
+                        node
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Program {
+            name: self.name.clone(),
+            ranks,
         })
     }
 
-    fn of(&self, group: CommGroup) -> &(Vec<Vec<NodeId>>, Option<std::ops::Range<usize>>) {
-        match group {
-            CommGroup::Data => &self.data,
-            CommGroup::Model => &self.model,
-        }
-    }
-}
-
-/// A compute step on the stream and the communication it waited for.
-struct Step {
-    node: TransferIndex,
-    forward: bool,
-    awaits: Vec<(TransferIndex, CommGroup)>,
-}
-
-struct Iteration<'a> {
-    topology: &'a Topology,
-    workload: &'a Workload,
-    options: &'a TrainOptions,
-    groups: Groups,
-    schedule: Schedule,
-    /// The schedules of one collective (one per group), made once per kind, size and group.
-    cache: HashMap<(CollectiveKind, u64, CommGroup), Vec<Schedule>>,
-    /// The topology as the synthesizer unwinds it, shared by every TACOS collective.
-    unwound: synth::Unwound,
-    stream: Vec<Step>,
-    notes: Vec<String>,
-}
-
-impl Iteration<'_> {
-    fn build(&mut self) -> Result<(), Error> {
-        let w = self.workload;
-        let layers = w.layers.len();
-        let dlrm = w.parallelism == Parallelism::Dlrm;
-        let top = w.last_bottom_layer.map(|l| l as usize + 1);
+    /// One rank's nodes (communicators still unnamed).
+    fn rank_program(&self) -> Vec<Node> {
+        let mut p = ProgramBuilder::default();
+        let layers = self.layers.len();
+        let dlrm = self.parallelism == Parallelism::Dlrm;
+        let top = self.last_bottom_layer.map(|l| l as usize + 1);
         // Communication a later step waits for, by step key.
-        let mut pending: BTreeMap<(Pass, usize), Vec<(TransferIndex, CommGroup)>> = BTreeMap::new();
-        let mut blocking: Vec<(TransferIndex, CommGroup)> = Vec::new();
+        let mut pending: BTreeMap<(Pass, usize), Vec<u32>> = BTreeMap::new();
+        let mut blocking: Vec<u32> = Vec::new();
         for l in 0..layers {
             let mut awaits = std::mem::take(&mut blocking);
             awaits.extend(pending.remove(&(Pass::Forward, l)).unwrap_or_default());
-            let phase = &w.layers[l].forward;
-            let node = self.compute(phase.compute, awaits, true);
+            let layer = &self.layers[l];
+            let phase = &layer.forward;
+            let node = p.compute(&layer.name, "forward", phase.compute, awaits, true);
             if let Some(comm) = &phase.comm {
-                let end = self.communicate(node, comm, Pass::Forward)?;
+                let end = p.communicate(self, &layer.name, node, comm, Pass::Forward);
                 let deferred = dlrm && comm.collective == CollectiveKind::AllToAll;
                 match (deferred, top) {
                     (true, Some(t)) if t < layers => {
@@ -430,34 +395,48 @@ impl Iteration<'_> {
                 }
             }
         }
-        let mut weight_comms: Vec<(usize, Option<(TransferIndex, CommGroup)>)> = Vec::new();
+        let mut weight_comms: Vec<(usize, Option<u32>)> = Vec::new();
         for l in (0..layers).rev() {
-            let layer = &w.layers[l];
+            let layer = &self.layers[l];
             let mut awaits = std::mem::take(&mut blocking);
             awaits.extend(pending.remove(&(Pass::InputGrad, l)).unwrap_or_default());
-            let node = self.compute(layer.input_grad.compute, awaits, false);
+            let node = p.compute(
+                &layer.name,
+                "input_grad",
+                layer.input_grad.compute,
+                awaits,
+                false,
+            );
             if let Some(comm) = &layer.input_grad.comm {
                 // DLRM issues the embeddings' backward all-to-all early (below).
                 let early = dlrm && l == 0 && top.is_some_and(|t| t < layers);
                 if !early {
-                    let end = self.communicate(node, comm, Pass::InputGrad)?;
+                    let end = p.communicate(self, &layer.name, node, comm, Pass::InputGrad);
                     blocking.push(end);
                 }
             }
             if dlrm && Some(l) == top {
                 // The embeddings' backward all-to-all starts with the top MLP's input gradient.
-                if let Some(comm) = &w.layers[0].input_grad.comm {
-                    let end = self.communicate(node, comm, Pass::InputGrad)?;
+                if let Some(comm) = &self.layers[0].input_grad.comm {
+                    let name = &self.layers[0].name;
+                    let end = p.communicate(self, name, node, comm, Pass::InputGrad);
                     pending.entry((Pass::WeightGrad, 0)).or_default().push(end);
                 }
             }
             let mut awaits = std::mem::take(&mut blocking);
             awaits.extend(pending.remove(&(Pass::WeightGrad, l)).unwrap_or_default());
-            let node = self.compute(layer.weight_grad.compute, awaits, false);
-            let end = match &layer.weight_grad.comm {
-                Some(comm) => Some(self.communicate(node, comm, Pass::WeightGrad)?),
-                None => None,
-            };
+            let node = p.compute(
+                &layer.name,
+                "weight_grad",
+                layer.weight_grad.compute,
+                awaits,
+                false,
+            );
+            let end = layer
+                .weight_grad
+                .comm
+                .as_ref()
+                .map(|comm| p.communicate(self, &layer.name, node, comm, Pass::WeightGrad));
             weight_comms.push((l, end));
         }
         let mut leftover = std::mem::take(&mut blocking);
@@ -467,171 +446,85 @@ impl Iteration<'_> {
             if i == 0 {
                 awaits.append(&mut leftover);
             }
-            self.compute(w.layers[l].update, awaits, false);
+            let layer = &self.layers[l];
+            p.compute(&layer.name, "update", layer.update, awaits, false);
         }
-        Ok(())
+        p.nodes
+    }
+}
+
+/// Appends one rank's nodes: compute in a stream, collectives after the compute that issues them.
+#[derive(Default)]
+struct ProgramBuilder {
+    nodes: Vec<Node>,
+    last_compute: Option<u32>,
+}
+
+impl ProgramBuilder {
+    fn push(&mut self, name: String, task: Task, deps: Vec<u32>) -> u32 {
+        let index = self.nodes.len() as u32;
+        self.nodes.push(Node {
+            id: index as u64,
+            name,
+            task,
+            deps,
+        });
+        index
     }
 
-    /// Appends a compute step of `duration` after the previous one and the communication it
-    /// waits for.
+    /// A compute step of `duration` after the previous one and the communication it waits for.
     fn compute(
         &mut self,
+        layer: &str,
+        phase: &str,
         duration: Time,
-        awaits: Vec<(TransferIndex, CommGroup)>,
+        mut awaits: Vec<u32>,
         forward: bool,
-    ) -> TransferIndex {
-        let mut deps: Vec<TransferIndex> = awaits.iter().map(|&(end, _)| end).collect();
-        deps.extend(self.stream.last().map(|s| s.node));
-        let node = self.schedule.push_wait(0, duration, &deps);
-        self.stream.push(Step {
-            node,
-            forward,
+    ) -> u32 {
+        awaits.extend(self.last_compute);
+        let node = self.push(
+            format!("{layer}.{phase}"),
+            Task::Compute { duration, forward },
             awaits,
-        });
+        );
+        self.last_compute = Some(node);
         node
     }
 
-    /// Appends a collective issued when `after` completes; returns the step that marks its end
-    /// (on every group) and the group kind it is charged to.
+    /// A collective issued when `after` completes.
     fn communicate(
         &mut self,
-        after: TransferIndex,
+        w: &Workload,
+        layer: &str,
+        after: u32,
         comm: &Comm,
         pass: Pass,
-    ) -> Result<(TransferIndex, CommGroup), Error> {
-        let group = self.workload.group(pass, comm);
-        let key = (comm.collective, comm.bytes, group);
-        if !self.cache.contains_key(&key) {
-            let parts = self.make(comm, group)?;
-            self.cache.insert(key, parts);
-        }
-        let parts = &self.cache[&key];
-        let mut sinks = Vec::new();
-        for part in parts {
-            let base = self.schedule.append(part, &[after]);
-            let mut needed = vec![false; part.len()];
-            for t in 0..part.len() as TransferIndex {
-                for &d in part.deps(t) {
-                    needed[d as usize] = true;
-                }
-            }
-            sinks.extend(
-                (0..part.len() as TransferIndex)
-                    .filter(|&t| !needed[t as usize])
-                    .map(|t| base + t),
-            );
-        }
-        let end = self.schedule.push_wait(0, Time::ZERO, &sinks);
-        Ok((end, group))
-    }
-
-    /// The schedules of a collective on every group of a kind, validated.
-    fn make(&mut self, comm: &Comm, group: CommGroup) -> Result<Vec<Schedule>, Error> {
-        let (lists, dims) = self.groups.of(group);
-        let (lists, dims) = (lists.clone(), dims.clone());
-        let mut parts = Vec::with_capacity(lists.len());
-        for npus in &lists {
-            let mut s = self.make_one(comm, npus, dims.clone())?;
-            if self.options.validate {
-                let claim = s.collective.clone().expect("generated schedules claim");
-                schedule::validate(&s, &claim, self.options.seed)
-                    .map_err(|e| Error::input(format!("{} on {npus:?}: {e}", comm.collective)))?;
-            }
-            s.collective = None;
-            parts.push(s);
-        }
-        Ok(parts)
-    }
-
-    fn make_one(
-        &mut self,
-        comm: &Comm,
-        npus: &[NodeId],
-        dims: Option<std::ops::Range<usize>>,
-    ) -> Result<Schedule, Error> {
-        let o = self.options;
-        // As many chunks as asked for, halved while the collective cannot be cut that finely.
-        let mut chunks = o.chunks.unwrap_or(1).max(1);
-        let c = loop {
-            match Collective::new(comm.collective, npus.to_vec(), comm.bytes, chunks, None) {
-                Ok(c) => break c,
-                Err(_) if chunks > 1 => chunks /= 2,
-                Err(e) => return Err(e),
-            }
+    ) -> u32 {
+        let group = w.group(pass, comm);
+        let phase = match pass {
+            Pass::Forward => "forward",
+            Pass::InputGrad => "input_grad",
+            Pass::WeightGrad => "weight_grad",
         };
-        let whole = npus.len() == self.topology.active_npus().len();
-        let generated = match o.algorithm {
-            Algorithm::Tacos => {
-                let options = SynthOptions {
-                    seed: o.seed,
-                    ..o.synth.clone()
-                };
-                synth::synthesize_unwound(
-                    self.topology,
-                    &mut self.unwound,
-                    std::slice::from_ref(&c),
-                    &options,
-                )
-                .map(|mut s| s.schedules.remove(0))
-            }
-            // ForestColl packs its trees for the group on the whole network: its paths may leave
-            // the group's NPUs.
-            Algorithm::ForestColl => algorithms::forestcoll::produce(
-                self.topology,
-                &c,
-                o.trees,
-                o.chunks.map(|_| chunks),
-            )
-            .map(|(s, _)| s),
-            Algorithm::Hierarchical | Algorithm::Themis if !whole => match dims {
-                // The group is whole dimensions: generate on them and move onto its NPUs.
-                Some(range) => {
-                    let sub = self.topology.sub_dimensions(range)?;
-                    let local = Collective::new(
-                        comm.collective,
-                        (0..npus.len() as NodeId).collect(),
-                        comm.bytes,
-                        chunks,
-                        None,
-                    )?;
-                    algorithms::generate_with(o.algorithm, &sub, &local, &o.multi_dim).map(
-                        |mut s| {
-                            s.relabel(npus);
-                            s
-                        },
-                    )
-                }
-                None => Err(Error::input(format!(
-                    "{}: a group of {} NPUs is not whole dimensions of {}",
-                    o.algorithm.name(),
-                    npus.len(),
-                    self.topology.name()
-                ))),
+        self.push(
+            format!("{layer}.{phase}.{}", comm.collective),
+            Task::Collective {
+                kind: comm.collective,
+                bytes: comm.bytes,
+                communicator: String::new(),
+                group,
             },
-            a => algorithms::generate_with(a, self.topology, &c, &o.multi_dim),
-        };
-        match generated {
-            Ok(s) => Ok(s),
-            Err(e) if o.algorithm != Algorithm::Direct => {
-                let note = format!(
-                    "{} {} of {} B: {e}; ran direct instead",
-                    o.algorithm.name(),
-                    comm.collective,
-                    comm.bytes
-                );
-                if !self.notes.contains(&note) {
-                    self.notes.push(note);
-                }
-                algorithms::generate(Algorithm::Direct, self.topology, &c)
-            }
-            Err(e) => Err(e),
-        }
+            vec![after],
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms;
+    use crate::collective::Collective;
+    use crate::sim;
     use crate::topology::TopologyOptions;
 
     fn layer(f: u64, ig: u64, wg: u64, comm: Option<Comm>) -> Layer {

@@ -1,0 +1,794 @@
+//! Per-rank programs and their execution on the event engine: the one model behind `collsim
+//! train`, whether the iteration comes from a workload file (every rank running the same
+//! program) or from Chakra execution traces (one program per rank).
+//!
+//! A rank's program is a DAG of nodes: compute (a wait of its duration on the rank's NPU),
+//! collectives on a communicator, point-to-point sends and receives, and no-ops. Compute runs one
+//! node at a time per rank, in the order the nodes become ready. The `k`-th collective of a
+//! communicator on each of its members is one collective: it starts once every member has reached
+//! it (its dependencies done on every member) and runs the chosen algorithm's schedule on the
+//! members; the `k`-th send from rank `a` to `b` with a tag is the `k`-th receive at `b` from `a`
+//! with that tag, one message that leaves once the send's dependencies are done. Collectives that
+//! overlap share the network.
+//!
+//! The breakdown follows each rank's compute stream: the time between one compute node's end and
+//! the next one's start is exposed communication, charged to the communication among the node's
+//! dependencies that finished last (its kind, and its data- or model-parallel group), or idle
+//! when it waited for no communication.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Range;
+
+use super::{Breakdown, CommGroup, TrainOptions};
+use crate::algorithms::{self, Algorithm};
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::{self, Schedule, TransferIndex};
+use crate::sim::{self, Observer, SimOptions};
+use crate::synth::{self, SynthOptions};
+use crate::topology::{NodeId, Topology};
+use crate::units::Time;
+use crate::Error;
+
+/// What a node does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Task {
+    /// Compute of `duration`; `forward` sorts it into the breakdown's forward or backward compute.
+    Compute {
+        duration: Time,
+        forward: bool,
+    },
+    /// A collective among the ranks whose programs name `communicator`; `group` is the kind of
+    /// group its exposure is charged to.
+    Collective {
+        kind: CollectiveKind,
+        bytes: u64,
+        communicator: String,
+        group: CommGroup,
+    },
+    Send {
+        peer: u32,
+        bytes: u64,
+        tag: u64,
+    },
+    Recv {
+        peer: u32,
+        bytes: u64,
+        tag: u64,
+    },
+    /// Takes no time (memory and metadata nodes, and nodes of unknown types).
+    Nop,
+}
+
+impl Task {
+    fn is_communication(&self) -> bool {
+        matches!(
+            self,
+            Task::Collective { .. } | Task::Send { .. } | Task::Recv { .. }
+        )
+    }
+
+    /// The column this communication's exposure is charged to in `ranks.csv`.
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Task::Collective { kind, .. } => kind.name(),
+            Task::Send { .. } | Task::Recv { .. } => "send-recv",
+            _ => "none",
+        }
+    }
+}
+
+/// One node of a rank's program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The node's id in its trace (reported in errors).
+    pub id: u64,
+    pub name: String,
+    pub task: Task,
+    /// Positions in the rank's node list of the nodes this one waits for.
+    pub deps: Vec<u32>,
+}
+
+/// What every rank runs: rank `r` runs `ranks[r]` on NPU `npus[r]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub name: String,
+    pub ranks: Vec<Vec<Node>>,
+}
+
+/// Where one rank's iteration went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankBreakdown {
+    pub rank: u32,
+    pub compute: Time,
+    pub exposed_comm: Time,
+    /// Exposed communication per kind (collective names, `send-recv`), in the order first seen.
+    pub exposed_by_kind: Vec<(&'static str, Time)>,
+    pub idle: Time,
+    pub total: Time,
+}
+
+/// A span of a rank's timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Span {
+    pub rank: u32,
+    pub name: String,
+    pub compute: bool,
+    pub start: Time,
+    pub end: Time,
+}
+
+/// The result of running a program.
+#[derive(Clone, Debug)]
+pub struct Execution {
+    /// The slowest rank's breakdown (ties to the lowest rank).
+    pub breakdown: Breakdown,
+    pub ranks: Vec<RankBreakdown>,
+    pub timeline: Vec<Span>,
+}
+
+/// Runs `program` on `topology`, rank `r` on NPU `npus[r]`.
+pub fn execute(
+    topology: &Topology,
+    program: &Program,
+    npus: &[NodeId],
+    options: &TrainOptions,
+    observer: &mut dyn Observer,
+) -> Result<Execution, Error> {
+    if npus.len() != program.ranks.len() {
+        return Err(Error::input(format!(
+            "{}: {} ranks on {} NPUs",
+            program.name,
+            program.ranks.len(),
+            npus.len()
+        )));
+    }
+    let mut builder = Emitter::new(topology, program, npus, options)?;
+    builder.run()?;
+    let sim_options = SimOptions {
+        record_transfers: true,
+        ..options.sim.clone()
+    };
+    let result = sim::simulate(topology, &builder.schedule, &sim_options, observer)?;
+    let (issued, completed) = (&result.issued, &result.completed);
+    let mut ranks = Vec::with_capacity(program.ranks.len());
+    let mut timeline = Vec::new();
+    let mut summaries = Vec::with_capacity(program.ranks.len());
+    for (r, nodes) in program.ranks.iter().enumerate() {
+        let ends = &builder.end[r];
+        let mut row = RankBreakdown {
+            rank: r as u32,
+            compute: Time::ZERO,
+            exposed_comm: Time::ZERO,
+            exposed_by_kind: Vec::new(),
+            idle: Time::ZERO,
+            total: Time::ZERO,
+        };
+        let mut sum = Breakdown {
+            workload: program.name.clone(),
+            algorithm: options.algorithm.name().to_string(),
+            forward_compute: Time::ZERO,
+            backward_compute: Time::ZERO,
+            exposed_comm: Time::ZERO,
+            exposed_data_parallel: Time::ZERO,
+            exposed_model_parallel: Time::ZERO,
+            total: Time::ZERO,
+            notes: Vec::new(),
+        };
+        let mut free = Time::ZERO;
+        for &i in &builder.compute_order[r] {
+            let node = &nodes[i as usize];
+            let Task::Compute { forward, .. } = node.task else {
+                unreachable!("the compute order holds compute nodes")
+            };
+            let wait = ends[i as usize];
+            let (started, done) = (issued[wait as usize], completed[wait as usize]);
+            let stall = started - free.min(started);
+            if stall > Time::ZERO {
+                let binding = node
+                    .deps
+                    .iter()
+                    .filter(|&&d| nodes[d as usize].task.is_communication())
+                    .max_by_key(|&&d| completed[ends[d as usize] as usize]);
+                match binding {
+                    Some(&d) => {
+                        let task = &nodes[d as usize].task;
+                        row.exposed_comm = row.exposed_comm + stall;
+                        sum.exposed_comm = sum.exposed_comm + stall;
+                        let kind = task.kind_name();
+                        match row.exposed_by_kind.iter_mut().find(|(k, _)| *k == kind) {
+                            Some((_, t)) => *t = *t + stall,
+                            None => row.exposed_by_kind.push((kind, stall)),
+                        }
+                        match task {
+                            Task::Collective {
+                                group: CommGroup::Model,
+                                ..
+                            } => sum.exposed_model_parallel = sum.exposed_model_parallel + stall,
+                            _ => sum.exposed_data_parallel = sum.exposed_data_parallel + stall,
+                        }
+                    }
+                    None => row.idle = row.idle + stall,
+                }
+            }
+            let spent = done - started;
+            row.compute = row.compute + spent;
+            if forward {
+                sum.forward_compute = sum.forward_compute + spent;
+            } else {
+                sum.backward_compute = sum.backward_compute + spent;
+            }
+            free = done;
+            timeline.push(Span {
+                rank: r as u32,
+                name: node.name.clone(),
+                compute: true,
+                start: started,
+                end: done,
+            });
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let end = completed[ends[i] as usize];
+            row.total = row.total.max(end);
+            if node.task.is_communication() {
+                let start = builder.start[r][i].map_or(Time::ZERO, |s| completed[s as usize]);
+                timeline.push(Span {
+                    rank: r as u32,
+                    name: node.name.clone(),
+                    compute: false,
+                    start: start.min(end),
+                    end,
+                });
+            }
+        }
+        sum.total = row.total;
+        ranks.push(row);
+        summaries.push(sum);
+    }
+    let slowest = (0..summaries.len())
+        .max_by_key(|&r| (summaries[r].total, std::cmp::Reverse(r)))
+        .expect("programs have ranks");
+    let mut breakdown = summaries.swap_remove(slowest);
+    breakdown.notes = builder.notes;
+    Ok(Execution {
+        breakdown,
+        ranks,
+        timeline,
+    })
+}
+
+/// Where a node stands while the schedule is emitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    /// Dependencies done; a collective or receive waiting for its partners.
+    Arrived,
+    Done,
+}
+
+/// Builds the schedule of a program: every node's completion as a schedule entry.
+struct Emitter<'a> {
+    topology: &'a Topology,
+    program: &'a Program,
+    npus: &'a [NodeId],
+    options: &'a TrainOptions,
+    schedule: Schedule,
+    /// Per rank and node: the schedule entry whose completion is the node's.
+    end: Vec<Vec<TransferIndex>>,
+    /// Per rank and communication node: the entry whose completion lets it start.
+    start: Vec<Vec<Option<TransferIndex>>>,
+    state: Vec<Vec<State>>,
+    waiting: Vec<Vec<u32>>,
+    dependents: Vec<Vec<Vec<u32>>>,
+    /// Per rank, its compute nodes in the order they ran, and the last one's wait.
+    compute_order: Vec<Vec<u32>>,
+    last_compute: Vec<Option<TransferIndex>>,
+    /// Per communicator: members (ranks) and, per member, its collective nodes in order.
+    communicators: BTreeMap<String, Communicator>,
+    /// Per (sender, receiver, tag): the sends and receives in order, and how many have been paired.
+    channels: HashMap<(u32, u32, u64), Channel>,
+    /// Collective schedules per (kind, bytes, members), made once.
+    cache: HashMap<(CollectiveKind, u64, Vec<NodeId>), Schedule>,
+    unwound: synth::Unwound,
+    notes: Vec<String>,
+    ready: VecDeque<(u32, u32)>,
+}
+
+#[derive(Default)]
+struct Communicator {
+    members: Vec<u32>,
+    /// Per member (in `members` order): its collective nodes in program order.
+    nodes: Vec<Vec<u32>>,
+    /// Per instance: how many members have arrived.
+    arrived: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Channel {
+    sends: Vec<u32>,
+    recvs: Vec<u32>,
+    /// Per send, the transfer once emitted.
+    messages: Vec<Option<TransferIndex>>,
+}
+
+impl<'a> Emitter<'a> {
+    fn new(
+        topology: &'a Topology,
+        program: &'a Program,
+        npus: &'a [NodeId],
+        options: &'a TrainOptions,
+    ) -> Result<Emitter<'a>, Error> {
+        let ranks = program.ranks.len();
+        let mut communicators: BTreeMap<String, Communicator> = BTreeMap::new();
+        let mut channels: HashMap<(u32, u32, u64), Channel> = HashMap::new();
+        let mut dependents = Vec::with_capacity(ranks);
+        let mut waiting = Vec::with_capacity(ranks);
+        for (r, nodes) in program.ranks.iter().enumerate() {
+            let mut deps_of = vec![Vec::new(); nodes.len()];
+            let mut count = vec![0u32; nodes.len()];
+            for (i, node) in nodes.iter().enumerate() {
+                for &d in &node.deps {
+                    deps_of[d as usize].push(i as u32);
+                }
+                count[i] = node.deps.len() as u32;
+                match &node.task {
+                    Task::Collective { communicator, .. } => {
+                        let c = communicators.entry(communicator.clone()).or_default();
+                        if c.members.last() != Some(&(r as u32)) {
+                            c.members.push(r as u32);
+                            c.nodes.push(Vec::new());
+                        }
+                        c.nodes.last_mut().expect("pushed").push(i as u32);
+                    }
+                    Task::Send { peer, tag, .. } => {
+                        check_peer(program, r, node, *peer)?;
+                        channels
+                            .entry((r as u32, *peer, *tag))
+                            .or_default()
+                            .sends
+                            .push(i as u32);
+                    }
+                    Task::Recv { peer, tag, .. } => {
+                        check_peer(program, r, node, *peer)?;
+                        channels
+                            .entry((*peer, r as u32, *tag))
+                            .or_default()
+                            .recvs
+                            .push(i as u32);
+                    }
+                    _ => {}
+                }
+            }
+            dependents.push(deps_of);
+            waiting.push(count);
+        }
+        for (name, c) in &mut communicators {
+            let count = c.nodes[0].len();
+            for (m, nodes) in c.members.iter().zip(&c.nodes) {
+                if nodes.len() != count {
+                    return Err(Error::input(format!(
+                        "{}: rank {m} has {} collectives on communicator '{name}', rank {} has \
+                         {count}",
+                        program.name,
+                        nodes.len(),
+                        c.members[0]
+                    )));
+                }
+            }
+            for k in 0..count {
+                let first = &program.ranks[c.members[0] as usize][c.nodes[0][k] as usize];
+                for (m, nodes) in c.members.iter().zip(&c.nodes) {
+                    let node = &program.ranks[*m as usize][nodes[k] as usize];
+                    if !same_collective(&first.task, &node.task) {
+                        return Err(Error::input(format!(
+                            "{}: rank {m} node {} ({}) does not match rank {} node {} of the same \
+                             collective on '{name}'",
+                            program.name, node.id, node.name, c.members[0], first.id
+                        )));
+                    }
+                }
+            }
+            c.arrived = vec![0; count];
+        }
+        for ((from, to, tag), ch) in &mut channels {
+            if ch.sends.len() != ch.recvs.len() {
+                return Err(Error::input(format!(
+                    "{}: rank {from} sends {} messages with tag {tag} to rank {to}, which \
+                     receives {}",
+                    program.name,
+                    ch.sends.len(),
+                    ch.recvs.len()
+                )));
+            }
+            ch.messages = vec![None; ch.sends.len()];
+        }
+        Ok(Emitter {
+            topology,
+            program,
+            npus,
+            options,
+            schedule: Schedule::new(),
+            end: program
+                .ranks
+                .iter()
+                .map(|n| vec![TransferIndex::MAX; n.len()])
+                .collect(),
+            start: program.ranks.iter().map(|n| vec![None; n.len()]).collect(),
+            state: program
+                .ranks
+                .iter()
+                .map(|n| vec![State::Waiting; n.len()])
+                .collect(),
+            waiting,
+            dependents,
+            compute_order: vec![Vec::new(); ranks],
+            last_compute: vec![None; ranks],
+            communicators,
+            channels,
+            cache: HashMap::new(),
+            unwound: synth::Unwound::default(),
+            notes: Vec::new(),
+            ready: VecDeque::new(),
+        })
+    }
+
+    /// Emits every node in dependency order, or names one that never becomes ready.
+    fn run(&mut self) -> Result<(), Error> {
+        for (r, counts) in self.waiting.iter().enumerate() {
+            for (i, &c) in counts.iter().enumerate() {
+                if c == 0 {
+                    self.ready.push_back((r as u32, i as u32));
+                }
+            }
+        }
+        while let Some((r, i)) = self.ready.pop_front() {
+            self.arrive(r, i)?;
+        }
+        for (r, states) in self.state.iter().enumerate() {
+            if let Some(i) = states.iter().position(|&s| s != State::Done) {
+                let node = &self.program.ranks[r][i];
+                return Err(Error::input(format!(
+                    "{}: rank {r} node {} ({}) never runs: its dependencies form a cycle, or a \
+                     collective or message it needs is never reached by another rank",
+                    self.program.name, node.id, node.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The schedule entries of node `i`'s dependencies on rank `r`.
+    fn dep_ends(&self, r: u32, i: u32) -> Vec<TransferIndex> {
+        self.program.ranks[r as usize][i as usize]
+            .deps
+            .iter()
+            .map(|&d| self.end[r as usize][d as usize])
+            .collect()
+    }
+
+    /// Node `i` of rank `r` has its dependencies done.
+    fn arrive(&mut self, r: u32, i: u32) -> Result<(), Error> {
+        let npu = self.npus[r as usize];
+        let node = &self.program.ranks[r as usize][i as usize];
+        match &node.task {
+            Task::Compute { duration, .. } => {
+                let mut deps = self.dep_ends(r, i);
+                deps.extend(self.last_compute[r as usize]);
+                let wait = self.schedule.push_wait(npu, *duration, &deps);
+                self.last_compute[r as usize] = Some(wait);
+                self.compute_order[r as usize].push(i);
+                self.done(r, i, wait);
+            }
+            Task::Nop => {
+                let deps = self.dep_ends(r, i);
+                let wait = self.schedule.push_wait(npu, Time::ZERO, &deps);
+                self.done(r, i, wait);
+            }
+            Task::Collective { communicator, .. } => {
+                self.state[r as usize][i as usize] = State::Arrived;
+                let c = &self.communicators[communicator];
+                let m = c.members.iter().position(|&x| x == r).expect("a member");
+                let k = c.nodes[m]
+                    .iter()
+                    .position(|&x| x == i)
+                    .expect("its own node");
+                let c = self
+                    .communicators
+                    .get_mut(communicator)
+                    .expect("listed above");
+                c.arrived[k] += 1;
+                if c.arrived[k] as usize == c.members.len() {
+                    let communicator = communicator.clone();
+                    self.collective(&communicator, k)?;
+                }
+            }
+            Task::Send { peer, bytes, tag } => {
+                let deps = self.dep_ends(r, i);
+                let start = self.schedule.push_wait(npu, Time::ZERO, &deps);
+                let message = self.schedule.push(
+                    crate::schedule::Transfer {
+                        src: npu,
+                        dst: self.npus[*peer as usize],
+                        bytes: *bytes,
+                    },
+                    &[start],
+                );
+                let ch = self.channels.get_mut(&(r, *peer, *tag)).expect("listed");
+                let k = ch.sends.iter().position(|&x| x == i).expect("its own");
+                ch.messages[k] = Some(message);
+                let recv = ch.recvs[k];
+                self.start[r as usize][i as usize] = Some(start);
+                self.done(r, i, message);
+                let peer = *peer;
+                if self.state[peer as usize][recv as usize] == State::Arrived {
+                    self.receive(peer, recv, message, r);
+                }
+            }
+            Task::Recv { peer, tag, .. } => {
+                self.state[r as usize][i as usize] = State::Arrived;
+                let ch = &self.channels[&(*peer, r, *tag)];
+                let k = ch.recvs.iter().position(|&x| x == i).expect("its own");
+                if let Some(message) = ch.messages[k] {
+                    let peer = *peer;
+                    self.receive(r, i, message, peer);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Receive `i` on rank `r` completes with `message` (from `from`) and its own dependencies.
+    fn receive(&mut self, r: u32, i: u32, message: TransferIndex, from: u32) {
+        let mut deps = self.dep_ends(r, i);
+        deps.push(message);
+        let wait = self
+            .schedule
+            .push_wait(self.npus[r as usize], Time::ZERO, &deps);
+        let sent = self.start[from as usize]
+            [self.channel_send(from, r, i).expect("a paired send") as usize];
+        self.start[r as usize][i as usize] = sent;
+        self.done(r, i, wait);
+    }
+
+    /// The send that pairs with receive `i` on rank `r` from rank `from`.
+    fn channel_send(&self, from: u32, r: u32, i: u32) -> Option<u32> {
+        let Task::Recv { tag, .. } = self.program.ranks[r as usize][i as usize].task else {
+            return None;
+        };
+        let ch = &self.channels[&(from, r, tag)];
+        let k = ch.recvs.iter().position(|&x| x == i)?;
+        Some(ch.sends[k])
+    }
+
+    /// Every member has reached instance `k` of `communicator`: emit its schedule.
+    fn collective(&mut self, communicator: &str, k: usize) -> Result<(), Error> {
+        let c = &self.communicators[communicator];
+        let members: Vec<(u32, u32)> = c
+            .members
+            .iter()
+            .zip(&c.nodes)
+            .map(|(&m, nodes)| (m, nodes[k]))
+            .collect();
+        let mut after: Vec<TransferIndex> = Vec::new();
+        for &(m, i) in &members {
+            after.extend(self.dep_ends(m, i));
+        }
+        after.sort_unstable();
+        after.dedup();
+        let (m0, i0) = members[0];
+        let first_npu = self.npus[m0 as usize];
+        let start = self.schedule.push_wait(first_npu, Time::ZERO, &after);
+        let Task::Collective { kind, bytes, .. } =
+            self.program.ranks[m0 as usize][i0 as usize].task
+        else {
+            unreachable!("communicators list collective nodes")
+        };
+        let mut npus: Vec<NodeId> = members
+            .iter()
+            .map(|&(m, _)| self.npus[m as usize])
+            .collect();
+        npus.sort_unstable();
+        let key = (kind, bytes, npus.clone());
+        if !self.cache.contains_key(&key) {
+            let s = self.make(kind, bytes, &npus)?;
+            self.cache.insert(key.clone(), s);
+        }
+        let part = &self.cache[&key];
+        let base = self.schedule.append(part, &[start]);
+        let mut needed = vec![false; part.len()];
+        for t in 0..part.len() as TransferIndex {
+            for &d in part.deps(t) {
+                needed[d as usize] = true;
+            }
+        }
+        let mut sinks: Vec<TransferIndex> = (0..part.len() as TransferIndex)
+            .filter(|&t| !needed[t as usize])
+            .map(|t| base + t)
+            .collect();
+        if sinks.is_empty() {
+            sinks.push(start);
+        }
+        let end = self.schedule.push_wait(first_npu, Time::ZERO, &sinks);
+        for (m, i) in members {
+            self.start[m as usize][i as usize] = Some(start);
+            self.done(m, i, end);
+        }
+        Ok(())
+    }
+
+    fn done(&mut self, r: u32, i: u32, end: TransferIndex) {
+        self.end[r as usize][i as usize] = end;
+        self.state[r as usize][i as usize] = State::Done;
+        for k in 0..self.dependents[r as usize][i as usize].len() {
+            let d = self.dependents[r as usize][i as usize][k];
+            let w = &mut self.waiting[r as usize][d as usize];
+            *w -= 1;
+            if *w == 0 {
+                self.ready.push_back((r, d));
+            }
+        }
+    }
+
+    /// The schedule of one collective on `npus`, validated when asked.
+    fn make(
+        &mut self,
+        kind: CollectiveKind,
+        bytes: u64,
+        npus: &[NodeId],
+    ) -> Result<Schedule, Error> {
+        let mut s = self.make_one(kind, bytes, npus)?;
+        if self.options.validate {
+            let claim = s.collective.clone().expect("generated schedules claim");
+            schedule::validate(&s, &claim, self.options.seed)
+                .map_err(|e| Error::input(format!("{kind} on {npus:?}: {e}")))?;
+        }
+        s.collective = None;
+        s.drop_pieces();
+        Ok(s)
+    }
+
+    fn make_one(
+        &mut self,
+        kind: CollectiveKind,
+        bytes: u64,
+        npus: &[NodeId],
+    ) -> Result<Schedule, Error> {
+        let o = self.options;
+        // As many chunks as asked for, halved while the collective cannot be cut that finely.
+        let mut chunks = o.chunks.unwrap_or(1).max(1);
+        let c = loop {
+            match Collective::new(kind, npus.to_vec(), bytes, chunks, None) {
+                Ok(c) => break c,
+                Err(_) if chunks > 1 => chunks /= 2,
+                Err(e) => return Err(e),
+            }
+        };
+        let whole = npus.len() == self.topology.active_npus().len();
+        let generated = match o.algorithm {
+            Algorithm::Tacos => {
+                let options = SynthOptions {
+                    seed: o.seed,
+                    ..o.synth.clone()
+                };
+                synth::synthesize_unwound(
+                    self.topology,
+                    &mut self.unwound,
+                    std::slice::from_ref(&c),
+                    &options,
+                )
+                .map(|mut s| s.schedules.remove(0))
+            }
+            // ForestColl packs its trees for the group on the whole network: its paths may leave
+            // the group's NPUs.
+            Algorithm::ForestColl => algorithms::forestcoll::produce(
+                self.topology,
+                &c,
+                o.trees,
+                o.chunks.map(|_| chunks),
+            )
+            .map(|(s, _)| s),
+            Algorithm::Hierarchical | Algorithm::Themis if !whole => {
+                match whole_dimensions(self.topology, npus) {
+                    // The group is whole dimensions: generate on them and move onto its NPUs.
+                    Some(range) => {
+                        let sub = self.topology.sub_dimensions(range)?;
+                        let local = Collective::new(
+                            kind,
+                            (0..npus.len() as NodeId).collect(),
+                            bytes,
+                            chunks,
+                            None,
+                        )?;
+                        algorithms::generate_with(o.algorithm, &sub, &local, &o.multi_dim).map(
+                            |mut s| {
+                                s.relabel(npus);
+                                s
+                            },
+                        )
+                    }
+                    None => Err(Error::input(format!(
+                        "{}: a group of {} NPUs is not whole dimensions of {}",
+                        o.algorithm.name(),
+                        npus.len(),
+                        self.topology.name()
+                    ))),
+                }
+            }
+            a => algorithms::generate_with(a, self.topology, &c, &o.multi_dim),
+        };
+        match generated {
+            Ok(s) => Ok(s),
+            Err(e) if o.algorithm != Algorithm::Direct => {
+                let note = format!(
+                    "{} {kind} of {bytes} B: {e}; ran direct instead",
+                    o.algorithm.name()
+                );
+                if !self.notes.contains(&note) {
+                    self.notes.push(note);
+                }
+                algorithms::generate(Algorithm::Direct, self.topology, &c)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Two collective nodes are one collective when kind and size agree.
+fn same_collective(a: &Task, b: &Task) -> bool {
+    match (a, b) {
+        (
+            Task::Collective {
+                kind: k1,
+                bytes: b1,
+                ..
+            },
+            Task::Collective {
+                kind: k2,
+                bytes: b2,
+                ..
+            },
+        ) => k1 == k2 && b1 == b2,
+        _ => false,
+    }
+}
+
+fn check_peer(program: &Program, r: usize, node: &Node, peer: u32) -> Result<(), Error> {
+    if peer as usize >= program.ranks.len() || peer as usize == r {
+        return Err(Error::input(format!(
+            "{}: rank {r} node {} ({}) names peer rank {peer} (ranks 0..{}, not itself)",
+            program.name,
+            node.id,
+            node.name,
+            program.ranks.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The dimensions `npus` (ascending) span when they are exactly the NPUs that differ from the
+/// first in those dimensions only, on a fault-free dimensional network.
+pub(crate) fn whole_dimensions(topology: &Topology, npus: &[NodeId]) -> Option<Range<usize>> {
+    let dims = topology.dims();
+    if dims.is_empty() || topology.active_npus().len() as u32 != topology.npus() {
+        return None;
+    }
+    let strides = crate::topology::strides_of(dims);
+    let coord = |v: NodeId, d: usize| (v / strides[d]) % dims[d].size;
+    let first = npus[0];
+    for a in 0..dims.len() {
+        for b in a + 1..=dims.len() {
+            let size: u32 = dims[a..b].iter().map(|d| d.size).product();
+            if size as usize != npus.len() {
+                continue;
+            }
+            let fits = npus.iter().all(|&v| {
+                (0..dims.len())
+                    .filter(|d| !(a..b).contains(d))
+                    .all(|d| coord(v, d) == coord(first, d))
+            });
+            if fits {
+                return Some(a..b);
+            }
+        }
+    }
+    None
+}
