@@ -188,6 +188,38 @@ fn sweep_writes_a_row_per_combination_and_its_plot() {
     assert!(is_png(&out.join("sweep.png")) && is_svg(&out.join("sweep.svg")));
 }
 
+/// An experiment's routing applies to all its runs, ECMP hashed by each run's seed: on a
+/// leaf/spine, halving-doubling over ECMP differs between seeds and reproduces with its seed,
+/// and planned paths match or beat every seed.
+#[test]
+fn experiments_route_by_their_routing_and_seeds() {
+    let dir = scratch("routing");
+    let run = |routing: &str, seeds: &str| -> Vec<f64> {
+        let path = write(
+            &dir,
+            &format!("{routing}.yaml"),
+            &format!(
+                "topologies: [spineleaf:8x4x4]\ncollectives: [all-reduce]\nsizes: [64MiB]\n\
+                 algorithms: [rhd]\nseeds: [{seeds}]\nrouting: {routing}\n"
+            ),
+        );
+        let out = dir.join(format!("out-{routing}"));
+        ok(&["run", &path, "--out", out.to_str().unwrap(), "--force"]);
+        csv_rows(&out.join("summary.csv"))
+            .iter()
+            .map(|r| r["collective_time_ns"].parse().unwrap())
+            .collect()
+    };
+    let hashed = run("ecmp", "1, 2, 3, 1");
+    assert_eq!(hashed[0], hashed[3]);
+    assert!(hashed[..3].iter().any(|&t| t != hashed[0]), "{hashed:?}");
+    let pinned = run("pinned", "1");
+    assert!(
+        hashed.iter().all(|&t| t >= pinned[0]),
+        "{pinned:?} {hashed:?}"
+    );
+}
+
 /// Experiment files: a shard of the runs plus the other shards merge into exactly the whole
 /// run's results; a missing shard is an error naming the runs.
 #[test]
@@ -305,6 +337,11 @@ fn bad_experiment_files_are_errors_naming_file_and_field() {
             "topo.yaml",
             "topologies: ['ring:0']\ncollectives: [all-reduce]\nsizes: [1KB]\nalgorithms: [ring]\n",
             "topologies[0]",
+        ),
+        (
+            "routing.yaml",
+            "topologies: [ring:4]\ncollectives: [all-reduce]\nsizes: [1KB]\nalgorithms: [ring]\nrouting: hashed\n",
+            "routing",
         ),
     ] {
         let path = write(&dir, name, text);

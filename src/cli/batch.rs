@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::simulate::RoutingArg;
 use super::{Format, MultiDimArgs, OutArgs, TimeModelArg, TopologyArgs};
 use crate::algorithms::Algorithm;
 use crate::collective::CollectiveKind;
@@ -61,6 +62,10 @@ pub struct BatchArgs {
     /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
     #[arg(long, value_enum)]
     pub time_model: Option<TimeModelArg>,
+    /// dor, ecmp (hashed by each run's seed) or pinned, as `simulate --routing` [default: the
+    /// experiment file's, or dor]
+    #[arg(long, value_enum)]
+    pub routing: Option<RoutingArg>,
     /// Skip the symbolic validation of schedules
     #[arg(long)]
     pub no_validate: bool,
@@ -157,6 +162,9 @@ fn run_experiment(
 ) -> Result<(), Error> {
     if let Some(model) = args.time_model {
         experiment.options.time_model = model.into();
+    }
+    if let Some(routing) = args.routing {
+        experiment.options.routing = routing.into();
     }
     experiment.validate &= !args.no_validate;
     if args.trials.is_some() {

@@ -69,6 +69,17 @@ pub enum RoutingArg {
     Pinned,
 }
 
+impl From<RoutingArg> for Routing {
+    /// The routing of the flag; ECMP seeded with 1 until [`Routing::seeded`] gives the run's.
+    fn from(arg: RoutingArg) -> Routing {
+        match arg {
+            RoutingArg::Dor => Routing::Dor,
+            RoutingArg::Ecmp => Routing::Ecmp { seed: 1 },
+            RoutingArg::Pinned => Routing::Pinned,
+        }
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeatmapArg {
     Bytes,
@@ -131,13 +142,7 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
             .transpose()?,
         record_transfers: args.output.out.is_some() && !args.no_transfers,
         record_busy_intervals: args.output.out.is_some(),
-        routing: match args.routing {
-            RoutingArg::Dor => Routing::Dor,
-            RoutingArg::Ecmp => Routing::Ecmp {
-                seed: args.seed.unwrap_or(1),
-            },
-            RoutingArg::Pinned => Routing::Pinned,
-        },
+        routing: Routing::from(args.routing).seeded(args.seed.unwrap_or(1)),
         ..system.sim_options(args.time_model.into())
     })
 }

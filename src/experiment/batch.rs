@@ -17,6 +17,7 @@ use crate::report::{
     self, BarChart, HeatMetric, Heatmap, HeatmapGrid, LinePlot, OutputDir, Series, Summary,
     SUMMARY_HEADER,
 };
+use crate::sim::SimOptions;
 use crate::topology::Topology;
 use crate::units::{format_bytes, format_bytes_approx};
 use crate::Error;
@@ -135,7 +136,10 @@ fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunD
             npus: None,
             root: exp.root.filter(|_| plan.collective.is_rooted()),
         }],
-        options: exp.options.clone(),
+        options: SimOptions {
+            routing: exp.options.routing.seeded(plan.seed.unwrap_or(1)),
+            ..exp.options.clone()
+        },
         seed: plan.seed,
         validate: exp.validate,
         synth: exp.synth.clone(),

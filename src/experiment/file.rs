@@ -14,6 +14,7 @@
 //! algorithms: [ring, direct, rhd, tacos]
 //! chunks: [1]
 //! seeds: [1]
+//! routing: ecmp              # optional: dor (default), ecmp (hashed by each run's seed), pinned
 //! heatmaps: true             # per-run heat maps, one colour scale per (topology, collective, size)
 //! system: astra_system.json  # optional: ASTRA-sim system file for hierarchical and Themis runs
 //! active_chunks: 1           # optional: chunks a dimension works on at once
@@ -29,7 +30,7 @@ use crate::collective::CollectiveKind;
 use crate::sim::{SimOptions, TimeModel};
 use crate::synth::SynthOptions;
 use crate::system::{load_system, SystemConfig};
-use crate::topology::{Topology, TopologyOptions};
+use crate::topology::{Routing, Topology, TopologyOptions};
 use crate::units::{parse_bytes, parse_size_list};
 use crate::Error;
 
@@ -329,6 +330,11 @@ impl Experiment {
             Some(t) => TimeModel::parse(t)
                 .ok_or_else(|| field("time_model", format!("'{t}' is not exact or astra")))?,
         };
+        let routing = match raw.routing.as_deref() {
+            None => Routing::Dor,
+            Some(r) => Routing::named(r, 1)
+                .ok_or_else(|| field("routing", format!("'{r}' is not dor, ecmp or pinned")))?,
+        };
         Ok(Experiment {
             name: raw.name.unwrap_or_else(|| "experiment".into()),
             description: raw.description,
@@ -339,7 +345,10 @@ impl Experiment {
             chunks,
             seeds,
             root: raw.root,
-            options: system.sim_options(time_model),
+            options: SimOptions {
+                routing,
+                ..system.sim_options(time_model)
+            },
             validate: raw.validate.unwrap_or(true),
             synth: SynthOptions {
                 trials: raw.trials,
@@ -366,6 +375,8 @@ struct RawExperiment {
     seeds: Option<Vec<u64>>,
     root: Option<u32>,
     time_model: Option<String>,
+    /// dor, ecmp (seeded by each run's seed) or pinned.
+    routing: Option<String>,
     validate: Option<bool>,
     trials: Option<u32>,
     heatmaps: Option<bool>,

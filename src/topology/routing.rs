@@ -33,6 +33,26 @@ pub enum Routing {
     Pinned,
 }
 
+impl Routing {
+    /// The routing called `name` (`dor`, `ecmp`, `pinned`); ECMP hashes with `seed`.
+    pub fn named(name: &str, seed: u64) -> Option<Routing> {
+        match name {
+            "dor" => Some(Routing::Dor),
+            "ecmp" => Some(Routing::Ecmp { seed }),
+            "pinned" => Some(Routing::Pinned),
+            _ => None,
+        }
+    }
+
+    /// The same routing with ECMP's hash seeded by `seed` (other routings have no seed).
+    pub fn seeded(self, seed: u64) -> Routing {
+        match self {
+            Routing::Ecmp { .. } => Routing::Ecmp { seed },
+            other => other,
+        }
+    }
+}
+
 /// Every out-link starting a shortest path towards one destination, per node.
 pub struct Choices {
     start: Vec<u32>,
