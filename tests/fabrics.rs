@@ -234,7 +234,7 @@ fn nccl_rings_saturate_every_nic_of_the_a100_boxes() {
                 "--size",
                 "1GB",
                 "--chunks",
-                "8",
+                "16",
                 "--algorithm",
                 algorithm,
             ])

@@ -3,10 +3,11 @@
 //! visiting the box's other GPUs in between over the fast links, so the channels together keep
 //! every NIC busy in both directions (one ring in, one out). Successive boxes alternate the
 //! offset of the entry GPU so that a ring leaves one box and enters the next on the same local
-//! index (the same rail). Networks whose links are bidirectional also run every channel's ring
-//! the other way round (NCCL's reversed channels), each direction with half of the channel's data.
+//! index (the same rail).
 //!
-//! One box (no slower links) gives rotations of a single ring: plain ring, pipelined.
+//! One box (no slower links) gives rotations of a single ring: plain ring, pipelined; where its
+//! links are bidirectional, every channel's ring also runs the other way round (NCCL's reversed
+//! channels), each direction with half of the channel's data.
 
 use super::boxes::equal_boxes;
 use super::builder::Builder;
@@ -48,8 +49,8 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     Ok(b.finish())
 }
 
-/// The ring of every channel, as ranks in sending order: one per local index of the boxes, and
-/// as many again reversed when links run both ways.
+/// The ring of every channel, as ranks in sending order: one per local index of the boxes, and,
+/// in a single box whose links run both ways, as many again reversed.
 pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<u32>> {
     let g = boxes[0].len();
     let shifts = entry_shifts(boxes.len(), g);
@@ -68,7 +69,9 @@ pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<
             ring
         })
         .collect();
-    if bidirectional && boxes.len() * g > 2 {
+    // Across boxes every NIC already carries one ring each way; reversed rings would only split
+    // that. Inside one box of point-to-point links they use the links' other direction.
+    if bidirectional && boxes.len() == 1 && g > 2 {
         let reversed: Vec<Vec<u32>> = rings
             .iter()
             .map(|r| r.iter().rev().copied().collect())
