@@ -12,13 +12,13 @@ mod hdrm;
 mod hierarchical;
 mod nccl_ring;
 mod nccl_tree;
+mod phases;
 mod rhd;
 mod ring;
 mod themis;
 mod two_step_tree;
 
-pub use hierarchical::DimAlgorithm;
-pub use themis::IntraDimension;
+pub use phases::{DimAlgorithm, IntraDimension};
 
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::Schedule;
