@@ -1,7 +1,7 @@
 //! The simulator-core performance targets, measured on whole `collsim simulate` commands:
 //! direct all-to-all on `switch:N` (1 MiB per pair, 50 GiB/s, 500 ns) and the jittered N=1024
 //! all-to-all read from a CSV schedule in the astra model. Prints the median wall time of several
-//! runs and the peak RSS (GNU time). Run: `cargo bench --bench scale [-- N...]`, e.g.
+//! runs, the peak RSS (GNU time) and the engine's events per second and nanoseconds per hop. Run: `cargo bench --bench scale [-- N...]`, e.g.
 //! `cargo bench --bench scale -- 2048 4096 8192`.
 //!
 //! `cargo bench --bench scale -- synth [64x64]` measures the synthesizer's targets instead: whole
@@ -106,14 +106,16 @@ fn main() {
     for n in sizes {
         let args: Vec<String> = format!(
             "simulate --topology switch:{n} --bandwidth 50GiB/s --latency 500ns --collective all-to-all \
-             --algorithm direct --size {n}MiB --format csv"
+             --algorithm direct --size {n}MiB --time-model astra"
         )
         .split_whitespace()
         .map(String::from)
         .collect();
-        let (secs, mib, row) = measure(&args);
-        let time_ns = row.split(',').nth(6).unwrap_or("?");
-        println!("switch:{n} all-to-all: {secs:.2} s, {mib:.0} MiB peak, collective {time_ns} ns");
+        let (secs, mib, engine) = measure(&args);
+        let engine = engine.trim().trim_start_matches("engine").trim();
+        println!(
+            "switch:{n} all-to-all: {secs:.2} s, {mib:.0} MiB peak; last run's engine: {engine}"
+        );
     }
     let dir = std::env::temp_dir().join("collsim-bench-jitter");
     std::fs::create_dir_all(&dir).unwrap();

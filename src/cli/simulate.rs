@@ -210,6 +210,7 @@ fn run_and_report(
             if let Some(estimate) = outcome.estimate {
                 println!("  synthesizer estimate  {estimate}");
             }
+            println!("  engine          {}", outcome.engine_speed());
         }
     }
     Ok(())

@@ -111,6 +111,8 @@ pub struct RunOutcome {
     pub result: SimResult,
     /// The synthesizer's own estimate of the collective time, when it made the schedule.
     pub estimate: Option<Time>,
+    /// Wall time of the simulation alone (the engine's speed: events and hops per second).
+    pub simulation: std::time::Duration,
 }
 
 /// The schedules of a run: one per collective, or one file.
@@ -282,13 +284,15 @@ pub fn execute(
                 })
             })
         });
+        let started = Instant::now();
         let result = sim::simulate(topology, &schedule, &spec.options, observer);
+        let simulation = started.elapsed();
         let validation =
             validator.map_or(Ok(()), |v| v.join().expect("the validator does not panic"));
-        (validation, result)
+        (validation, result.map(|r| (r, simulation)))
     });
     validation?;
-    let result = result?;
+    let (result, simulation) = result?;
     drop(parts);
     let claims: Vec<Collective> = match &schedule.collective {
         Some(c) => vec![c.clone()],
@@ -355,7 +359,24 @@ pub fn execute(
         schedule,
         result,
         estimate: produced.estimate,
+        simulation,
     })
+}
+
+impl RunOutcome {
+    /// The engine's speed on this run: "67.1M events, 33.5M hops in 2.71 s: 24.8M events/s,
+    /// 80.8 ns a hop".
+    pub fn engine_speed(&self) -> String {
+        let seconds = self.simulation.as_secs_f64().max(1e-9);
+        let (events, hops) = (self.result.events as f64, self.result.hops as f64);
+        format!(
+            "{:.1}M events, {:.1}M hops in {seconds:.2} s: {:.1}M events/s, {:.1} ns a hop",
+            events / 1e6,
+            hops / 1e6,
+            events / seconds / 1e6,
+            seconds * 1e9 / hops.max(1.0)
+        )
+    }
 }
 
 /// Mean over links (of dimension `dim`, or all) of busy time / collective time.

@@ -59,6 +59,8 @@ pub struct SimResult {
     pub busy_intervals: Vec<Vec<(Time, Time)>>,
     /// Events processed.
     pub events: u64,
+    /// Messages put on links (a transfer over three links counts three).
+    pub hops: u64,
 }
 
 /// Everything a hop touches on its link, in one cache line.
@@ -432,6 +434,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             .time_model
             .delays(bytes, state.bandwidth, state.latency);
         let node = state.far_end;
+        self.result.hops += 1;
         self.queue.push(
             now + arrive,
             Event::Arrive {
