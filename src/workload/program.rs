@@ -587,6 +587,12 @@ impl<'a> Emitter<'a> {
             .map(|&(m, _)| self.npus[m as usize])
             .collect();
         npus.sort_unstable();
+        if npus.len() < 2 {
+            // A communicator of one rank has nothing to exchange.
+            self.done(m0, i0, start);
+            self.start[m0 as usize][i0 as usize] = Some(start);
+            return Ok(());
+        }
         let key = (kind, bytes, npus.clone());
         if !self.cache.contains_key(&key) {
             let s = self.make(kind, bytes, &npus)?;
@@ -791,4 +797,103 @@ pub(crate) fn whole_dimensions(topology: &Topology, npus: &[NodeId]) -> Option<R
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::MultiDimOptions;
+    use crate::topology::TopologyOptions;
+
+    fn options() -> TrainOptions {
+        TrainOptions {
+            algorithm: Algorithm::Ring,
+            multi_dim: MultiDimOptions::default(),
+            synth: SynthOptions::default(),
+            sim: SimOptions::default(),
+            validate: true,
+            seed: 1,
+            chunks: None,
+            trees: None,
+        }
+    }
+
+    fn node(id: u64, task: Task, deps: Vec<u32>) -> Node {
+        Node {
+            id,
+            name: format!("n{id}"),
+            task,
+            deps,
+        }
+    }
+
+    /// A collective on a communicator of one rank takes no time; compute on each rank runs one
+    /// node at a time even without dependencies between the nodes.
+    #[test]
+    fn lone_collectives_are_free_and_compute_is_serial() {
+        let t = TopologyOptions::new("ring:2").build().unwrap();
+        let compute = |us: u64| Task::Compute {
+            duration: Time::from_ns(us * 1000),
+            forward: true,
+        };
+        let rank = |r: u32| {
+            vec![
+                node(0, compute(3), vec![]),
+                node(1, compute(4), vec![]),
+                node(
+                    2,
+                    Task::Collective {
+                        kind: CollectiveKind::AllReduce,
+                        bytes: 1 << 20,
+                        communicator: format!("solo{r}"),
+                        group: CommGroup::Data,
+                    },
+                    vec![0, 1],
+                ),
+            ]
+        };
+        let program = Program {
+            name: "p".into(),
+            ranks: vec![rank(0), rank(1)],
+        };
+        let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
+        assert_eq!(run.breakdown.total, Time::from_ns(7000));
+        assert_eq!(run.breakdown.exposed_comm, Time::ZERO);
+    }
+
+    /// A receive whose send never comes, and a cycle through two ranks' messages, are named.
+    #[test]
+    fn unmatched_messages_are_refused() {
+        let t = TopologyOptions::new("ring:2").build().unwrap();
+        let recv = |peer| Task::Recv {
+            peer,
+            bytes: 8,
+            tag: 0,
+        };
+        let send = |peer| Task::Send {
+            peer,
+            bytes: 8,
+            tag: 0,
+        };
+        let lonely = Program {
+            name: "p".into(),
+            ranks: vec![vec![node(0, recv(1), vec![])], vec![]],
+        };
+        let err = execute(&t, &lonely, &[0, 1], &options(), &mut ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("receives"), "{err}");
+        // Each rank receives before it sends: neither message can leave.
+        let deadlock = Program {
+            name: "p".into(),
+            ranks: vec![
+                vec![node(0, recv(1), vec![]), node(1, send(1), vec![0])],
+                vec![node(0, recv(0), vec![]), node(1, send(0), vec![0])],
+            ],
+        };
+        let err = execute(&t, &deadlock, &[0, 1], &options(), &mut ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("never runs"), "{err}");
+    }
 }
