@@ -361,6 +361,19 @@ impl<'a> Emitter<'a> {
             dependents.push(deps_of);
             waiting.push(count);
         }
+        // Collectives that name no communicator run on every rank.
+        if let Some(all) = communicators.get("") {
+            if all.members.len() != ranks {
+                let missing = (0..ranks as u32)
+                    .find(|r| !all.members.contains(r))
+                    .expect("fewer members than ranks");
+                return Err(Error::input(format!(
+                    "{}: rank {} has collectives without a communicator (pg_name), which run on \
+                     every rank, but rank {missing} has none",
+                    program.name, all.members[0]
+                )));
+            }
+        }
         for (name, c) in &mut communicators {
             let count = c.nodes[0].len();
             for (m, nodes) in c.members.iter().zip(&c.nodes) {
@@ -859,6 +872,26 @@ mod tests {
         let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
         assert_eq!(run.breakdown.total, Time::from_ns(7000));
         assert_eq!(run.breakdown.exposed_comm, Time::ZERO);
+    }
+
+    /// A collective that names no communicator runs on every rank: a rank without it is named.
+    #[test]
+    fn collectives_without_a_communicator_need_every_rank() {
+        let t = TopologyOptions::new("ring:2").build().unwrap();
+        let all_reduce = Task::Collective {
+            kind: CollectiveKind::AllReduce,
+            bytes: 64,
+            communicator: String::new(),
+            group: CommGroup::Data,
+        };
+        let program = Program {
+            name: "p".into(),
+            ranks: vec![vec![node(0, all_reduce, vec![])], vec![]],
+        };
+        let err = execute(&t, &program, &[0, 1], &options(), &mut ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rank 1 has none"), "{err}");
     }
 
     /// A receive whose send never comes, and a cycle through two ranks' messages, are named.
