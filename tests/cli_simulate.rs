@@ -637,3 +637,59 @@ fn a_long_bound_writes_progress_lines_to_a_log() {
         assert!(log.contains("progress: cut bound, "), "{elapsed} s: {log}");
     }
 }
+
+/// `transfers.parquet` holds the rows of `transfers.csv`, typed: the same ids, endpoints, bytes
+/// and times (to the picosecond the CSV prints).
+#[test]
+fn the_parquet_transfer_table_matches_the_csv() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let dir = scratch("parquet");
+    let run = |format: &str| {
+        let out = dir.join(format);
+        let o = collsim(&[
+            "simulate",
+            "--topology",
+            "mesh:3x3",
+            "--collective",
+            "all-reduce",
+            "--size",
+            "1MB",
+            "--chunks",
+            "2",
+            "--algorithm",
+            "ring",
+            "--out",
+            out.to_str().unwrap(),
+            "--table-format",
+            format,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let csv = std::fs::read_to_string(run("csv").join("transfers.csv")).unwrap();
+    let file = std::fs::File::open(run("parquet").join("transfers.parquet")).unwrap();
+    let reader = SerializedFileReader::new(file).unwrap();
+    let mut rows = 0;
+    for (line, row) in csv.lines().skip(1).zip(reader.get_row_iter(None).unwrap()) {
+        let row = row.unwrap();
+        let cells: Vec<&str> = line.split(',').collect();
+        let fields: Vec<String> = row
+            .get_column_iter()
+            .map(|(_, f)| match f {
+                Field::ULong(v) => v.to_string(),
+                Field::UInt(v) => v.to_string(),
+                Field::Double(v) => format!("{v}"),
+                other => panic!("unexpected field {other:?}"),
+            })
+            .collect();
+        assert_eq!(&fields[..4], &cells[..4], "{line}");
+        for k in 4..6 {
+            let (a, b): (f64, f64) = (fields[k].parse().unwrap(), cells[k].parse().unwrap());
+            assert!((a - b).abs() < 1e-3, "{line}: {a} against {b}");
+        }
+        rows += 1;
+    }
+    assert_eq!(rows, csv.lines().count() - 1);
+    assert_eq!(reader.metadata().file_metadata().num_rows() as usize, rows);
+}

@@ -43,7 +43,8 @@ pub struct RunArgs {
     /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
     #[arg(long)]
     pub reduce_bandwidth: Option<String>,
-    // Results folder: summary.csv, transfers.csv, links.csv (and schedule.json when synthesized)
+    // Results folder: summary.csv, transfers.csv or .parquet, links.csv (and schedule.json when
+    // synthesized)
     #[command(flatten)]
     pub output: OutArgs,
     /// stdout: a human summary (text) or the summary.csv header and row (csv)
@@ -56,10 +57,19 @@ pub struct RunArgs {
     /// with a message waiting (queued), or the most messages held at once (max-queue)
     #[arg(long, value_enum, default_value = "bytes")]
     pub heatmap: HeatmapArg,
-    /// Leave transfers.csv (one row per transfer; hundreds of MB for millions of transfers) out
-    /// of --out
+    /// Leave the per-transfer table (one row per transfer) out of --out
     #[arg(long, requires = "out")]
     pub no_transfers: bool,
+    /// Format of the per-transfer table: transfers.csv or transfers.parquet (zstd) [default:
+    /// parquet past a million transfers, csv below]
+    #[arg(long, value_enum, requires = "out")]
+    pub table_format: Option<TableFormatArg>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFormatArg {
+    Csv,
+    Parquet,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,6 +210,10 @@ fn run_and_report(
         };
         let tables = experiment::Tables {
             transfers: !args.no_transfers,
+            format: args.table_format.map(|f| match f {
+                TableFormatArg::Csv => experiment::TableFormat::Csv,
+                TableFormatArg::Parquet => experiment::TableFormat::Parquet,
+            }),
         };
         experiment::write_outputs(&topology, &outcome, out, metric, tables, &extra)?;
     }

@@ -414,12 +414,24 @@ fn file_label(path: &Path) -> String {
 /// Which of the optional tables a run's results folder holds.
 #[derive(Clone, Copy, Debug)]
 pub struct Tables {
-    /// `transfers.csv`: one row per transfer.
+    /// The per-transfer table: one row per transfer.
     pub transfers: bool,
+    /// Its format; None: Parquet past [`PARQUET_FROM`] transfers, CSV below.
+    pub format: Option<TableFormat>,
 }
 
-/// Writes `summary.csv`, `transfers.csv` (when `tables` says), `links.csv`, `utilization.csv` and
-/// the figures of one run into `out` (the heat map of `metric`), and whatever `extra` adds, all
+/// How a large table is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFormat {
+    Csv,
+    Parquet,
+}
+
+/// Transfers past which the per-transfer table is Parquet by default.
+pub const PARQUET_FROM: usize = 1_000_000;
+
+/// Writes `summary.csv`, `transfers.csv` or `.parquet` (when `tables` says), `links.csv`,
+/// `utilization.csv` and the figures of one run into `out` (the heat map of `metric`), and whatever `extra` adds, all
 /// committed together.
 pub fn write_outputs(
     topology: &Topology,
@@ -431,11 +443,23 @@ pub fn write_outputs(
 ) -> Result<(), Error> {
     extra(&mut out)?;
     if tables.transfers {
-        report::write_transfers_csv(
-            &outcome.schedule,
-            &outcome.result,
-            &out.file("transfers.csv"),
-        )?;
+        let parquet = match tables.format {
+            Some(format) => format == TableFormat::Parquet,
+            None => outcome.schedule.len() > PARQUET_FROM,
+        };
+        if parquet {
+            report::write_transfers_parquet(
+                &outcome.schedule,
+                &outcome.result,
+                &out.file("transfers.parquet"),
+            )?;
+        } else {
+            report::write_transfers_csv(
+                &outcome.schedule,
+                &outcome.result,
+                &out.file("transfers.csv"),
+            )?;
+        }
     }
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
     let title = outcome.summary.title();

@@ -3,11 +3,13 @@
 //! complete or absent.
 
 mod heatmap;
+mod parquet;
 mod plot;
 mod training;
 mod utilization;
 
 pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
+pub use parquet::write_transfers_parquet;
 pub use plot::{BarChart, LinePlot, Series};
 pub use training::{
     breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,
