@@ -693,3 +693,43 @@ fn the_parquet_transfer_table_matches_the_csv() {
     assert_eq!(rows, csv.lines().count() - 1);
     assert_eq!(reader.metadata().file_metadata().num_rows() as usize, rows);
 }
+
+/// A synthesized schedule written as `schedule.parquet` simulates again to the same time.
+#[test]
+fn a_parquet_schedule_simulates_again_to_the_same_time() {
+    let dir = scratch("parquet-schedule");
+    let out = dir.join("synth");
+    let o = collsim(&[
+        "synthesize",
+        "--topology",
+        "mesh:3x3",
+        "--collective",
+        "all-gather",
+        "--size",
+        "9MB",
+        "--out",
+        out.to_str().unwrap(),
+        "--table-format",
+        "parquet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.join("schedule.json").exists());
+    let synthesized = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let time = |csv: &str| -> String {
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(6)
+            .unwrap()
+            .to_string()
+    };
+    let again = summary(&[
+        "--topology",
+        "mesh:3x3",
+        "--schedule",
+        out.join("schedule.parquet").to_str().unwrap(),
+    ]);
+    assert_eq!(again["collective_time_ns"], time(&synthesized));
+    assert_eq!(again["collective"], "all-gather");
+}

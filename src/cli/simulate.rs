@@ -12,7 +12,7 @@ use crate::algorithms::Algorithm;
 use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::{HeatMetric, SUMMARY_HEADER};
-use crate::schedule::{write_msccl, write_schedule_json};
+use crate::schedule::{write_msccl, write_schedule_json, write_schedule_parquet};
 use crate::sim::SimOptions;
 use crate::system::SystemConfig;
 use crate::topology::Routing;
@@ -43,8 +43,8 @@ pub struct RunArgs {
     /// Reduction throughput at the destination (e.g. 100GB/s); reductions cost bytes / this
     #[arg(long)]
     pub reduce_bandwidth: Option<String>,
-    // Results folder: summary.csv, transfers.csv or .parquet, links.csv (and schedule.json when
-    // synthesized)
+    // Results folder: summary.csv, transfers.csv or .parquet, links.csv (and schedule.json or
+    // .parquet when collsim made the schedule)
     #[command(flatten)]
     pub output: OutArgs,
     /// stdout: a human summary (text) or the summary.csv header and row (csv)
@@ -60,8 +60,8 @@ pub struct RunArgs {
     /// Leave the per-transfer table (one row per transfer) out of --out
     #[arg(long, requires = "out")]
     pub no_transfers: bool,
-    /// Format of the per-transfer table: transfers.csv or transfers.parquet (zstd) [default:
-    /// parquet past a million transfers, csv below]
+    /// Format of the per-transfer tables: transfers.csv and schedule.json, or transfers.parquet
+    /// and schedule.parquet (zstd) [default: parquet past a million transfers]
     #[arg(long, value_enum, requires = "out")]
     pub table_format: Option<TableFormatArg>,
 }
@@ -196,8 +196,17 @@ fn run_and_report(
         write_msccl(&outcome.schedule, claim, &name, path)?;
     }
     if let Some(out) = out {
+        let tables = experiment::Tables {
+            transfers: !args.no_transfers,
+            format: args.table_format.map(|f| match f {
+                TableFormatArg::Csv => experiment::TableFormat::Csv,
+                TableFormatArg::Parquet => experiment::TableFormat::Parquet,
+            }),
+        };
         let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
-            if produced {
+            if produced && tables.parquet(outcome.schedule.len()) {
+                write_schedule_parquet(&outcome.schedule, &out.file("schedule.parquet"))?;
+            } else if produced {
                 write_schedule_json(&outcome.schedule, &out.file("schedule.json"))?;
             }
             Ok(())
@@ -207,13 +216,6 @@ fn run_and_report(
             HeatmapArg::Busy => HeatMetric::Busy,
             HeatmapArg::Queued => HeatMetric::Queued,
             HeatmapArg::MaxQueue => HeatMetric::MaxQueue,
-        };
-        let tables = experiment::Tables {
-            transfers: !args.no_transfers,
-            format: args.table_format.map(|f| match f {
-                TableFormatArg::Csv => experiment::TableFormat::Csv,
-                TableFormatArg::Parquet => experiment::TableFormat::Parquet,
-            }),
         };
         experiment::write_outputs(&topology, &outcome, out, metric, tables, &extra)?;
     }

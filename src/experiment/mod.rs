@@ -427,8 +427,18 @@ pub enum TableFormat {
     Parquet,
 }
 
-/// Transfers past which the per-transfer table is Parquet by default.
+/// Transfers past which the per-transfer tables are Parquet by default.
 pub const PARQUET_FROM: usize = 1_000_000;
+
+impl Tables {
+    /// True when a table of `rows` rows is written as Parquet.
+    pub fn parquet(&self, rows: usize) -> bool {
+        match self.format {
+            Some(format) => format == TableFormat::Parquet,
+            None => rows > PARQUET_FROM,
+        }
+    }
+}
 
 /// Writes `summary.csv`, `transfers.csv` or `.parquet` (when `tables` says), `links.csv`,
 /// `utilization.csv` and the figures of one run into `out` (the heat map of `metric`), and whatever `extra` adds, all
@@ -443,11 +453,7 @@ pub fn write_outputs(
 ) -> Result<(), Error> {
     extra(&mut out)?;
     if tables.transfers {
-        let parquet = match tables.format {
-            Some(format) => format == TableFormat::Parquet,
-            None => outcome.schedule.len() > PARQUET_FROM,
-        };
-        if parquet {
+        if tables.parquet(outcome.schedule.len()) {
             report::write_transfers_parquet(
                 &outcome.schedule,
                 &outcome.result,

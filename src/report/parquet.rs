@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::column::writer::ColumnWriter;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
@@ -40,7 +40,12 @@ pub fn write_transfers_parquet(
     let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
     let props = Arc::new(
         WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(1).expect("level 1 exists"),
+            ))
+            // Ids and times are mostly distinct: dictionaries cost more than they save.
+            .set_dictionary_enabled(false)
+            .set_statistics_enabled(EnabledStatistics::Chunk)
             .build(),
     );
     let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;

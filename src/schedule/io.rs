@@ -24,17 +24,17 @@ use crate::units::{parse_bytes, parse_time, Time};
 use crate::Error;
 
 /// A transfer as read from a file, before dependency ids are resolved to list positions.
-struct RawTransfer {
-    id: u64,
-    transfer: Transfer,
-    deps: Vec<u64>,
-    pieces: Option<(u32, u32)>,
-    op: Op,
-    route: Vec<u32>,
-    wait: Option<Time>,
+pub(super) struct RawTransfer {
+    pub id: u64,
+    pub transfer: Transfer,
+    pub deps: Vec<u64>,
+    pub pieces: Option<(u32, u32)>,
+    pub op: Op,
+    pub route: Vec<u32>,
+    pub wait: Option<Time>,
 }
 
-/// Reads a schedule from `.csv` or `.json` (chosen by extension).
+/// Reads a schedule from `.csv`, `.json` or `.parquet` (chosen by extension).
 pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
     let shown = path.display().to_string();
     let file = File::open(path).map_err(|e| {
@@ -46,9 +46,10 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
     let (raw, claim) = match path.extension().and_then(|e| e.to_str()) {
         Some("csv") => read_csv(&shown, file)?,
         Some("json") => read_json(&shown, file)?,
+        Some("parquet") => super::parquet::read_parquet(&shown, file)?,
         _ => {
             return Err(Error::input(format!(
-                "{shown}: unknown schedule format; use a .csv or .json file"
+                "{shown}: unknown schedule format; use a .csv, .json or .parquet file"
             )))
         }
     };
@@ -60,7 +61,7 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
 /// The collective a schedule file says it implements.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Claim {
+pub(super) struct Claim {
     kind: String,
     size: u64,
     chunks: u32,
@@ -70,7 +71,7 @@ struct Claim {
 }
 
 impl Claim {
-    fn of(c: &Collective) -> Claim {
+    pub fn of(c: &Collective) -> Claim {
         Claim {
             kind: c.kind.name().to_string(),
             size: c.size,
@@ -588,16 +589,16 @@ mod tests {
     }
 
     #[test]
-    fn csv_and_json_round_trip() {
+    fn csv_json_and_parquet_round_trip() {
         let dir = std::env::temp_dir().join(format!("collsim-io-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for name in ["s.csv", "s.json"] {
+        for name in ["s.csv", "s.json", "s.parquet"] {
             let path = dir.join(name);
             let s = sample();
-            if name.ends_with("csv") {
-                write_schedule_csv(&s, &path).unwrap();
-            } else {
-                write_schedule_json(&s, &path).unwrap();
+            match name {
+                "s.csv" => write_schedule_csv(&s, &path).unwrap(),
+                "s.json" => write_schedule_json(&s, &path).unwrap(),
+                _ => super::super::write_schedule_parquet(&s, &path).unwrap(),
             }
             let back = load_schedule_file(&path).unwrap();
             assert_eq!(back.collective, s.collective);
