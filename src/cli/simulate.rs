@@ -12,7 +12,7 @@ use crate::algorithms::Algorithm;
 use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::{HeatMetric, SUMMARY_HEADER};
-use crate::schedule::{write_msccl, write_schedule_json, write_schedule_parquet};
+use crate::schedule::write_msccl;
 use crate::sim::SimOptions;
 use crate::system::SystemConfig;
 use crate::topology::Routing;
@@ -198,18 +198,11 @@ fn run_and_report(
     if let Some(out) = out {
         let tables = experiment::Tables {
             transfers: !args.no_transfers,
+            schedule: produced,
             format: args.table_format.map(|f| match f {
                 TableFormatArg::Csv => experiment::TableFormat::Csv,
                 TableFormatArg::Parquet => experiment::TableFormat::Parquet,
             }),
-        };
-        let extra = |out: &mut crate::report::OutputDir| -> Result<(), Error> {
-            if produced && tables.parquet(outcome.schedule.len()) {
-                write_schedule_parquet(&outcome.schedule, &out.file("schedule.parquet"))?;
-            } else if produced {
-                write_schedule_json(&outcome.schedule, &out.file("schedule.json"))?;
-            }
-            Ok(())
         };
         let metric = match args.heatmap {
             HeatmapArg::Bytes => HeatMetric::Bytes,
@@ -217,7 +210,7 @@ fn run_and_report(
             HeatmapArg::Queued => HeatMetric::Queued,
             HeatmapArg::MaxQueue => HeatMetric::MaxQueue,
         };
-        experiment::write_outputs(&topology, &outcome, out, metric, tables, &extra)?;
+        experiment::write_outputs(&topology, &outcome, out, metric, tables)?;
     }
     match args.format {
         Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),

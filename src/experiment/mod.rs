@@ -416,6 +416,8 @@ fn file_label(path: &Path) -> String {
 pub struct Tables {
     /// The per-transfer table: one row per transfer.
     pub transfers: bool,
+    /// The schedule itself (runs whose schedule collsim made: it can be simulated again).
+    pub schedule: bool,
     /// Its format; None: Parquet past [`PARQUET_FROM`] transfers, CSV below.
     pub format: Option<TableFormat>,
 }
@@ -440,18 +442,54 @@ impl Tables {
     }
 }
 
-/// Writes `summary.csv`, `transfers.csv` or `.parquet` (when `tables` says), `links.csv`,
-/// `utilization.csv` and the figures of one run into `out` (the heat map of `metric`), and whatever `extra` adds, all
-/// committed together.
+/// Writes `summary.csv`, `transfers.csv` or `.parquet` and the schedule (when `tables` says),
+/// `links.csv`, `utilization.csv` and the figures of one run into `out` (the heat map of
+/// `metric`), all committed together. The schedule, the largest file of a synthesized run, is
+/// written on a thread of its own beside the rest.
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
     mut out: OutputDir,
     metric: HeatMetric,
     tables: Tables,
-    extra: &dyn Fn(&mut OutputDir) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    extra(&mut out)?;
+    let rows = outcome.schedule.len();
+    let schedule_file = tables.schedule.then(|| {
+        let parquet = tables.parquet(rows);
+        let name = if parquet {
+            "schedule.parquet"
+        } else {
+            "schedule.json"
+        };
+        (out.file(name), parquet)
+    });
+    std::thread::scope(|scope| {
+        let writer = schedule_file.as_ref().map(|(path, parquet)| {
+            scope.spawn(move || {
+                if *parquet {
+                    schedule::write_schedule_parquet(&outcome.schedule, path)
+                } else {
+                    schedule::write_schedule_json(&outcome.schedule, path)
+                }
+            })
+        });
+        let rest = write_tables_and_figures(topology, outcome, &mut out, metric, tables);
+        let written = writer.map_or(Ok(()), |w| {
+            w.join().expect("the schedule writer does not panic")
+        });
+        rest.and(written)
+    })?;
+    out.commit()
+}
+
+/// Everything of [`write_outputs`] but the schedule.
+fn write_tables_and_figures(
+    topology: &Topology,
+    outcome: &RunOutcome,
+    out: &mut OutputDir,
+    metric: HeatMetric,
+    tables: Tables,
+) -> Result<(), Error> {
     if tables.transfers {
         if tables.parquet(outcome.schedule.len()) {
             report::write_transfers_parquet(
@@ -470,13 +508,12 @@ pub fn write_outputs(
     report::write_links_csv(topology, &outcome.result, &out.file("links.csv"))?;
     let title = outcome.summary.title();
     let heatmap = Heatmap::new(topology, &outcome.result, metric, &title);
-    report::save_figure(&heatmap, &mut out, "heatmap")?;
+    report::save_figure(&heatmap, out, "heatmap")?;
     let utilization = Utilization::new(topology, &outcome.result, report::UTILIZATION_BINS);
     utilization.write_csv(&out.file("utilization.csv"))?;
-    report::save_figure(&utilization.plot(&title), &mut out, "utilization")?;
+    report::save_figure(&utilization.plot(&title), out, "utilization")?;
     report::write_summary_csv(
         std::slice::from_ref(&outcome.summary),
         &out.file("summary.csv"),
-    )?;
-    out.commit()
+    )
 }
