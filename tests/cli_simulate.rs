@@ -2,7 +2,7 @@
 //! determinism, and bad input (exit status 2, one `error:` line, nothing left behind).
 
 mod common;
-use common::{collsim, summary};
+use common::{collsim, first_row, summary};
 use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
@@ -714,22 +714,16 @@ fn a_parquet_schedule_simulates_again_to_the_same_time() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.join("schedule.json").exists());
-    let synthesized = std::fs::read_to_string(out.join("summary.csv")).unwrap();
-    let time = |csv: &str| -> String {
-        csv.lines()
-            .nth(1)
-            .unwrap()
-            .split(',')
-            .nth(6)
-            .unwrap()
-            .to_string()
-    };
+    let synthesized = first_row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
     let again = summary(&[
         "--topology",
         "mesh:3x3",
         "--schedule",
         out.join("schedule.parquet").to_str().unwrap(),
     ]);
-    assert_eq!(again["collective_time_ns"], time(&synthesized));
+    assert_eq!(
+        again["collective_time_ns"],
+        synthesized["collective_time_ns"]
+    );
     assert_eq!(again["collective"], "all-gather");
 }

@@ -4,10 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use collsim::algorithms::{generate, Algorithm, MultiDimOptions};
+use collsim::algorithms::{generate, Algorithm};
 use collsim::collective::{Collective, CollectiveKind};
 use collsim::sim::{simulate, SimOptions};
-use collsim::synth::SynthOptions;
 use collsim::topology::{Topology, TopologyOptions};
 use collsim::units::Time;
 use collsim::workload::{load_workload, simulate_iteration, Breakdown, TrainOptions, Workload};
@@ -36,14 +35,8 @@ fn workload(name: &str) -> Workload {
 
 fn options(algorithm: Algorithm, chunks: u32) -> TrainOptions {
     TrainOptions {
-        algorithm,
-        multi_dim: MultiDimOptions::default(),
-        synth: SynthOptions::default(),
-        sim: SimOptions::default(),
-        validate: true,
-        seed: 1,
         chunks: Some(chunks),
-        trees: None,
+        ..TrainOptions::new(algorithm)
     }
 }
 

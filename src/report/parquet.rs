@@ -4,20 +4,12 @@
 //! integer columns delta-friendly and compressed, and readers load them typed.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use parquet::basic::{Compression, ZstdLevel};
 use parquet::column::writer::ColumnWriter;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::file::writer::SerializedFileWriter;
-use parquet::schema::parser::parse_message_type;
 
-use crate::schedule::{Schedule, TransferIndex};
+use crate::schedule::{parquet_error, parquet_writer, Schedule, TransferIndex, ROW_GROUP};
 use crate::sim::SimResult;
 use crate::Error;
-
-/// Rows per row group: bounded buffers, whatever the run's size.
-const ROW_GROUP: usize = 1 << 20;
 
 const SCHEMA: &str = "message transfers {
     REQUIRED INT64 id (INTEGER(64, false));
@@ -34,22 +26,8 @@ pub fn write_transfers_parquet(
     result: &SimResult,
     path: &Path,
 ) -> Result<(), Error> {
-    let fail = |e: parquet::errors::ParquetError| {
-        Error::io(path.display(), std::io::Error::other(e.to_string()))
-    };
-    let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
-    let props = Arc::new(
-        WriterProperties::builder()
-            .set_compression(Compression::ZSTD(
-                ZstdLevel::try_new(1).expect("level 1 exists"),
-            ))
-            // Ids and times are mostly distinct: dictionaries cost more than they save.
-            .set_dictionary_enabled(false)
-            .set_statistics_enabled(EnabledStatistics::Chunk)
-            .build(),
-    );
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
-    let mut writer = SerializedFileWriter::new(file, schema, props).map_err(fail)?;
+    let fail = |e| parquet_error(path, e);
+    let mut writer = parquet_writer(path, SCHEMA, &[], None)?;
     let ns = |t: crate::units::Time| t.ps() as f64 / 1e3;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
         let rows = start..(start + ROW_GROUP).min(schedule.len());

@@ -106,15 +106,16 @@ pub fn write_ranks_csv(rows: &[(String, Vec<RankBreakdown>)], path: &Path) -> Re
                         .map_or("0".to_string(), |(_, t)| t.ns_string())
                 })
                 .collect();
+            let b = &r.breakdown;
             writeln!(
                 w,
                 "{algorithm},{},{},{},{},{},{}",
                 r.rank,
-                r.compute.ns_string(),
-                r.exposed_comm.ns_string(),
+                (b.forward_compute + b.backward_compute).ns_string(),
+                b.exposed_comm.ns_string(),
                 per_kind.join(","),
                 r.idle.ns_string(),
-                r.total.ns_string()
+                b.total.ns_string()
             )
             .map_err(io)?;
         }

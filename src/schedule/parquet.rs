@@ -26,7 +26,7 @@ use crate::units::Time;
 use crate::Error;
 
 /// Rows per row group: bounded buffers, whatever the schedule's size.
-const ROW_GROUP: usize = 1 << 20;
+pub(crate) const ROW_GROUP: usize = 1 << 20;
 const CLAIM_KEY: &str = "collsim.collective";
 
 const SCHEMA: &str = "message schedule {
@@ -72,33 +72,46 @@ impl Levels {
     }
 }
 
+/// A Parquet error on `path`, as an I/O error naming the file.
+pub(crate) fn parquet_error(path: &Path, e: parquet::errors::ParquetError) -> Error {
+    Error::io(path.display(), std::io::Error::other(e.to_string()))
+}
+
+/// A zstd-compressed Parquet file of `schema` at `path`, dictionaries only for the columns in
+/// `dictionary` (ids, endpoints, sizes and times are mostly distinct: dictionaries there cost a
+/// third of the writing time and save nothing), statistics per column chunk, and `metadata`.
+pub(crate) fn parquet_writer(
+    path: &Path,
+    schema: &str,
+    dictionary: &[&str],
+    metadata: Option<KeyValue>,
+) -> Result<SerializedFileWriter<File>, Error> {
+    let schema = Arc::new(parse_message_type(schema).expect("collsim's schemas parse"));
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(1).expect("level 1 exists"),
+        ))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_key_value_metadata(metadata.map(|m| vec![m]));
+    for column in dictionary {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(*column), true);
+    }
+    let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
+    SerializedFileWriter::new(file, schema, Arc::new(props.build()))
+        .map_err(|e| parquet_error(path, e))
+}
+
 /// Writes `schedule` as `schedule.parquet` (see the module documentation).
 pub fn write_schedule_parquet(schedule: &Schedule, path: &Path) -> Result<(), Error> {
-    let fail = |e: parquet::errors::ParquetError| {
-        Error::io(path.display(), std::io::Error::other(e.to_string()))
-    };
-    let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
+    let fail = |e| parquet_error(path, e);
     let claim = schedule.collective.as_ref().map(|c| {
         KeyValue::new(
             CLAIM_KEY.to_string(),
             serde_json::to_string(&Claim::of(c)).expect("a claim serialises"),
         )
     });
-    let props = Arc::new(
-        WriterProperties::builder()
-            .set_compression(Compression::ZSTD(
-                ZstdLevel::try_new(1).expect("level 1 exists"),
-            ))
-            // Ids, endpoints and sizes are mostly distinct: dictionaries cost more than they
-            // save there (a third of the writing time), not on the two-valued op.
-            .set_dictionary_enabled(false)
-            .set_column_dictionary_enabled(ColumnPath::from("op"), true)
-            .set_statistics_enabled(EnabledStatistics::Chunk)
-            .set_key_value_metadata(claim.map(|c| vec![c]))
-            .build(),
-    );
-    let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
-    let mut writer = SerializedFileWriter::new(file, schema, props).map_err(fail)?;
+    let mut writer = parquet_writer(path, SCHEMA, &["op"], claim)?;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
         let rows: Vec<TransferIndex> = (start as TransferIndex
             ..(start + ROW_GROUP).min(schedule.len()) as TransferIndex)

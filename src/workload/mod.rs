@@ -197,6 +197,23 @@ pub struct TrainOptions {
     pub trees: Option<u64>,
 }
 
+impl TrainOptions {
+    /// `algorithm` with collsim's defaults: validated, seed 1, each algorithm's own chunks and
+    /// trees, the exact time model.
+    pub fn new(algorithm: Algorithm) -> TrainOptions {
+        TrainOptions {
+            algorithm,
+            multi_dim: MultiDimOptions::default(),
+            synth: SynthOptions::default(),
+            sim: SimOptions::default(),
+            validate: true,
+            seed: 1,
+            chunks: None,
+            trees: None,
+        }
+    }
+}
+
 /// Where one iteration's time went.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Breakdown {
@@ -546,19 +563,6 @@ mod tests {
         }
     }
 
-    fn options(algorithm: Algorithm) -> TrainOptions {
-        TrainOptions {
-            algorithm,
-            multi_dim: MultiDimOptions::default(),
-            synth: SynthOptions::default(),
-            sim: SimOptions::default(),
-            validate: true,
-            seed: 1,
-            chunks: None,
-            trees: None,
-        }
-    }
-
     #[test]
     fn weight_gradient_communication_overlaps_the_rest_of_the_backward_pass() {
         let t = TopologyOptions::new("ring:4")
@@ -584,7 +588,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let b = simulate_iteration(&t, &w, &options(Algorithm::Ring), &mut ()).unwrap();
+        let b = simulate_iteration(&t, &w, &TrainOptions::new(Algorithm::Ring), &mut ()).unwrap();
         assert_eq!(
             b.forward_compute + b.backward_compute + b.exposed_comm,
             b.total

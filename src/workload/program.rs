@@ -99,12 +99,12 @@ pub struct Program {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankBreakdown {
     pub rank: u32,
-    pub compute: Time,
-    pub exposed_comm: Time,
+    /// The rank's compute, exposed communication (data- and model-parallel) and total.
+    pub breakdown: Breakdown,
     /// Exposed communication per kind (collective names, `send-recv`), in the order first seen.
     pub exposed_by_kind: Vec<(&'static str, Time)>,
+    /// Stalls of the compute stream that waited for no communication.
     pub idle: Time,
-    pub total: Time,
 }
 
 /// A span of a rank's timeline.
@@ -152,28 +152,25 @@ pub fn execute(
     let (issued, completed) = (&result.issued, &result.completed);
     let mut ranks = Vec::with_capacity(program.ranks.len());
     let mut timeline = Vec::new();
-    let mut summaries = Vec::with_capacity(program.ranks.len());
     for (r, nodes) in program.ranks.iter().enumerate() {
         let ends = &builder.end[r];
         let mut row = RankBreakdown {
             rank: r as u32,
-            compute: Time::ZERO,
-            exposed_comm: Time::ZERO,
+            breakdown: Breakdown {
+                workload: program.name.clone(),
+                algorithm: options.algorithm.name().to_string(),
+                forward_compute: Time::ZERO,
+                backward_compute: Time::ZERO,
+                exposed_comm: Time::ZERO,
+                exposed_data_parallel: Time::ZERO,
+                exposed_model_parallel: Time::ZERO,
+                total: Time::ZERO,
+                notes: Vec::new(),
+            },
             exposed_by_kind: Vec::new(),
             idle: Time::ZERO,
-            total: Time::ZERO,
         };
-        let mut sum = Breakdown {
-            workload: program.name.clone(),
-            algorithm: options.algorithm.name().to_string(),
-            forward_compute: Time::ZERO,
-            backward_compute: Time::ZERO,
-            exposed_comm: Time::ZERO,
-            exposed_data_parallel: Time::ZERO,
-            exposed_model_parallel: Time::ZERO,
-            total: Time::ZERO,
-            notes: Vec::new(),
-        };
+        let sum = &mut row.breakdown;
         let mut free = Time::ZERO;
         for &i in &builder.compute_order[r] {
             let node = &nodes[i as usize];
@@ -192,7 +189,6 @@ pub fn execute(
                 match binding {
                     Some(&d) => {
                         let task = &nodes[d as usize].task;
-                        row.exposed_comm = row.exposed_comm + stall;
                         sum.exposed_comm = sum.exposed_comm + stall;
                         let kind = task.kind_name();
                         match row.exposed_by_kind.iter_mut().find(|(k, _)| *k == kind) {
@@ -211,7 +207,6 @@ pub fn execute(
                 }
             }
             let spent = done - started;
-            row.compute = row.compute + spent;
             if forward {
                 sum.forward_compute = sum.forward_compute + spent;
             } else {
@@ -228,7 +223,7 @@ pub fn execute(
         }
         for (i, node) in nodes.iter().enumerate() {
             let end = completed[ends[i] as usize];
-            row.total = row.total.max(end);
+            sum.total = sum.total.max(end);
             if node.task.is_communication() {
                 let start = builder.start[r][i].map_or(Time::ZERO, |s| completed[s as usize]);
                 timeline.push(Span {
@@ -240,14 +235,12 @@ pub fn execute(
                 });
             }
         }
-        sum.total = row.total;
         ranks.push(row);
-        summaries.push(sum);
     }
-    let slowest = (0..summaries.len())
-        .max_by_key(|&r| (summaries[r].total, std::cmp::Reverse(r)))
+    let slowest = (0..ranks.len())
+        .max_by_key(|&r| (ranks[r].breakdown.total, std::cmp::Reverse(r)))
         .expect("programs have ranks");
-    let mut breakdown = summaries.swap_remove(slowest);
+    let mut breakdown = ranks[slowest].breakdown.clone();
     breakdown.notes = builder.notes;
     Ok(Execution {
         breakdown,
@@ -286,11 +279,20 @@ struct Emitter<'a> {
     communicators: BTreeMap<String, Communicator>,
     /// Per (sender, receiver, tag): the sends and receives in order, and how many have been paired.
     channels: HashMap<(u32, u32, u64), Channel>,
+    /// Per rank and node: its position among its communicator's collectives (the instance it
+    /// joins) or among its channel's sends or receives (the message it pairs with).
+    slot: Vec<Vec<u32>>,
     /// Collective schedules per (kind, bytes, members), made once.
-    cache: HashMap<(CollectiveKind, u64, Vec<NodeId>), Schedule>,
+    cache: HashMap<(CollectiveKind, u64, Vec<NodeId>), Part>,
     unwound: synth::Unwound,
     notes: Vec<String>,
     ready: VecDeque<(u32, u32)>,
+}
+
+/// A collective's schedule, ready to append, and its transfers nothing in it waits for.
+struct Part {
+    schedule: Schedule,
+    sinks: Vec<TransferIndex>,
 }
 
 #[derive(Default)]
@@ -322,9 +324,16 @@ impl<'a> Emitter<'a> {
         let mut channels: HashMap<(u32, u32, u64), Channel> = HashMap::new();
         let mut dependents = Vec::with_capacity(ranks);
         let mut waiting = Vec::with_capacity(ranks);
+        let mut slot = Vec::with_capacity(ranks);
         for (r, nodes) in program.ranks.iter().enumerate() {
             let mut deps_of = vec![Vec::new(); nodes.len()];
             let mut count = vec![0u32; nodes.len()];
+            let mut slots = vec![u32::MAX; nodes.len()];
+            // Appends node i to `list` and remembers where.
+            let mut place = |list: &mut Vec<u32>, i: usize| {
+                slots[i] = list.len() as u32;
+                list.push(i as u32);
+            };
             for (i, node) in nodes.iter().enumerate() {
                 for &d in &node.deps {
                     deps_of[d as usize].push(i as u32);
@@ -337,29 +346,24 @@ impl<'a> Emitter<'a> {
                             c.members.push(r as u32);
                             c.nodes.push(Vec::new());
                         }
-                        c.nodes.last_mut().expect("pushed").push(i as u32);
+                        place(c.nodes.last_mut().expect("pushed"), i);
                     }
                     Task::Send { peer, tag, .. } => {
                         check_peer(program, r, node, *peer)?;
-                        channels
-                            .entry((r as u32, *peer, *tag))
-                            .or_default()
-                            .sends
-                            .push(i as u32);
+                        let ch = channels.entry((r as u32, *peer, *tag)).or_default();
+                        place(&mut ch.sends, i);
                     }
                     Task::Recv { peer, tag, .. } => {
                         check_peer(program, r, node, *peer)?;
-                        channels
-                            .entry((*peer, r as u32, *tag))
-                            .or_default()
-                            .recvs
-                            .push(i as u32);
+                        let ch = channels.entry((*peer, r as u32, *tag)).or_default();
+                        place(&mut ch.recvs, i);
                     }
                     _ => {}
                 }
             }
             dependents.push(deps_of);
             waiting.push(count);
+            slot.push(slots);
         }
         // Collectives that name no communicator run on every rank.
         if let Some(all) = communicators.get("") {
@@ -437,6 +441,7 @@ impl<'a> Emitter<'a> {
             last_compute: vec![None; ranks],
             communicators,
             channels,
+            slot,
             cache: HashMap::new(),
             unwound: synth::Unwound::default(),
             notes: Vec::new(),
@@ -498,12 +503,7 @@ impl<'a> Emitter<'a> {
             }
             Task::Collective { communicator, .. } => {
                 self.state[r as usize][i as usize] = State::Arrived;
-                let c = &self.communicators[communicator];
-                let m = c.members.iter().position(|&x| x == r).expect("a member");
-                let k = c.nodes[m]
-                    .iter()
-                    .position(|&x| x == i)
-                    .expect("its own node");
+                let k = self.slot[r as usize][i as usize] as usize;
                 let c = self
                     .communicators
                     .get_mut(communicator)
@@ -525,8 +525,8 @@ impl<'a> Emitter<'a> {
                     },
                     &[start],
                 );
+                let k = self.slot[r as usize][i as usize] as usize;
                 let ch = self.channels.get_mut(&(r, *peer, *tag)).expect("listed");
-                let k = ch.sends.iter().position(|&x| x == i).expect("its own");
                 ch.messages[k] = Some(message);
                 let recv = ch.recvs[k];
                 self.start[r as usize][i as usize] = Some(start);
@@ -538,9 +538,8 @@ impl<'a> Emitter<'a> {
             }
             Task::Recv { peer, tag, .. } => {
                 self.state[r as usize][i as usize] = State::Arrived;
-                let ch = &self.channels[&(*peer, r, *tag)];
-                let k = ch.recvs.iter().position(|&x| x == i).expect("its own");
-                if let Some(message) = ch.messages[k] {
+                let k = self.slot[r as usize][i as usize] as usize;
+                if let Some(message) = self.channels[&(*peer, r, *tag)].messages[k] {
                     let peer = *peer;
                     self.receive(r, i, message, peer);
                 }
@@ -556,20 +555,13 @@ impl<'a> Emitter<'a> {
         let wait = self
             .schedule
             .push_wait(self.npus[r as usize], Time::ZERO, &deps);
-        let sent = self.start[from as usize]
-            [self.channel_send(from, r, i).expect("a paired send") as usize];
-        self.start[r as usize][i as usize] = sent;
-        self.done(r, i, wait);
-    }
-
-    /// The send that pairs with receive `i` on rank `r` from rank `from`.
-    fn channel_send(&self, from: u32, r: u32, i: u32) -> Option<u32> {
         let Task::Recv { tag, .. } = self.program.ranks[r as usize][i as usize].task else {
-            return None;
+            unreachable!("only receives are received")
         };
-        let ch = &self.channels[&(from, r, tag)];
-        let k = ch.recvs.iter().position(|&x| x == i)?;
-        Some(ch.sends[k])
+        let k = self.slot[r as usize][i as usize] as usize;
+        let send = self.channels[&(from, r, tag)].sends[k];
+        self.start[r as usize][i as usize] = self.start[from as usize][send as usize];
+        self.done(r, i, wait);
     }
 
     /// Every member has reached instance `k` of `communicator`: emit its schedule.
@@ -612,17 +604,8 @@ impl<'a> Emitter<'a> {
             self.cache.insert(key.clone(), s);
         }
         let part = &self.cache[&key];
-        let base = self.schedule.append(part, &[start]);
-        let mut needed = vec![false; part.len()];
-        for t in 0..part.len() as TransferIndex {
-            for &d in part.deps(t) {
-                needed[d as usize] = true;
-            }
-        }
-        let mut sinks: Vec<TransferIndex> = (0..part.len() as TransferIndex)
-            .filter(|&t| !needed[t as usize])
-            .map(|t| base + t)
-            .collect();
+        let base = self.schedule.append(&part.schedule, &[start]);
+        let mut sinks: Vec<TransferIndex> = part.sinks.iter().map(|&t| base + t).collect();
         if sinks.is_empty() {
             sinks.push(start);
         }
@@ -647,13 +630,8 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// The schedule of one collective on `npus`, validated when asked.
-    fn make(
-        &mut self,
-        kind: CollectiveKind,
-        bytes: u64,
-        npus: &[NodeId],
-    ) -> Result<Schedule, Error> {
+    /// The schedule of one collective on `npus`, validated when asked, and its sinks.
+    fn make(&mut self, kind: CollectiveKind, bytes: u64, npus: &[NodeId]) -> Result<Part, Error> {
         let mut s = self.make_one(kind, bytes, npus)?;
         if self.options.validate {
             let claim = s.collective.clone().expect("generated schedules claim");
@@ -662,7 +640,16 @@ impl<'a> Emitter<'a> {
         }
         s.collective = None;
         s.drop_pieces();
-        Ok(s)
+        let mut needed = vec![false; s.len()];
+        for t in 0..s.len() as TransferIndex {
+            for &d in s.deps(t) {
+                needed[d as usize] = true;
+            }
+        }
+        let sinks = (0..s.len() as TransferIndex)
+            .filter(|&t| !needed[t as usize])
+            .collect();
+        Ok(Part { schedule: s, sinks })
     }
 
     fn make_one(
@@ -815,20 +802,10 @@ pub(crate) fn whole_dimensions(topology: &Topology, npus: &[NodeId]) -> Option<R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::MultiDimOptions;
     use crate::topology::TopologyOptions;
 
     fn options() -> TrainOptions {
-        TrainOptions {
-            algorithm: Algorithm::Ring,
-            multi_dim: MultiDimOptions::default(),
-            synth: SynthOptions::default(),
-            sim: SimOptions::default(),
-            validate: true,
-            seed: 1,
-            chunks: None,
-            trees: None,
-        }
+        TrainOptions::new(Algorithm::Ring)
     }
 
     fn node(id: u64, task: Task, deps: Vec<u32>) -> Node {

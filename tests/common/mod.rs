@@ -31,7 +31,11 @@ pub fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
+    first_row(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The first row of a CSV text (a header and rows, as summary.csv), by column.
+pub fn first_row(text: &str) -> std::collections::HashMap<String, String> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let row: Vec<&str> = lines.next().unwrap().split(',').collect();
