@@ -141,6 +141,12 @@ impl<'c> Builder<'c> {
         self.writer[key as usize] = t;
     }
 
+    /// A timer on rank `rank` that completes at `at` (a local wait from the start): a send that
+    /// also waits for it starts no earlier, as a time-triggered plan says.
+    pub fn timer(&mut self, rank: u32, at: Time) -> TransferIndex {
+        self.schedule.push_wait(self.c.npus[rank as usize], at, &[])
+    }
+
     /// Sends pieces `lo..hi` from rank `src` to rank `dst` and returns the transfer.
     pub fn send(&mut self, src: u32, dst: u32, pieces: (u32, u32), op: Op) -> TransferIndex {
         self.send_after(src, dst, pieces, op, &[])

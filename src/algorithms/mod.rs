@@ -22,6 +22,7 @@ pub use phases::{DimAlgorithm, IntraDimension};
 
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::Schedule;
+use crate::synth::Method;
 use crate::topology::Topology;
 use crate::Error;
 
@@ -36,7 +37,12 @@ pub enum Algorithm {
     Dbt,
     Hierarchical,
     Themis,
+    /// TACOS greedy link-chunk matching.
     Tacos,
+    /// TACOS's integer program over the time-expanded network.
+    TacosIlp,
+    /// The same program ignoring link congestion (the TACOS paper's TACCL proxy).
+    TacclLike,
     ForestColl,
     /// EFLOPS's halving-doubling with rank mapping, on a BiGraph.
     Hdrm,
@@ -51,7 +57,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 14] = [
+    pub const ALL: [Algorithm; 16] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -60,6 +66,8 @@ impl Algorithm {
         Algorithm::Hierarchical,
         Algorithm::Themis,
         Algorithm::Tacos,
+        Algorithm::TacosIlp,
+        Algorithm::TacclLike,
         Algorithm::ForestColl,
         Algorithm::Hdrm,
         Algorithm::AcclHybrid,
@@ -75,8 +83,8 @@ impl Algorithm {
             .ok_or_else(|| {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
-                     dbt, hierarchical, themis, tacos, forestcoll, hdrm, accl-hybrid, nccl-ring, \
-                     nccl-tree, two-step-tree"
+                     dbt, hierarchical, themis, tacos, tacos-ilp, taccl-like, forestcoll, hdrm, \
+                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree"
                 ))
             })
     }
@@ -85,7 +93,11 @@ impl Algorithm {
     pub fn supports(self, kind: CollectiveKind) -> bool {
         use CollectiveKind::*;
         match self {
-            Algorithm::Direct | Algorithm::DirectStaggered | Algorithm::Tacos => true,
+            Algorithm::Direct
+            | Algorithm::DirectStaggered
+            | Algorithm::Tacos
+            | Algorithm::TacosIlp
+            | Algorithm::TacclLike => true,
             Algorithm::Ring | Algorithm::ForestColl => {
                 matches!(
                     kind,
@@ -125,12 +137,34 @@ impl Algorithm {
             Algorithm::Hierarchical => "hierarchical",
             Algorithm::Themis => "themis",
             Algorithm::Tacos => "tacos",
+            Algorithm::TacosIlp => "tacos-ilp",
+            Algorithm::TacclLike => "taccl-like",
             Algorithm::ForestColl => "forestcoll",
             Algorithm::Hdrm => "hdrm",
             Algorithm::AcclHybrid => "accl-hybrid",
             Algorithm::NcclRing => "nccl-ring",
             Algorithm::NcclTree => "nccl-tree",
             Algorithm::TwoStepTree => "two-step-tree",
+        }
+    }
+
+    /// For the algorithms the synthesizer produces (run by the experiment layer, not
+    /// [`generate`]), how it plans them.
+    pub fn synthesis(self) -> Option<Method> {
+        match self {
+            Algorithm::Tacos => Some(Method::Greedy),
+            Algorithm::TacosIlp => Some(Method::Ilp),
+            Algorithm::TacclLike => Some(Method::TacclLike),
+            _ => None,
+        }
+    }
+
+    /// The synthesized algorithm that plans by `method`.
+    pub fn synthesized_by(method: Method) -> Algorithm {
+        match method {
+            Method::Greedy => Algorithm::Tacos,
+            Method::Ilp => Algorithm::TacosIlp,
+            Method::TacclLike => Algorithm::TacclLike,
         }
     }
 }
@@ -222,8 +256,12 @@ pub fn generate_with(
             forestcoll::produce(topology, collective, None, Some(collective.chunks)).map(|p| p.0)
         }
         // The synthesizer is a producer of its own (crate::synth), run by the experiment layer.
-        Algorithm::Tacos => Err(Error::input(
-            "tacos is synthesized, not generated: use `collsim synthesize` or `--algorithm tacos`",
-        )),
+        Algorithm::Tacos | Algorithm::TacosIlp | Algorithm::TacclLike => {
+            Err(Error::input(format!(
+                "{} is synthesized, not generated: use `collsim synthesize` or `--algorithm {}`",
+                algorithm.name(),
+                algorithm.name()
+            )))
+        }
     }
 }

@@ -28,7 +28,8 @@ pub struct SweepArgs {
     #[arg(long)]
     pub sizes: String,
     /// Algorithms, comma-separated: ring, direct, direct-staggered, rhd, dbt, hierarchical, themis,
-    /// tacos, forestcoll, hdrm, accl-hybrid, nccl-ring, nccl-tree, two-step-tree
+    /// tacos, tacos-ilp, taccl-like, forestcoll, hdrm, accl-hybrid, nccl-ring, nccl-tree,
+    /// two-step-tree
     #[arg(long)]
     pub algorithms: String,
     /// Chunk counts per NPU, comma-separated [default: each algorithm's own (1, or forestcoll's

@@ -9,13 +9,14 @@ mod train;
 mod trees;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::collective::CollectiveKind;
 use crate::experiment::CollectiveRequest;
 use crate::sim::{Observer, TimeModel};
-use crate::synth::{SynthOptions, Unwinding};
+use crate::synth::{IlpOptions, SynthOptions, Unwinding};
 use crate::system::{load_system, SystemConfig};
 use crate::topology::{Topology, TopologyOptions};
 use crate::units::parse_bytes;
@@ -280,11 +281,31 @@ pub struct SynthArgs {
     /// synthesizer's estimate improves by 1% or more]
     #[arg(long)]
     pub x_way: Option<u32>,
+    /// tacos-ilp, taccl-like: wall-clock budget of the synthesis in seconds; a program cut short
+    /// is completed with shortest paths [default: none]
+    #[arg(long, value_name = "S")]
+    pub time_limit: Option<f64>,
+    /// tacos-ilp, taccl-like: time clustering, successive programs of this many time steps each
+    /// [default: one program over the whole collective]
+    #[arg(long, value_name = "T")]
+    pub cluster: Option<u32>,
 }
 
 impl SynthArgs {
-    fn options(&self) -> SynthOptions {
-        SynthOptions {
+    /// The settings, or the flag at fault.
+    fn options(&self) -> Result<SynthOptions, Error> {
+        let time_limit = match self.time_limit {
+            Some(s) if !(s.is_finite() && s >= 0.0) => {
+                return Err(Error::input(format!(
+                    "--time-limit {s}: expected seconds, 0 or more"
+                )))
+            }
+            s => s.map(Duration::from_secs_f64),
+        };
+        if self.cluster == Some(0) {
+            return Err(Error::input("--cluster must be at least 1 time step"));
+        }
+        Ok(SynthOptions {
             trials: self.trials,
             unwinding: match (&self.unwind, self.unwind_degree) {
                 (Some(_), _) => Some(Unwinding::Split),
@@ -292,8 +313,12 @@ impl SynthArgs {
                 (None, None) => None,
             },
             x_way: self.x_way,
+            ilp: IlpOptions {
+                time_limit,
+                cluster: self.cluster,
+            },
             ..SynthOptions::default()
-        }
+        })
     }
 }
 

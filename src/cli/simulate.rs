@@ -14,6 +14,7 @@ use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::{HeatMetric, SUMMARY_HEADER};
 use crate::schedule::write_msccl;
 use crate::sim::SimOptions;
+use crate::synth::Method;
 use crate::system::SystemConfig;
 use crate::topology::Routing;
 use crate::units::{parse_bandwidth, parse_time};
@@ -108,8 +109,8 @@ pub struct SimulateArgs {
     pub schedule: Option<PathBuf>,
     #[command(flatten)]
     pub collective: CollectiveArgs,
-    /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, forestcoll, hdrm,
-    /// accl-hybrid, nccl-ring, nccl-tree, two-step-tree
+    /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, tacos-ilp,
+    /// taccl-like, forestcoll, hdrm, accl-hybrid, nccl-ring, nccl-tree, two-step-tree
     /// [default with --system: themis or hierarchical, as its inter-dimension-scheduling says]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
@@ -129,6 +130,10 @@ pub struct SynthesizeArgs {
     pub topology: TopologyArgs,
     #[command(flatten)]
     pub collective: CollectiveArgs,
+    /// How to plan: `greedy` (TACOS-Greedy), `ilp` (TACOS-ILP: optimal on small networks,
+    /// see --time-limit and --cluster), `taccl-like` (the ILP ignoring congestion)
+    #[arg(long, default_value = "greedy", value_parser = ["greedy", "ilp", "taccl-like"])]
+    pub method: String,
     #[command(flatten)]
     pub synth: SynthArgs,
     #[command(flatten)]
@@ -169,17 +174,17 @@ fn run_and_report(
 ) -> Result<(), Error> {
     // Schedules collsim made itself, or gave planned paths, are worth keeping: they can be
     // simulated again.
-    let produced = matches!(
-        source,
-        ScheduleSource::Algorithm(Algorithm::Tacos | Algorithm::ForestColl)
-    ) || args.routing == RoutingArg::Pinned;
+    let produced = match source {
+        ScheduleSource::Algorithm(a) => a.synthesis().is_some() || a == Algorithm::ForestColl,
+        ScheduleSource::File(_) => false,
+    } || args.routing == RoutingArg::Pinned;
     let spec = RunSpec {
         source,
         collectives,
         options: sim_options(args, system)?,
         seed: args.seed,
         validate: !args.no_validate,
-        synth: synth.options(),
+        synth: synth.options()?,
         multi_dim: system.multi_dim.clone(),
         trees: forest.trees,
     };
@@ -218,6 +223,9 @@ fn run_and_report(
             print!("{}", outcome.summary.human());
             if let Some(estimate) = outcome.estimate {
                 println!("  synthesizer estimate  {estimate}");
+            }
+            for report in &outcome.ilp {
+                println!("  integer program {}", report.describe());
             }
             println!("  engine          {}", outcome.engine_speed());
         }
@@ -267,9 +275,15 @@ pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
     if collectives.is_empty() {
         return Err(Error::input("synthesize needs --collective and --size"));
     }
+    let method = Method::named(&args.method).ok_or_else(|| {
+        Error::input(format!(
+            "--method {}: expected greedy, ilp or taccl-like",
+            args.method
+        ))
+    })?;
     run_and_report(
         &args.topology,
-        ScheduleSource::Algorithm(Algorithm::Tacos),
+        ScheduleSource::Algorithm(Algorithm::synthesized_by(method)),
         collectives,
         &args.synth,
         &ForestArgs::default(),

@@ -19,6 +19,10 @@
 //! system: astra_system.json  # optional: ASTRA-sim system file for hierarchical and Themis runs
 //! active_chunks: 1           # optional: chunks a dimension works on at once
 //! intra_dimension: SCF       # optional: FIFO, SCF, lessRemainingPhaseFirst
+//! trials: 16                 # optional, synthesizers: greedy trials, sub-chunks per chunk,
+//! x_way: 1                   #   and for tacos-ilp / taccl-like the time limit in seconds and
+//! time_limit: 60             #   the time-clustering window in steps
+//! cluster: 4
 //! ```
 
 use std::path::Path;
@@ -28,7 +32,7 @@ use serde::Deserialize;
 use crate::algorithms::{Algorithm, IntraDimension, MultiDimOptions};
 use crate::collective::CollectiveKind;
 use crate::sim::{SimOptions, TimeModel};
-use crate::synth::SynthOptions;
+use crate::synth::{IlpOptions, SynthOptions};
 use crate::system::{load_system, SystemConfig};
 use crate::topology::{Routing, Topology, TopologyOptions};
 use crate::units::{parse_bytes, parse_size_list};
@@ -352,6 +356,24 @@ impl Experiment {
             validate: raw.validate.unwrap_or(true),
             synth: SynthOptions {
                 trials: raw.trials,
+                x_way: raw.x_way,
+                ilp: IlpOptions {
+                    time_limit: match raw.time_limit {
+                        Some(s) if !(s.is_finite() && s >= 0.0) => {
+                            return Err(field(
+                                "time_limit",
+                                format!("{s}: expected seconds, 0 or more"),
+                            ))
+                        }
+                        s => s.map(std::time::Duration::from_secs_f64),
+                    },
+                    cluster: match raw.cluster {
+                        Some(0) => {
+                            return Err(field("cluster", "must be at least 1 time step".into()))
+                        }
+                        c => c,
+                    },
+                },
                 ..SynthOptions::default()
             },
             multi_dim: system.multi_dim,
@@ -379,6 +401,12 @@ struct RawExperiment {
     routing: Option<String>,
     validate: Option<bool>,
     trials: Option<u32>,
+    /// Sub-chunks per chunk for the synthesizer (tacos, tacos-ilp, taccl-like).
+    x_way: Option<u32>,
+    /// tacos-ilp, taccl-like: seconds of synthesis before the programs stop.
+    time_limit: Option<f64>,
+    /// tacos-ilp, taccl-like: time clustering window in time steps.
+    cluster: Option<u32>,
     heatmaps: Option<bool>,
     /// An ASTRA-sim system file for hierarchical and Themis runs.
     system: Option<String>,

@@ -17,7 +17,7 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::report::{self, HeatMetric, Heatmap, OutputDir, Summary, Utilization};
 use crate::schedule::{self, Schedule};
 use crate::sim::{self, Observer, SimOptions, SimResult};
-use crate::synth::{self, SynthOptions};
+use crate::synth::{self, IlpReport, SynthOptions};
 use crate::topology::{NodeId, Routing, Topology};
 use crate::units::Time;
 use crate::Error;
@@ -113,6 +113,8 @@ pub struct RunOutcome {
     pub estimate: Option<Time>,
     /// Wall time of the simulation alone (the engine's speed: events and hops per second).
     pub simulation: std::time::Duration,
+    /// What the synthesizer's integer programs did (tacos-ilp, taccl-like).
+    pub ilp: Vec<IlpReport>,
 }
 
 /// The schedules of a run: one per collective, or one file.
@@ -120,6 +122,8 @@ struct Produced {
     parts: Vec<Schedule>,
     algorithm: String,
     estimate: Option<Time>,
+    /// What the synthesizer's integer programs did (tacos-ilp, taccl-like).
+    ilp: Vec<IlpReport>,
     synthesis_ms: Option<f64>,
     /// Pieces per NPU the producer chose itself (ForestColl's pieces per tree).
     chunks: Option<u32>,
@@ -153,6 +157,7 @@ fn produce(
                 parts: vec![schedule::load_msccl(path, c)?],
                 algorithm: file_label(path),
                 estimate: None,
+                ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
             }
@@ -190,21 +195,24 @@ fn produce(
                 parts: vec![schedule],
                 algorithm: file_label(path),
                 estimate: None,
+                ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
             }
         }
-        ScheduleSource::Algorithm(Algorithm::Tacos) => {
+        ScheduleSource::Algorithm(algorithm) if algorithm.synthesis().is_some() => {
             need_collective()?;
             let options = SynthOptions {
                 seed: spec.seed.unwrap_or(spec.synth.seed),
+                method: algorithm.synthesis().expect("a synthesized algorithm"),
                 ..spec.synth.clone()
             };
             let synthesis = synth::synthesize(topology, collectives, &options)?;
             Produced {
                 parts: synthesis.schedules,
-                algorithm: Algorithm::Tacos.name().to_string(),
+                algorithm: algorithm.name().to_string(),
                 estimate: Some(synthesis.estimate),
+                ilp: synthesis.ilp,
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: None,
             }
@@ -223,6 +231,7 @@ fn produce(
                 parts,
                 algorithm: Algorithm::ForestColl.name().to_string(),
                 estimate: None,
+                ilp: Vec::new(),
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: chosen,
             }
@@ -236,6 +245,7 @@ fn produce(
                     .collect::<Result<_, _>>()?,
                 algorithm: algorithm.name().to_string(),
                 estimate: None,
+                ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
             }
@@ -340,7 +350,8 @@ pub fn execute(
         transfers: schedule.len(),
         synthesis_ms: produced.synthesis_ms,
         seed: match spec.source {
-            ScheduleSource::Algorithm(Algorithm::Tacos) => {
+            // TACOS-ILP starts from the greedy's plan, which the seed fixes.
+            ScheduleSource::Algorithm(Algorithm::Tacos | Algorithm::TacosIlp) => {
                 Some(spec.seed.unwrap_or(spec.synth.seed))
             }
             _ => spec.seed,
@@ -359,6 +370,7 @@ pub fn execute(
         schedule,
         result,
         estimate: produced.estimate,
+        ilp: produced.ilp,
         simulation,
     })
 }

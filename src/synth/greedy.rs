@@ -92,7 +92,7 @@ impl Problem {
     }
 
     /// True when `npu` must end up holding `chunk`.
-    fn wants(&self, npu: u32, chunk: u32) -> bool {
+    pub(crate) fn wants(&self, npu: u32, chunk: u32) -> bool {
         match self.unicast(chunk) {
             Some(d) => d == npu,
             None => self.member(npu, chunk),

@@ -8,10 +8,12 @@
 //! done. Several collectives at once are matched together, sharing the links.
 
 mod greedy;
+mod ilp;
 mod network;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -23,6 +25,8 @@ use crate::topology::Topology;
 use crate::units::Time;
 use crate::Error;
 use greedy::{Holding, Members, Problem, Send, NONE};
+use ilp::Deadline;
+pub use ilp::{IlpOptions, IlpReport, IlpStatus};
 use network::Network;
 pub use network::Unwinding;
 
@@ -46,6 +50,10 @@ pub struct SynthOptions {
     /// X-way chunking: every chunk is cut into this many sub-chunks before matching. `None`:
     /// chosen by the synthesizer (see [`synthesize`]).
     pub x_way: Option<u32>,
+    /// Greedy matching, or an integer program.
+    pub method: Method,
+    /// Settings of the integer programs (ignored by greedy matching).
+    pub ilp: IlpOptions,
 }
 
 impl Default for SynthOptions {
@@ -55,6 +63,41 @@ impl Default for SynthOptions {
             trials: None,
             unwinding: None,
             x_way: None,
+            method: Method::Greedy,
+            ilp: IlpOptions::default(),
+        }
+    }
+}
+
+/// How the sends of a spreading problem are planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// TACOS-Greedy: randomised link-chunk matching, the best of several trials.
+    Greedy,
+    /// TACOS-ILP: the congestion-free optimal integer program over the time-expanded network.
+    Ilp,
+    /// The TACOS paper's proxy for TACCL: the same program with link congestion ignored while
+    /// synthesizing (the simulator then meets it).
+    TacclLike,
+}
+
+impl Method {
+    /// The algorithm name runs report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Greedy => "tacos",
+            Method::Ilp => "tacos-ilp",
+            Method::TacclLike => "taccl-like",
+        }
+    }
+
+    /// The method by its command-line name (`greedy` also for tacos).
+    pub fn named(name: &str) -> Option<Method> {
+        match name {
+            "greedy" | "tacos" => Some(Method::Greedy),
+            "ilp" | "tacos-ilp" => Some(Method::Ilp),
+            "taccl-like" => Some(Method::TacclLike),
+            _ => None,
         }
     }
 }
@@ -69,6 +112,9 @@ pub struct Synthesis {
     /// simulated time of a lone collective; unwound switches and concurrent collectives make the
     /// simulation the judge.
     pub estimate: Time,
+    /// What the integer programs did, one report per spreading problem (reduce-scatter, then
+    /// all-gather for an all-reduce); empty for greedy synthesis.
+    pub ilp: Vec<IlpReport>,
 }
 
 /// Which way a collective's chunks travel.
@@ -236,13 +282,37 @@ fn best_trial(
     Ok((best, None))
 }
 
-/// The sends of the best trial, in issue order, and its completion time.
+/// The sends of the best trial (or of the integer program), in issue order, and its completion
+/// time.
 fn plan(
     net: &Network,
     p: &Problem,
     options: &SynthOptions,
     direction: Direction,
+    deadline: Deadline,
+    reports: &mut Vec<IlpReport>,
 ) -> Result<Plan, Error> {
+    if options.method != Method::Greedy {
+        // TACOS-ILP starts from the greedy's plan (its search can only improve on it); the
+        // TACCL-like baseline must not see a congestion-aware plan.
+        let congestion = options.method == Method::Ilp;
+        let seed = match congestion {
+            true => {
+                let greedy = SynthOptions {
+                    method: Method::Greedy,
+                    ..options.clone()
+                };
+                match best_trial(net, p, &greedy, direction)? {
+                    (_, Some((sends, _))) => sends,
+                    (k, None) => run_trial(net, p, &greedy, direction, k)?.0,
+                }
+            }
+            false => Vec::new(),
+        };
+        let (sends, time, report) = ilp::plan(net, p, &options.ilp, congestion, deadline, &seed)?;
+        reports.push(report);
+        return Ok((sends, time));
+    }
     match best_trial(net, p, options, direction)? {
         (_, Some(plan)) => Ok(plan),
         (k, None) => run_trial(net, p, options, direction, k),
@@ -325,7 +395,18 @@ pub fn synthesize_unwound(
     let judge = unwindings.len() > 1;
     let mut best: Option<(Time, Synthesis)> = None;
     let mut refusal = None;
-    for u in unwindings {
+    // The programs get 90% of the time limit; the rest is for what surrounds them (the greedy
+    // plans that seed them, building the schedules, simulating each unwinding's).
+    let deadline = Deadline(
+        options
+            .ilp
+            .time_limit
+            .map(|limit| Instant::now() + limit.mul_f64(0.9)),
+    );
+    let tries = unwindings.len() as u32;
+    for (tried, u) in unwindings.into_iter().enumerate() {
+        // Each unwinding left gets an equal share of what remains of the time limit.
+        let deadline = deadline.share(tries - tried as u32);
         let net = match unwound.get(topology, u) {
             Ok(net) => net,
             Err(e) if judge => {
@@ -335,7 +416,7 @@ pub fn synthesize_unwound(
             }
             Err(e) => return Err(e),
         };
-        let synthesis = with_chunking(topology, net, collectives, options)?;
+        let synthesis = with_chunking(topology, net, collectives, options, deadline)?;
         if !judge {
             return Ok(synthesis);
         }
@@ -358,6 +439,7 @@ fn with_chunking(
     net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
+    deadline: Deadline,
 ) -> Result<Synthesis, Error> {
     let cut = |x: u32| -> Option<Vec<Collective>> {
         collectives
@@ -373,7 +455,13 @@ fn with_chunking(
             })
             .collect()
     };
-    let fixed = match options.x_way {
+    // The integer program's size grows with the chunks: it runs on the user's chunking (no
+    // search over X) and plans its own timing (no clusters needed).
+    let x_way = match options.method {
+        Method::Greedy => options.x_way,
+        Method::Ilp | Method::TacclLike => Some(options.x_way.unwrap_or(1)),
+    };
+    let fixed = match x_way {
         Some(x) => Some(cut(x).ok_or_else(|| {
             Error::input(format!("--x-way {x}: the chunks cannot be cut that finely"))
         })?),
@@ -390,7 +478,7 @@ fn with_chunking(
             .unwrap_or(Time::ZERO),
     };
     let search = |net: &Network| match &fixed {
-        Some(refined) => synthesize_on(net, refined, options),
+        Some(refined) => synthesize_on(net, refined, options, deadline),
         None => refine_by_estimate(net, bound, &cut, options),
     };
     // Clusters keep chunks from entering a group twice; where a group spreads poorly inside (a
@@ -398,7 +486,7 @@ fn with_chunking(
     // all-gather: unclustered leads at X = 1, clustered leads by 10% at X = 32), so each gets
     // its own search and the estimates pick.
     let clustered = search(net)?;
-    if net.clusters == 1 {
+    if net.clusters == 1 || options.method != Method::Greedy {
         return Ok(clustered);
     }
     let unclustered = search(&net.unclustered())?;
@@ -421,11 +509,11 @@ fn refine_by_estimate(
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
     let whole = cut(1).expect("one way always fits");
-    let mut best = synthesize_on(net, &whole, options)?;
+    let mut best = synthesize_on(net, &whole, options, Deadline(None))?;
     let mut x = 2;
     while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best.estimate.ps() as f64 {
         let Some(refined) = cut(x) else { break };
-        let finer = synthesize_on(net, &refined, options)?;
+        let finer = synthesize_on(net, &refined, options, Deadline(None))?;
         let (now, before) = (finer.estimate.ps() as f64, best.estimate.ps() as f64);
         let enough = (0.01 * before).min((before - bound.ps() as f64) / 4.0);
         if before - now < enough {
@@ -441,10 +529,13 @@ fn synthesize_on(
     net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
+    deadline: Deadline,
 ) -> Result<Synthesis, Error> {
     let zero = |_: usize, _: u32| Time::ZERO;
     let (reverse, reverse_parts) = problem(net, collectives, Direction::Reverse, &zero)?;
-    if reverse_parts.is_empty() && collectives.len() == 1 {
+    let greedy = options.method == Method::Greedy;
+    let mut reports = Vec::new();
+    if greedy && reverse_parts.is_empty() && collectives.len() == 1 {
         let (forward, _) = problem(net, collectives, Direction::Forward, &zero)?;
         return stream_forward(net, &forward, &collectives[0], options);
     }
@@ -452,7 +543,23 @@ fn synthesize_on(
     let (reverse_sends, reverse_time) = if reverse_parts.is_empty() {
         (Vec::new(), Time::ZERO)
     } else {
-        plan(&transposed, &reverse, options, Direction::Reverse)?
+        // The reduce-scatter gets half the time left when an all-gather follows.
+        let share = if collectives
+            .iter()
+            .any(|c| phase(c, Direction::Forward).is_some())
+        {
+            2
+        } else {
+            1
+        };
+        plan(
+            &transposed,
+            &reverse,
+            options,
+            Direction::Reverse,
+            deadline.share(share),
+            &mut reports,
+        )?
     };
     // Reversed, a send that left a chunk's first holder at `start` is a reduction into it, done
     // at `reverse_time - start`; the last of them (from the earliest send) completes the piece:
@@ -476,9 +583,23 @@ fn synthesize_on(
     let (forward_sends, forward_time) = if forward_parts.is_empty() {
         (Vec::new(), Time::ZERO)
     } else {
-        plan(net, &forward, options, Direction::Forward)?
+        plan(
+            net,
+            &forward,
+            options,
+            Direction::Forward,
+            deadline,
+            &mut reports,
+        )?
     };
 
+    // The integer programs plan in time steps: on point-to-point networks, where the link model
+    // is the simulator's, each send is time-triggered at its planned start (the Ten's schedule),
+    // so the FIFO links serve them in the planned order and a send whose chunk arrives early
+    // cannot take a link from one planned before it. Through switches a logical link only
+    // approximates the shared ports (a chunk crosses an uplink at its full speed, not at the
+    // unwound share), so sends go as soon as their data is there, as greedy plans do.
+    let timed = !greedy && net.is_point_to_point();
     let mut builders: Vec<Builder> = collectives
         .iter()
         .map(Builder::new)
@@ -530,10 +651,13 @@ fn synthesize_on(
                 *last = Some((at, index));
             }
         }
-        let pacing: Vec<u32> = last_arrival[c * nodes + from as usize]
+        let mut pacing: Vec<u32> = last_arrival[c * nodes + from as usize]
             .map(|(_, index)| index)
             .into_iter()
             .collect();
+        if timed {
+            pacing.push(builders[c].timer(ranks[c][from as usize], start));
+        }
         let index = match transposed.route(s.link) {
             Some(route) => builders[c].send_routed(
                 ranks[c][from as usize],
@@ -557,16 +681,21 @@ fn synthesize_on(
         let link = net.links[s.link as usize];
         let (c, piece) = owner_of(&forward_parts, s.chunk);
         let (src, dst) = (ranks[c][link.src as usize], ranks[c][link.dst as usize]);
+        let pacing: Vec<u32> = match timed {
+            true => vec![builders[c].timer(src, s.start)],
+            false => Vec::new(),
+        };
         match net.route(s.link) {
             Some(route) => {
-                builders[c].send_routed(src, dst, (piece, piece + 1), Op::Copy, route, &[])
+                builders[c].send_routed(src, dst, (piece, piece + 1), Op::Copy, route, &pacing)
             }
-            None => builders[c].send(src, dst, (piece, piece + 1), Op::Copy),
+            None => builders[c].send_after(src, dst, (piece, piece + 1), Op::Copy, &pacing),
         };
     }
     Ok(Synthesis {
         schedules: builders.into_iter().map(Builder::finish).collect(),
         estimate: reverse_time.max(forward_time),
+        ilp: reports,
     })
 }
 
@@ -614,5 +743,6 @@ fn stream_forward(
     Ok(Synthesis {
         schedules: vec![schedule],
         estimate,
+        ilp: Vec::new(),
     })
 }

@@ -274,6 +274,13 @@ impl Network {
         )
     }
 
+    /// True when every logical link is a physical link between two NPUs (no switch unwound).
+    pub fn is_point_to_point(&self) -> bool {
+        self.links
+            .iter()
+            .all(|l| l.relay.is_none() && l.path.is_none())
+    }
+
     pub fn npus(&self) -> u32 {
         self.nodes.len() as u32
     }

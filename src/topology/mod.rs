@@ -179,8 +179,17 @@ impl Topology {
                 } else {
                     (first, lost)
                 };
+                let failed: Vec<String> = (0..self.failed.len())
+                    .filter(|&v| self.failed[v])
+                    .map(|v| v.to_string())
+                    .collect();
+                let cause = match failed.len() {
+                    0 => String::new(),
+                    1 => format!(" with failed NPU {} removed", failed[0]),
+                    _ => format!(" with failed NPUs {} removed", failed.join(", ")),
+                };
                 return Err(Error::input(format!(
-                    "topology {} is disconnected: NPU {a} cannot reach NPU {b}",
+                    "topology {} is disconnected: NPU {a} cannot reach NPU {b}{cause}",
                     self.name
                 )));
             }

@@ -670,9 +670,10 @@ impl<'a> Emitter<'a> {
         };
         let whole = npus.len() == self.topology.active_npus().len();
         let generated = match o.algorithm {
-            Algorithm::Tacos => {
+            algorithm if algorithm.synthesis().is_some() => {
                 let options = SynthOptions {
                     seed: o.seed,
+                    method: algorithm.synthesis().expect("a synthesized algorithm"),
                     ..o.synth.clone()
                 };
                 synth::synthesize_unwound(

@@ -1,0 +1,1322 @@
+//! TACOS-ILP (TACOS paper v1, Sec. V): the spreading problem as an integer program over the
+//! time-expanded network (Ten), solved by good_lp's pure-Rust microlp backend.
+//!
+//! Variables: `send(c, l, t)` binary, chunk `c` leaves on link `l` at step `t`. The paper's
+//! `hold(c, n, t)` is the sum of the sends that bring `c` to `n` by `t` (at most one, see below),
+//! so it needs no variable of its own. Constraints:
+//!
+//! * consistency: a chunk leaves an NPU no earlier than a send has brought it there;
+//! * congestion (TACOS-ILP only; the TACCL-like baseline ignores it): at most one chunk on a
+//!   link at any step, counting every step a chunk keeps the link busy;
+//! * no NPU receives a chunk twice.
+//!
+//! The objective counts the (chunk, NPU) pairs of the postcondition held at the horizon, plus the
+//! paper's sum over the steps (earlier arrivals count more) and a cost per send as tie-breakers
+//! too small to outweigh one more pair. The horizon starts at a lower bound (the latest earliest
+//! arrival, and the steps every NPU's in-links need to bring what it lacks) and grows by a step
+//! while the postcondition is not met, as in the paper; the search at a horizon stops once no
+//! plan can deliver another pair.
+//!
+//! A list schedule (every step, each free link sends the rarest chunk it may usefully send)
+//! seeds each program as its first incumbent and bounds the horizon from above: when every
+//! shorter horizon has fallen short it is optimal as it stands. A program stopped by the time
+//! limit keeps its best incumbent completed by shortest paths (the paper's recovery), or the
+//! list schedule if that finishes first. Time clustering solves successive short windows, each
+//! from the holdings the last one left.
+//!
+//! Discretisation (Sec. IV-C): see [`Ten::candidates`]. Plans are time-triggered: each send
+//! starts at its planned time, so the simulator's FIFO links serve them in the planned order.
+//!
+//! Variables are pruned to sends that can matter: a chunk leaves an NPU no earlier than it can
+//! get there, and only to an NPU that lacks it and can still pass it on to one that wants it in
+//! time.
+
+use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use good_lp::{
+    microlp, variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus,
+    SolverModel, Variable, WithInitialSolution, WithMipGap, WithTimeLimit,
+};
+
+use super::greedy::{Problem, Send, NONE};
+use super::network::Network;
+use crate::units::Time;
+use crate::Error;
+
+/// Refuse integer programs with more send variables than this: far beyond what microlp solves
+/// in any useful time, and the model alone would take gigabytes.
+const MAX_SEND_VARIABLES: usize = 2_000_000;
+
+/// How the integer programs run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IlpOptions {
+    /// Wall-clock budget of the whole synthesis; a search cut short keeps the best plan it knows.
+    pub time_limit: Option<Duration>,
+    /// Time clustering: successive programs of this many steps each.
+    pub cluster: Option<u32>,
+}
+
+/// How one integer program ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IlpStatus {
+    /// Solved to proven optimality, postcondition met.
+    Optimal,
+    /// The time limit stopped the search with the postcondition met by the incumbent.
+    Feasible,
+    /// The time limit stopped the search short of the postcondition; this many (chunk, NPU)
+    /// pairs were completed by shortest paths.
+    Recovered(u64),
+    /// The time limit stopped the search before it found anything better than the complete
+    /// plans that seed it (the list schedule, the greedy's plan), the faster of which is kept.
+    Seeded,
+}
+
+/// What the integer programs of one spreading problem did: reported beside the simulated time.
+#[derive(Clone, Debug)]
+pub struct IlpReport {
+    /// Length of one time step.
+    pub step: Time,
+    /// Steps of the final horizon (summed over the windows when clustered).
+    pub steps: u32,
+    /// Objective of the last program (arrivals summed over steps).
+    pub objective: f64,
+    /// The best bound the solver proved on it.
+    pub bound: Option<f64>,
+    /// Relative gap between objective and bound.
+    pub gap: Option<f64>,
+    pub status: IlpStatus,
+    /// Integer programs solved (horizons tried, windows).
+    pub programs: u32,
+    /// Horizons ruled out by their linear relaxation alone.
+    pub relaxations: u32,
+    /// Send variables of the last program.
+    pub variables: usize,
+}
+
+impl IlpReport {
+    /// One line for the run's summary: "4 steps of 5.243 us, objective 56.53 (bound 56.53,
+    /// gap 0.00%), optimal; 1 integer programs, 248 send variables".
+    pub fn describe(&self) -> String {
+        let bound = match (self.bound, self.gap) {
+            (Some(b), Some(g)) => format!(" (bound {b:.2}, gap {:.2}%)", g * 100.0),
+            _ => String::new(),
+        };
+        let status = match self.status {
+            IlpStatus::Optimal => "optimal".to_string(),
+            IlpStatus::Feasible => "time limit, postcondition met".to_string(),
+            IlpStatus::Recovered(pairs) => {
+                format!("time limit, {pairs} (chunk, NPU) pairs completed by shortest paths")
+            }
+            IlpStatus::Seeded => {
+                "time limit, the faster seeding plan (list schedule or greedy) kept".to_string()
+            }
+        };
+        let ruled_out = match self.relaxations {
+            0 => String::new(),
+            n => format!(", {n} shorter horizons infeasible by their LP relaxation"),
+        };
+        if self.programs == 0 && self.status == IlpStatus::Optimal {
+            return format!(
+                "{} steps of {}: a seeding plan (list schedule or greedy) takes the fewest steps \
+                 possible{ruled_out}, optimal without an integer program",
+                self.steps, self.step
+            );
+        }
+        format!(
+            "{} steps of {}, objective {:.2}{bound}, {status}; {} integer programs{ruled_out}, \
+             {} send variables",
+            self.steps, self.step, self.objective, self.programs, self.variables
+        )
+    }
+}
+
+/// The time-expanded network: the step length and each link's span and busy steps.
+struct Ten {
+    step: Time,
+    span: Vec<u32>,
+    busy: Vec<u32>,
+}
+
+impl Ten {
+    /// The time-expanded network with steps of `step`: delays within [`ROUNDING`] of a whole
+    /// number of steps round down (a hop 0.6% over a step does not take two).
+    fn with_step(delays: &[(Time, Time)], step: u64) -> Ten {
+        let step = step.max(1);
+        let steps = |t: Time| {
+            let exact = t.ps() as f64 / step as f64;
+            ((exact - ROUNDING).ceil() as u32).max(1)
+        };
+        let span: Vec<u32> = delays.iter().map(|d| steps(d.1)).collect();
+        let busy = delays
+            .iter()
+            .zip(&span)
+            .map(|(d, &s)| steps(d.0).min(s))
+            .collect();
+        Ten {
+            step: Time::from_ps(step),
+            span,
+            busy,
+        }
+    }
+
+    /// Discretisations worth solving, coarsest first. The paper's: the fastest link's hop is a
+    /// step, and a link is busy for whole hops (exact when latency is negligible). A finer one,
+    /// when latency is not: a fraction of the fastest link's serialisation, fine enough that
+    /// every link's serialisation and hop are within 10% of whole steps (at most
+    /// [`MAX_SUBSTEPS`] per serialisation), so links start new chunks while earlier ones are in
+    /// flight.
+    fn candidates(net: &Network, bytes: u64) -> Vec<Ten> {
+        let delays: Vec<(Time, Time)> = (0..net.links.len() as u32)
+            .map(|l| net.delays(l, bytes))
+            .collect();
+        let min = |f: fn(&(Time, Time)) -> Time| {
+            delays
+                .iter()
+                .map(f)
+                .filter(|t| *t > Time::ZERO)
+                .min()
+                .map_or(1, Time::ps)
+        };
+        let coarse = Ten::with_step(&delays, min(|d| d.1));
+        let serialisation = min(|d| d.0);
+        let close = |ten: &Ten| {
+            let within = |steps: u32, t: Time| {
+                t.ps() == 0 || (steps as u64 * ten.step.ps()) as f64 <= 1.1 * t.ps() as f64
+            };
+            delays
+                .iter()
+                .enumerate()
+                .all(|(l, d)| within(ten.busy[l], d.0) && within(ten.span[l], d.1))
+        };
+        if close(&coarse) {
+            return vec![coarse];
+        }
+        let fine = (1..=MAX_SUBSTEPS)
+            .map(|j| Ten::with_step(&delays, serialisation / j as u64))
+            .find(|ten| close(ten))
+            .unwrap_or_else(|| Ten::with_step(&delays, serialisation / MAX_SUBSTEPS as u64));
+        vec![coarse, fine]
+    }
+}
+
+/// The finest discretisation divides the fastest serialisation into this many steps.
+const MAX_SUBSTEPS: u32 = 4;
+
+/// How far past a whole number of steps a delay may be and still round down.
+const ROUNDING: f64 = 0.05;
+
+/// Per chunk, per NPU: the step from which the NPU holds the chunk, if it does.
+type Holdings = Vec<Vec<Option<u32>>>;
+
+/// Steps along the fastest path between every pair of NPUs (`u32::MAX`: unreachable). The
+/// integer program is for small networks, so the full matrix is fine.
+fn distances(net: &Network, ten: &Ten) -> Vec<Vec<u32>> {
+    let n = net.npus() as usize;
+    (0..n)
+        .map(|from| {
+            let mut dist = vec![u32::MAX; n];
+            let mut heap = BinaryHeap::new();
+            dist[from] = 0;
+            heap.push(Reverse((0u32, from as u32)));
+            while let Some(Reverse((d, u))) = heap.pop() {
+                if d > dist[u as usize] {
+                    continue;
+                }
+                for &l in net.out_links(u) {
+                    let v = net.links[l as usize].dst as usize;
+                    let nd = d + ten.span[l as usize];
+                    if nd < dist[v] {
+                        dist[v] = nd;
+                        heap.push(Reverse((nd, v as u32)));
+                    }
+                }
+            }
+            dist
+        })
+        .collect()
+}
+
+/// A planned send in steps: chunk, link, first step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct StepSend {
+    step: u32,
+    link: u32,
+    chunk: u32,
+}
+
+/// The (chunk, NPU) pairs still to deliver.
+fn missing(p: &Problem, holds: &Holdings) -> Vec<(u32, u32)> {
+    let mut pairs = Vec::new();
+    for (c, row) in holds.iter().enumerate() {
+        for (n, h) in row.iter().enumerate() {
+            if h.is_none() && p.wants(n as u32, c as u32) {
+                pairs.push((c as u32, n as u32));
+            }
+        }
+    }
+    pairs
+}
+
+/// What every program of one spreading problem shares.
+struct Planner<'a> {
+    net: &'a Network,
+    ten: Ten,
+    dist: Vec<Vec<u32>>,
+    problem: &'a Problem,
+    congestion: bool,
+    /// The longest a program took to build so far: no new one starts with less time left.
+    build: Cell<Duration>,
+}
+
+/// One program over `horizon` steps from `holds`.
+struct Window<'a> {
+    planner: &'a Planner<'a>,
+    holds: &'a Holdings,
+    /// A plan in steps from the same holdings whose part within the horizon may seed the search.
+    seed: Option<&'a [StepSend]>,
+    horizon: u32,
+    /// Clustered windows let chunks move towards NPUs they cannot reach within the window.
+    partial: bool,
+}
+
+impl<'a> Planner<'a> {
+    /// True when the time limit has passed, or too little is left to build another program.
+    fn out_of_time(&self, deadline: Deadline) -> bool {
+        deadline.left().is_some_and(|left| left <= self.build.get())
+    }
+
+    fn window(&'a self, holds: &'a Holdings, horizon: u32, partial: bool) -> Window<'a> {
+        Window {
+            planner: self,
+            holds,
+            seed: None,
+            horizon,
+            partial,
+        }
+    }
+}
+
+/// What a program returned.
+struct Outcome {
+    sends: Vec<StepSend>,
+    complete: bool,
+    /// Solved to proven optimality (false: stopped by the time limit).
+    optimal: bool,
+    objective: f64,
+    bound: Option<f64>,
+    gap: Option<f64>,
+    variables: usize,
+}
+
+impl Outcome {
+    /// A search stopped before it found anything (or a relaxation stopped before it decided).
+    fn interrupted(variables: usize) -> Outcome {
+        Outcome {
+            sends: Vec::new(),
+            complete: false,
+            optimal: false,
+            objective: 0.0,
+            bound: None,
+            gap: None,
+            variables,
+        }
+    }
+
+    /// A horizon proven too short.
+    fn short(variables: usize) -> Outcome {
+        Outcome {
+            optimal: true,
+            ..Outcome::interrupted(variables)
+        }
+    }
+}
+
+impl Window<'_> {
+    /// Per chunk and NPU the earliest step it could hold the chunk, and the steps from the NPU
+    /// to the nearest NPU that still wants it.
+    fn reach(&self) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        let Planner {
+            net, dist, problem, ..
+        } = self.planner;
+        let n = net.npus() as usize;
+        let mut earliest = Vec::with_capacity(self.holds.len());
+        let mut to_go = Vec::with_capacity(self.holds.len());
+        for (c, row) in self.holds.iter().enumerate() {
+            let mut e = vec![u32::MAX; n];
+            let mut g = vec![u32::MAX; n];
+            for (h, ready) in row.iter().enumerate() {
+                let Some(r) = *ready else { continue };
+                for v in 0..n {
+                    let d = dist[h][v];
+                    if d != u32::MAX {
+                        e[v] = e[v].min(r + d);
+                    }
+                }
+            }
+            for (w, ready) in row.iter().enumerate() {
+                if ready.is_none() && problem.wants(w as u32, c as u32) {
+                    for v in 0..n {
+                        g[v] = g[v].min(dist[v][w]);
+                    }
+                }
+            }
+            for (v, ready) in row.iter().enumerate() {
+                if let Some(r) = *ready {
+                    e[v] = r;
+                }
+            }
+            earliest.push(e);
+            to_go.push(g);
+        }
+        (earliest, to_go)
+    }
+
+    /// The last step chunk `c` may leave on link `l` with a purpose, if any: to an NPU that lacks
+    /// it, early enough to reach one that wants it by the horizon (or, in a clustered window,
+    /// moving it closer to one).
+    fn last_step(
+        &self,
+        c: usize,
+        l: usize,
+        earliest: &[Vec<u32>],
+        to_go: &[Vec<u32>],
+    ) -> Option<u32> {
+        let link = &self.planner.net.links[l];
+        let (u, v) = (link.src as usize, link.dst as usize);
+        if self.holds[c][v].is_some() || earliest[c][u] == u32::MAX || to_go[c][v] == u32::MAX {
+            return None;
+        }
+        let span = self.planner.ten.span[l];
+        let last = if self.partial {
+            let closer = to_go[c][v] < to_go[c][u] || to_go[c][v] == 0;
+            if !closer {
+                return None;
+            }
+            self.horizon.checked_sub(span)?
+        } else {
+            self.horizon.checked_sub(span + to_go[c][v])?
+        };
+        (last >= earliest[c][u]).then_some(last)
+    }
+
+    /// A feasible plan by list scheduling in steps: every step, each free link takes the
+    /// rarest chunk its source holds that it may usefully send (ignoring congestion: every such
+    /// chunk). It seeds the program's search
+    /// (an incumbent from the start), and its complete form bounds the horizon from above.
+    fn list_schedule(&self, earliest: &[Vec<u32>], to_go: &[Vec<u32>]) -> Vec<StepSend> {
+        let Planner {
+            net,
+            ten,
+            congestion,
+            ..
+        } = self.planner;
+        let chunks = self.holds.len();
+        let mut at: Holdings = self.holds.clone();
+        let mut holders: Vec<u32> = at
+            .iter()
+            .map(|row| row.iter().flatten().count() as u32)
+            .collect();
+        let mut free_at = vec![0u32; net.links.len()];
+        let mut plan = Vec::new();
+        let mut lacking = missing(self.planner.problem, self.holds).len();
+        for t in 0..self.horizon {
+            if lacking == 0 {
+                break;
+            }
+            for (l, link) in net.links.iter().enumerate() {
+                if free_at[l] > t {
+                    continue;
+                }
+                let (u, v) = (link.src as usize, link.dst as usize);
+                let mut useful: Vec<usize> = (0..chunks)
+                    .filter(|&c| at[c][u].is_some_and(|r| r <= t) && at[c][v].is_none())
+                    .filter(|&c| {
+                        self.last_step(c, l, earliest, to_go)
+                            .is_some_and(|last| t <= last)
+                    })
+                    .collect();
+                useful.sort_by_key(|&c| (holders[c], c));
+                if *congestion {
+                    // One chunk at a time, the rarest.
+                    useful.truncate(1);
+                }
+                for c in useful {
+                    if self.planner.problem.wants(v as u32, c as u32) {
+                        lacking -= 1;
+                    }
+                    at[c][v] = Some(t + ten.span[l]);
+                    holders[c] += 1;
+                    if *congestion {
+                        free_at[l] = t + ten.busy[l];
+                    }
+                    plan.push(StepSend {
+                        step: t,
+                        link: l as u32,
+                        chunk: c as u32,
+                    });
+                }
+            }
+        }
+        plan
+    }
+
+    /// The part of `plan` this window's program can express: its sends in step order while their
+    /// chunk has reached the source, the destination lacks it, the link is free and a variable
+    /// exists for them.
+    fn restrict(
+        &self,
+        plan: &[StepSend],
+        earliest: &[Vec<u32>],
+        to_go: &[Vec<u32>],
+    ) -> Vec<StepSend> {
+        let Planner {
+            net,
+            ten,
+            congestion,
+            ..
+        } = self.planner;
+        let mut at = self.holds.clone();
+        let mut free_at = vec![0u32; net.links.len()];
+        let mut sorted = plan.to_vec();
+        sorted.sort();
+        let mut kept = Vec::new();
+        for s in sorted {
+            let (c, l) = (s.chunk as usize, s.link as usize);
+            let link = &net.links[l];
+            let usable = at[c][link.src as usize].is_some_and(|r| r <= s.step)
+                && at[c][link.dst as usize].is_none()
+                && free_at[l] <= s.step
+                && self
+                    .last_step(c, l, earliest, to_go)
+                    .is_some_and(|last| (earliest[c][link.src as usize]..=last).contains(&s.step));
+            if usable {
+                at[c][link.dst as usize] = Some(s.step + ten.span[l]);
+                if *congestion {
+                    free_at[l] = s.step + ten.busy[l];
+                }
+                kept.push(s);
+            }
+        }
+        kept
+    }
+
+    /// Builds and solves the program, stopping the search at `deadline`. `relaxed`: only its
+    /// linear relaxation with every wanted pair required, whose infeasibility proves the horizon
+    /// too short at the cost of one LP (`complete` then says whether it is feasible).
+    fn solve(&self, deadline: Deadline, relaxed: bool) -> Result<Outcome, Error> {
+        let started = Instant::now();
+        let (earliest, to_go) = self.reach();
+        let Planner {
+            net,
+            ten,
+            problem,
+            congestion,
+            ..
+        } = self.planner;
+        let links = &net.links;
+        let t_end = self.horizon;
+        let n = net.npus() as usize;
+        let mut vars = ProblemVariables::new();
+        // send variables, per link then step: (chunk, link, step, var)
+        let mut sends: Vec<(u32, u32, u32, Variable)> = Vec::new();
+        // Per (chunk, link): the first step with a variable and where its variables start.
+        let mut send_index: Vec<Option<(u32, usize)>> = vec![None; self.holds.len() * links.len()];
+        for c in 0..self.holds.len() {
+            for l in 0..links.len() {
+                let Some(last) = self.last_step(c, l, &earliest, &to_go) else {
+                    continue;
+                };
+                let first = earliest[c][links[l].src as usize];
+                send_index[c * links.len() + l] = Some((first, sends.len()));
+                for t in first..=last {
+                    let var = match relaxed {
+                        true => vars.add(variable().min(0).max(1)),
+                        false => vars.add(variable().binary()),
+                    };
+                    sends.push((c as u32, l as u32, t, var));
+                }
+                if sends.len() > MAX_SEND_VARIABLES {
+                    return Err(Error::input(format!(
+                        "the integer program would have over {MAX_SEND_VARIABLES} send variables \
+                         ({} steps): use --cluster for shorter programs, or the greedy synthesizer",
+                        t_end
+                    )));
+                }
+            }
+        }
+        // Per (chunk, NPU) that lacks the chunk: the sends that could bring it, with their
+        // arrival steps. Holding is their sum (at most one, below), so no variable of its own.
+        let mut into: Vec<Vec<Vec<(Variable, u32)>>> = vec![vec![Vec::new(); n]; self.holds.len()];
+        for &(c, l, t, var) in &sends {
+            let dst = links[l as usize].dst as usize;
+            into[c as usize][dst].push((var, t + ten.span[l as usize]));
+        }
+        let wanted: Vec<(u32, u32)> = missing(problem, self.holds);
+        // Each pair held at the horizon counts 1; the paper's sum over the steps (earlier
+        // arrivals count more) and a cost per send break ties among plans that deliver as many,
+        // and together never outweigh one more pair delivered.
+        let earliness = 1.0 / ((wanted.len() as f64 + 1.0) * (t_end as f64 + 1.0));
+        let tiny = earliness / (sends.len() as f64 + 1.0);
+        let mut objective = Expression::with_capacity(sends.len());
+        for &(c, v) in &wanted {
+            for &(var, arrive) in &into[c as usize][v as usize] {
+                objective.add_mul(1.0 + earliness * (t_end - arrive + 1) as f64, var);
+            }
+        }
+        for s in &sends {
+            objective.add_mul(-tiny, s.3);
+        }
+        if relaxed
+            && wanted
+                .iter()
+                .any(|&(c, v)| into[c as usize][v as usize].is_empty())
+        {
+            return Ok(Outcome::short(sends.len()));
+        }
+        // Warm start: the list schedule, or the seed's part within the horizon if it delivers
+        // more of what is wanted.
+        let mut heuristic = self.list_schedule(&earliest, &to_go);
+        if let Some(seed) = self.seed {
+            let delivered = |plan: &[StepSend]| {
+                plan.iter()
+                    .filter(|s| problem.wants(links[s.link as usize].dst, s.chunk))
+                    .count()
+            };
+            let restricted = self.restrict(seed, &earliest, &to_go);
+            if delivered(&restricted) > delivered(&heuristic) {
+                heuristic = restricted;
+            }
+        }
+        let mut initial: Vec<(Variable, f64)> = sends.iter().map(|s| (s.3, 0.0)).collect();
+        for h in &heuristic {
+            let (c, l) = (h.chunk as usize, h.link as usize);
+            let (first, at) = send_index[c * links.len() + l]
+                .expect("the list schedule sends where the program can");
+            initial[at + (h.step - first) as usize].1 = 1.0;
+        }
+        // Stop once no plan can deliver another pair: the horizon is what is being decided.
+        let gap = 0.5 / (wanted.len() as f32 + 1.0);
+        let goal = match relaxed {
+            true => Expression::default(),
+            false => objective.clone(),
+        };
+        let mut model = vars.maximise(goal).using(microlp);
+        if !relaxed {
+            model = model
+                .with_initial_solution(initial)
+                .with_mip_gap(gap)
+                .map_err(|e| Error::input(format!("integer program: {e}")))?;
+        }
+        let mut on_link: Vec<Vec<(Expression, u32)>> =
+            vec![vec![(Expression::default(), 0); t_end as usize + 1]; links.len()];
+        for &(c, l, t, var) in &sends {
+            let src = links[l as usize].src as usize;
+            if self.holds[c as usize][src].is_none() {
+                // Consistency: the chunk has reached the source by step t.
+                let mut reached = Expression::default();
+                for &(came, arrive) in &into[c as usize][src] {
+                    if arrive <= t {
+                        reached.add_mul(1.0, came);
+                    }
+                }
+                model.add_constraint(Expression::from(var).leq(reached));
+            }
+            if *congestion {
+                let busy = ten.busy[l as usize];
+                for k in t..(t + busy).min(t_end + 1) {
+                    let load = &mut on_link[l as usize][k as usize];
+                    load.0.add_mul(1.0, var);
+                    load.1 += 1;
+                }
+            }
+        }
+        for (c, row) in into.iter().enumerate() {
+            for (v, list) in row.iter().enumerate() {
+                let received: Expression = list.iter().map(|&(var, _)| var).sum();
+                if relaxed && problem.wants(v as u32, c as u32) && !list.is_empty() {
+                    model.add_constraint(received.clone().geq(1.0));
+                }
+                if list.len() > 1 {
+                    model.add_constraint(received.leq(1.0));
+                }
+            }
+        }
+        if *congestion {
+            for row in on_link {
+                for (load, terms) in row {
+                    if terms > 1 {
+                        model.add_constraint(load.leq(1.0));
+                    }
+                }
+            }
+        }
+        let built = started.elapsed();
+        if built > self.planner.build.get() {
+            self.planner.build.set(built);
+        }
+        if let Some(limit) = deadline.left() {
+            model = model.with_time_limit(limit.as_secs_f64());
+        }
+        // microlp looks at its clock every thousand pivots, which on programs of tens of
+        // thousands of variables can be seconds: the search runs on a thread of its own and is
+        // abandoned at the deadline (it stops by itself at its next look).
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(model.solve());
+        });
+        let solved = match deadline.left() {
+            None => receiver.recv().ok(),
+            Some(left) => receiver.recv_timeout(left).ok(),
+        };
+        let Some(solved) = solved else {
+            return Ok(Outcome::interrupted(sends.len()));
+        };
+        let solution = match solved {
+            Ok(s) => s,
+            Err(ResolutionError::Infeasible) if relaxed => {
+                return Ok(Outcome::short(sends.len()));
+            }
+            Err(ResolutionError::Infeasible) => {
+                return Err(Error::input("the integer program is infeasible"))
+            }
+            Err(ResolutionError::Other(_)) => {
+                // Time limit before any incumbent: nothing planned in this window.
+                return Ok(Outcome::interrupted(sends.len()));
+            }
+            Err(e) => return Err(Error::input(format!("integer program: {e}"))),
+        };
+        let optimal = matches!(solution.status(), SolutionStatus::Optimal);
+        // A relaxation that solves at all is feasible: every wanted pair is required.
+        let complete = relaxed
+            || wanted.iter().all(|&(c, v)| {
+                into[c as usize][v as usize]
+                    .iter()
+                    .any(|&(var, _)| solution.value(var) > 0.5)
+            });
+        let chosen: Vec<StepSend> = sends
+            .iter()
+            .filter(|s| solution.value(s.3) > 0.5)
+            .map(|&(chunk, link, step, _)| StepSend { step, link, chunk })
+            .collect();
+        let objective_value = objective.eval_with(&solution);
+        let inner = solution.into_inner();
+        let stats = inner.stats();
+        Ok(Outcome {
+            sends: chosen,
+            complete,
+            optimal,
+            objective: objective_value,
+            bound: stats.best_bound,
+            gap: inner.gap(),
+            variables: sends.len(),
+        })
+    }
+}
+
+/// A wall-clock budget: None never runs out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline(pub Option<Instant>);
+
+impl Deadline {
+    fn left(self) -> Option<Duration> {
+        self.0.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The first of `parts` equal shares of the time left.
+    pub(crate) fn share(self, parts: u32) -> Deadline {
+        Deadline(self.left().map(|left| Instant::now() + left / parts.max(1)))
+    }
+}
+
+/// Plans the spreading `p` on `net` by integer programming (with link congestion modelled, or
+/// ignored as the TACCL-like baseline does): the sends in issue order with their times by the
+/// link model, the completion time, and what the programs did. Each discretisation of
+/// [`Ten::candidates`] gets an equal share of the time left; the plan that finishes first by
+/// the link model is kept (the coarser on a tie).
+pub(crate) fn plan(
+    net: &Network,
+    p: &Problem,
+    options: &IlpOptions,
+    congestion: bool,
+    deadline: Deadline,
+    seed: &[Send],
+) -> Result<(Vec<Send>, Time, IlpReport), Error> {
+    let largest = p.chunk_bytes.iter().copied().max().unwrap_or(1).max(1);
+    let candidates = Ten::candidates(net, largest);
+    let count = candidates.len() as u32;
+    let hop = candidates[0].step;
+    let mut best: Option<(Vec<Send>, Time, IlpReport)> = None;
+    for (k, ten) in candidates.into_iter().enumerate() {
+        let share = deadline.share(count - k as u32);
+        // Clustered windows are given in the paper's steps (hops of the fastest link).
+        let width = options
+            .cluster
+            .map(|w| (w as u64 * hop.ps()).div_ceil(ten.step.ps()) as u32);
+        let planned = plan_on(net, p, ten, width, congestion, share, seed)?;
+        if best.as_ref().is_none_or(|b| planned.1 < b.1) {
+            best = Some(planned);
+        }
+    }
+    Ok(best.expect("at least one discretisation"))
+}
+
+/// [`plan`] on one time-expanded network.
+fn plan_on(
+    net: &Network,
+    p: &Problem,
+    ten: Ten,
+    cluster: Option<u32>,
+    congestion: bool,
+    deadline: Deadline,
+    seed: &[Send],
+) -> Result<(Vec<Send>, Time, IlpReport), Error> {
+    let dist = distances(net, &ten);
+    let planner = Planner {
+        net,
+        ten,
+        dist,
+        problem: p,
+        congestion,
+        build: Cell::new(Duration::ZERO),
+    };
+    let (ten, dist) = (&planner.ten, &planner.dist);
+    let n = net.npus() as usize;
+    let mut holds: Holdings = vec![vec![None; n]; p.chunks() as usize];
+    for h in &p.initial {
+        let step = h.ready.ps().div_ceil(ten.step.ps()) as u32;
+        let slot = &mut holds[h.chunk as usize][h.npu as usize];
+        *slot = Some(slot.map_or(step, |s| s.min(step)));
+    }
+    for (c, v) in missing(p, &holds) {
+        let row = &holds[c as usize];
+        if !row
+            .iter()
+            .enumerate()
+            .any(|(h, r)| r.is_some() && dist[h][v as usize] != u32::MAX)
+        {
+            return Err(Error::input(format!(
+                "NPU {} cannot get chunk {c}: no path reaches it from a holder (failed NPUs or \
+                 links disconnect the network)",
+                net.nodes[v as usize]
+            )));
+        }
+    }
+    let mut planned: Vec<StepSend> = Vec::new();
+    let mut report = IlpReport {
+        step: ten.step,
+        steps: 0,
+        objective: 0.0,
+        bound: None,
+        gap: None,
+        status: IlpStatus::Optimal,
+        programs: 0,
+        relaxations: 0,
+        variables: 0,
+    };
+    let record = |report: &mut IlpReport, out: &Outcome, steps: u32| {
+        report.steps = steps;
+        report.objective = out.objective;
+        report.bound = out.bound;
+        report.gap = out.gap;
+        report.programs += 1;
+        report.variables = out.variables;
+        report.status = match out.optimal {
+            true => IlpStatus::Optimal,
+            false => IlpStatus::Feasible,
+        };
+    };
+    let mut offset = 0;
+    match cluster {
+        Some(width) => {
+            while !missing(p, &holds).is_empty() {
+                if planner.out_of_time(deadline) {
+                    break;
+                }
+                let out = planner.window(&holds, width, true).solve(deadline, false)?;
+                record(&mut report, &out, offset + width);
+                let later = holds
+                    .iter()
+                    .flatten()
+                    .any(|h| h.is_some_and(|r| r >= width));
+                if out.sends.is_empty() && !later {
+                    if !out.optimal {
+                        break;
+                    }
+                    return Err(Error::input(format!(
+                        "--cluster: a window of {width} time steps of {} moves no chunk (a hop \
+                         takes up to {} of them); widen it",
+                        ten.step,
+                        ten.span.iter().max().unwrap_or(&1),
+                    )));
+                }
+                apply(net, ten, &mut holds, &out.sends, width);
+                planned.extend(out.sends.iter().map(|s| StepSend {
+                    step: s.step + offset,
+                    ..*s
+                }));
+                offset += width;
+            }
+        }
+        None => {
+            let wanted = missing(p, &holds);
+            let reach = planner.window(&holds, 0, false).reach().0;
+            let mut horizon = wanted
+                .iter()
+                .map(|&(c, v)| reach[c as usize][v as usize])
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            if congestion {
+                horizon = horizon.max(ingress_bound(net, ten, &wanted));
+            }
+            // Complete plans to start from: the list schedule over a generous horizon, and the
+            // seed (the greedy's plan) in steps. The shorter bounds the search from above.
+            let generous = horizon + wanted.len() as u32 * ten.span.iter().max().unwrap_or(&1);
+            let listed = {
+                let w = planner.window(&holds, generous, false);
+                let (earliest, to_go) = w.reach();
+                w.list_schedule(&earliest, &to_go)
+            };
+            let seeded = in_steps(net, ten, &holds, seed);
+            let end = |plan: &[StepSend]| {
+                plan.iter()
+                    .map(|s| s.step + ten.span[s.link as usize])
+                    .max()
+                    .unwrap_or(0)
+            };
+            let complete = |plan: &[StepSend]| {
+                let mut after = holds.clone();
+                apply(net, ten, &mut after, plan, 0);
+                missing(p, &after).is_empty()
+            };
+            let mut known: Vec<Vec<StepSend>> = [listed, seeded]
+                .into_iter()
+                .filter(|plan| complete(plan))
+                .collect();
+            // Shortest in steps first; among equals, the faster by the link model.
+            known.sort_by_cached_key(|plan| (end(plan), timed(net, p, plan.clone()).1));
+            let upper = known.first().map_or(u32::MAX, |plan| end(plan));
+            while !wanted.is_empty() {
+                if horizon >= upper {
+                    // Every shorter horizon fell short: the shortest known plan is optimal.
+                    report.steps = upper;
+                    report.status = IlpStatus::Optimal;
+                    planned = known.swap_remove(0);
+                    apply(net, ten, &mut holds, &planned, 0);
+                    offset = upper;
+                    break;
+                }
+                let mut window = planner.window(&holds, horizon, false);
+                window.seed = known.first().map(Vec::as_slice);
+                // Out of time (or too little left to build another program): as if the search
+                // had stopped with nothing.
+                let out = if planner.out_of_time(deadline) {
+                    Outcome::interrupted(0)
+                } else {
+                    // One LP proves most short horizons short before any branching.
+                    let relaxation = window.solve(deadline, true)?;
+                    if relaxation.optimal && !relaxation.complete {
+                        report.relaxations += 1;
+                        horizon += 1;
+                        continue;
+                    }
+                    let out = window.solve(deadline, false)?;
+                    record(&mut report, &out, horizon);
+                    out
+                };
+                if out.complete {
+                    apply(net, ten, &mut holds, &out.sends, 0);
+                    planned = out.sends;
+                    offset = horizon;
+                    break;
+                }
+                if !out.optimal {
+                    // Out of time short of the postcondition: the incumbent completed by
+                    // shortest paths, or a known complete plan, whichever finishes first.
+                    let mut recovered_holds = holds.clone();
+                    apply(net, ten, &mut recovered_holds, &out.sends, 0);
+                    let mut recovered_plan = out.sends;
+                    let pairs = recover(
+                        net,
+                        ten,
+                        dist,
+                        p,
+                        &mut recovered_holds,
+                        &mut recovered_plan,
+                        horizon,
+                    );
+                    let time = |plan: &[StepSend]| timed(net, p, plan.to_vec()).1;
+                    let best_known = known.iter().min_by_key(|plan| time(plan));
+                    match best_known {
+                        Some(plan) if time(plan) < time(&recovered_plan) => {
+                            report.steps = end(plan);
+                            report.status = IlpStatus::Seeded;
+                            planned = plan.clone();
+                            apply(net, ten, &mut holds, &planned, 0);
+                        }
+                        _ => {
+                            report.status = IlpStatus::Recovered(pairs);
+                            holds = recovered_holds;
+                            planned = recovered_plan;
+                        }
+                    }
+                    offset = horizon;
+                    break;
+                }
+                horizon += 1;
+            }
+        }
+    }
+    let recovered = recover(net, ten, dist, p, &mut holds, &mut planned, offset);
+    if recovered > 0 {
+        report.status = IlpStatus::Recovered(recovered);
+    }
+    let (sends, time) = timed(net, p, planned);
+    Ok((sends, time, report))
+}
+
+/// The shortest horizon in which every NPU's in-links can bring it the chunks it lacks, each
+/// link starting a chunk every `busy` steps from step 0: no shorter one can be feasible.
+fn ingress_bound(net: &Network, ten: &Ten, wanted: &[(u32, u32)]) -> u32 {
+    let mut lacking = vec![0u64; net.npus() as usize];
+    for &(_, v) in wanted {
+        lacking[v as usize] += 1;
+    }
+    let mut bound = 0;
+    for (v, &need) in lacking.iter().enumerate() {
+        if need == 0 {
+            continue;
+        }
+        let links = net.in_links(v as u32);
+        let capacity = |t: u32| -> u64 {
+            links
+                .iter()
+                .map(|&l| {
+                    let (span, busy) = (ten.span[l as usize], ten.busy[l as usize]);
+                    if t >= span {
+                        ((t - span) / busy) as u64 + 1
+                    } else {
+                        0
+                    }
+                })
+                .sum()
+        };
+        let mut t = 1;
+        while capacity(t) < need {
+            t += 1;
+        }
+        bound = bound.max(t);
+    }
+    bound
+}
+
+/// A plan with continuous times (the greedy's) as steps: in its issue order, each send starts
+/// at the first step its chunk is at the source and its link is free. The routes and each link's
+/// order stay the plan's.
+fn in_steps(net: &Network, ten: &Ten, holds: &Holdings, plan: &[Send]) -> Vec<StepSend> {
+    let mut order: Vec<usize> = (0..plan.len()).collect();
+    order.sort_by_key(|&i| (plan[i].start, i));
+    let mut at = holds.clone();
+    let mut free_at = vec![0u32; net.links.len()];
+    let mut steps = Vec::with_capacity(plan.len());
+    for i in order {
+        let (c, l) = (plan[i].chunk as usize, plan[i].link as usize);
+        let link = &net.links[l];
+        let (Some(ready), None) = (at[c][link.src as usize], at[c][link.dst as usize]) else {
+            continue;
+        };
+        let step = ready.max(free_at[l]);
+        free_at[l] = step + ten.busy[l];
+        at[c][link.dst as usize] = Some(step + ten.span[l]);
+        steps.push(StepSend {
+            step,
+            link: l as u32,
+            chunk: c as u32,
+        });
+    }
+    steps
+}
+
+/// Marks what `sends` deliver (steps relative to a window of `width` steps; the next window
+/// starts when this one ends).
+fn apply(net: &Network, ten: &Ten, holds: &mut Holdings, sends: &[StepSend], width: u32) {
+    for row in holds.iter_mut() {
+        for h in row.iter_mut().flatten() {
+            *h = h.saturating_sub(width);
+        }
+    }
+    for s in sends {
+        let dst = net.links[s.link as usize].dst as usize;
+        let at = (s.step + ten.span[s.link as usize]).saturating_sub(width);
+        let slot = &mut holds[s.chunk as usize][dst];
+        *slot = Some(slot.map_or(at, |h| h.min(at)));
+    }
+}
+
+/// The paper's recovery: every pair still missing after step `from` gets the chunk along a
+/// fastest path from its nearest holder, appended after the planned sends. Returns how many
+/// pairs it completed.
+fn recover(
+    net: &Network,
+    ten: &Ten,
+    dist: &[Vec<u32>],
+    p: &Problem,
+    holds: &mut Holdings,
+    planned: &mut Vec<StepSend>,
+    from: u32,
+) -> u64 {
+    let pairs = missing(p, holds);
+    for &(c, v) in &pairs {
+        let row = &holds[c as usize];
+        let (source, _) = row
+            .iter()
+            .enumerate()
+            .filter_map(|(h, r)| r.map(|r| (h, r.max(from) + dist[h][v as usize])))
+            .filter(|&(h, _)| dist[h][v as usize] != u32::MAX)
+            .min_by_key(|&(h, t)| (t, h))
+            .expect("every missing pair is reachable (checked before planning)");
+        let mut at = row[source].expect("a holder").max(from);
+        let mut u = source as u32;
+        while u != v {
+            let l = *net
+                .out_links(u)
+                .iter()
+                .filter(|&&l| {
+                    let next = net.links[l as usize].dst as usize;
+                    dist[next][v as usize] != u32::MAX
+                        && ten.span[l as usize] + dist[next][v as usize]
+                            == dist[u as usize][v as usize]
+                })
+                .min()
+                .expect("a fastest path continues");
+            let next = net.links[l as usize].dst;
+            planned.push(StepSend {
+                step: at,
+                link: l,
+                chunk: c,
+            });
+            at += ten.span[l as usize];
+            let slot = &mut holds[c as usize][next as usize];
+            if slot.is_some() {
+                // Already there (an earlier recovered path passed through): nothing to resend.
+                planned.pop();
+                at = slot.expect("held");
+            } else {
+                *slot = Some(at);
+            }
+            u = next;
+        }
+    }
+    pairs.len() as u64
+}
+
+/// The step plan as sends in issue order (by step, then link) with times by the link model: a
+/// send starts when its chunk has reached its source and its link has finished the sends before
+/// it, as the simulator's FIFO links serve them.
+fn timed(net: &Network, p: &Problem, mut planned: Vec<StepSend>) -> (Vec<Send>, Time) {
+    planned.sort();
+    let n = net.npus() as usize;
+    // Per chunk and NPU: (time it is there, the send that brought it).
+    let mut at: Vec<Vec<Option<(Time, u32)>>> = vec![vec![None; n]; p.chunks() as usize];
+    for h in &p.initial {
+        let slot = &mut at[h.chunk as usize][h.npu as usize];
+        if slot.is_none_or(|(t, _)| h.ready < t) {
+            *slot = Some((h.ready, NONE));
+        }
+    }
+    let mut link_free = vec![Time::ZERO; net.links.len()];
+    let mut sends = Vec::with_capacity(planned.len());
+    let mut finish = Time::ZERO;
+    for s in planned {
+        let link = net.links[s.link as usize];
+        let (ready, via) = at[s.chunk as usize][link.src as usize]
+            .expect("a planned send's chunk is at its source");
+        let start = ready.max(link_free[s.link as usize]);
+        let (free, arrive) = net.delays(s.link, p.chunk_bytes[s.chunk as usize]);
+        link_free[s.link as usize] = start + free;
+        let arrive = start + arrive;
+        finish = finish.max(arrive);
+        let index = sends.len() as u32;
+        sends.push(Send {
+            link: s.link,
+            chunk: s.chunk,
+            via,
+            start,
+            arrive,
+        });
+        let slot = &mut at[s.chunk as usize][link.dst as usize];
+        if slot.is_none_or(|(t, _)| arrive < t) {
+            *slot = Some((arrive, index));
+        }
+    }
+    (sends, finish)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::greedy::{Holding, Members};
+    use crate::synth::Unwinding;
+    use crate::topology::parse_inline;
+    use crate::units::Bandwidth;
+
+    fn network(spec: &str, latency_ns: u64) -> Network {
+        let t = parse_inline(
+            spec,
+            &[Bandwidth::gb_per_sec(50.0)],
+            &[Time::from_ns(latency_ns)],
+        )
+        .unwrap();
+        Network::from_topology(&t, Unwinding::Degree(1)).unwrap()
+    }
+
+    /// All-gather of one `bytes` chunk per NPU.
+    fn all_gather(net: &Network, bytes: u64) -> Problem {
+        let n = net.npus();
+        Problem {
+            chunk_bytes: vec![bytes; n as usize],
+            chunk_group: vec![0; n as usize],
+            groups: vec![Members::All],
+            initial: (0..n)
+                .map(|v| Holding {
+                    npu: v,
+                    chunk: v,
+                    ready: Time::ZERO,
+                })
+                .collect(),
+            dest: Vec::new(),
+        }
+    }
+
+    fn planner<'a>(net: &'a Network, p: &'a Problem, congestion: bool) -> Planner<'a> {
+        let ten = Ten::candidates(net, p.chunk_bytes[0]).remove(0);
+        let dist = distances(net, &ten);
+        Planner {
+            net,
+            ten,
+            dist,
+            problem: p,
+            congestion,
+            build: Cell::new(Duration::ZERO),
+        }
+    }
+
+    fn initial_holds(net: &Network, p: &Problem) -> Holdings {
+        let mut holds = vec![vec![None; net.npus() as usize]; p.chunks() as usize];
+        for h in &p.initial {
+            holds[h.chunk as usize][h.npu as usize] = Some(0);
+        }
+        holds
+    }
+
+    #[test]
+    fn delays_round_to_whole_steps_with_a_small_tolerance() {
+        let ns = Time::from_ns;
+        // (free, arrive): 1.00/1.03 steps round down to one; 2.0/2.5 take 2 busy, 3 span.
+        let step = ns(1000).ps();
+        let ten = Ten::with_step(&[(ns(1000), ns(1030)), (ns(2000), ns(2500))], step);
+        assert_eq!((ten.span, ten.busy), (vec![1, 3], vec![1, 2]));
+    }
+
+    #[test]
+    fn latency_adds_a_finer_discretisation_within_ten_percent() {
+        // No latency: a hop is exactly a step; nothing finer is needed.
+        assert_eq!(Ten::candidates(&network("mesh:3x3", 0), 1 << 20).len(), 1);
+        // 1 MiB over 50 GB/s is 20.97 us against 10 us of latency: the paper's step (a hop) keeps
+        // a link busy for 31 us; the finer one is within 10% of both delays.
+        let net = network("mesh:3x3", 10_000);
+        let candidates = Ten::candidates(&net, 1 << 20);
+        assert_eq!(candidates.len(), 2);
+        let (free, arrive) = net.delays(0, 1 << 20);
+        let fine = &candidates[1];
+        let step = fine.step.ps() as f64;
+        assert!(fine.busy[0] as f64 * step <= 1.1 * free.ps() as f64);
+        assert!(fine.span[0] as f64 * step <= 1.1 * arrive.ps() as f64);
+        assert!(fine.busy[0] < fine.span[0]);
+    }
+
+    #[test]
+    fn the_ingress_bound_counts_what_the_in_links_can_bring() {
+        // ring:4, both directions: each NPU lacks 3 chunks over 2 links of one step each.
+        let net = network("ring:4", 0);
+        let p = all_gather(&net, 1 << 20);
+        let ten = Ten::candidates(&net, 1 << 20).remove(0);
+        let wanted = missing(&p, &initial_holds(&net, &p));
+        assert_eq!(ingress_bound(&net, &ten, &wanted), 2);
+    }
+
+    #[test]
+    fn the_list_schedule_keeps_every_rule_of_the_program() {
+        let net = network("mesh:3x3", 0);
+        let p = all_gather(&net, 1 << 20);
+        let planner = planner(&net, &p, true);
+        let holds = initial_holds(&net, &p);
+        let window = planner.window(&holds, 40, false);
+        let (earliest, to_go) = window.reach();
+        let plan = window.list_schedule(&earliest, &to_go);
+        let mut at = holds.clone();
+        let mut busy_until = vec![0u32; net.links.len()];
+        let mut sorted = plan.clone();
+        sorted.sort();
+        for s in &sorted {
+            let link = net.links[s.link as usize];
+            let (c, u, v) = (s.chunk as usize, link.src as usize, link.dst as usize);
+            assert!(
+                at[c][u].is_some_and(|r| r <= s.step),
+                "{s:?}: not at the source"
+            );
+            assert!(at[c][v].is_none(), "{s:?}: received twice");
+            assert!(busy_until[s.link as usize] <= s.step, "{s:?}: link busy");
+            busy_until[s.link as usize] = s.step + planner.ten.busy[s.link as usize];
+            at[c][v] = Some(s.step + planner.ten.span[s.link as usize]);
+        }
+        assert!(missing(&p, &at).is_empty(), "the list schedule completes");
+    }
+
+    #[test]
+    fn a_horizon_too_short_is_proven_short_and_the_next_one_met() {
+        // ring:4 all-gather needs two steps (the ingress bound); one is provably not enough.
+        let net = network("ring:4", 0);
+        let p = all_gather(&net, 1 << 20);
+        let planner = planner(&net, &p, true);
+        let holds = initial_holds(&net, &p);
+        let short = planner
+            .window(&holds, 1, false)
+            .solve(Deadline(None), false)
+            .unwrap();
+        assert!(short.optimal && !short.complete);
+        let enough = planner
+            .window(&holds, 2, false)
+            .solve(Deadline(None), false)
+            .unwrap();
+        assert!(enough.optimal && enough.complete);
+        assert_eq!(enough.sends.len(), 12, "4 NPUs each receive 3 chunks once");
+    }
+
+    #[test]
+    fn without_congestion_chunks_share_links_and_finish_within_the_diameter() {
+        // mesh:4x4: a corner lacks 15 chunks over 2 in-links, 8 steps with congestion; the
+        // TACCL-like program ignores that and finishes in the diameter, 6 steps, by putting
+        // several chunks on a link at once.
+        let net = network("mesh:4x4", 0);
+        let p = all_gather(&net, 1 << 20);
+        let planner = planner(&net, &p, false);
+        let holds = initial_holds(&net, &p);
+        let wanted = missing(&p, &holds);
+        assert_eq!(ingress_bound(&net, &planner.ten, &wanted), 8);
+        let out = planner
+            .window(&holds, 6, false)
+            .solve(Deadline(None), false)
+            .unwrap();
+        assert!(out.complete);
+        let mut per_link_step = std::collections::HashMap::new();
+        for s in &out.sends {
+            *per_link_step.entry((s.link, s.step)).or_insert(0) += 1;
+        }
+        assert!(per_link_step.values().any(|&k| k >= 2));
+    }
+}
