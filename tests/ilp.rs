@@ -269,3 +269,31 @@ fn bad_ilp_flags_are_refused() {
         assert!(err.contains(flag), "{err}");
     }
 }
+
+#[test]
+fn tenants_keep_their_chunks_inside_their_communicators() {
+    // Two communicators on one mesh: a chunk may only relay through its own group's NPUs (the
+    // schedule is validated, so a relay outside the group would fail the run).
+    let out = collsim(&[
+        "synthesize",
+        "--topology",
+        "mesh:4x4",
+        "--collective",
+        "all-reduce,all-gather",
+        "--npus",
+        "0-7;8-15",
+        "--size",
+        "1MiB,2MiB",
+        "--method",
+        "ilp",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = first_row(&String::from_utf8(out.stdout).unwrap());
+    assert!(number(&row, "collective_time_ns") > 0.0);
+}

@@ -42,7 +42,7 @@ pub(crate) enum Members {
 }
 
 impl Members {
-    fn wants(&self, npu: u32) -> bool {
+    pub(crate) fn wants(&self, npu: u32) -> bool {
         match self {
             Members::All => true,
             Members::Some(flags) => flags[npu as usize],

@@ -212,13 +212,39 @@ const ROUNDING: f64 = 0.05;
 /// Per chunk, per NPU: the step from which the NPU holds the chunk, if it does.
 type Holdings = Vec<Vec<Option<u32>>>;
 
-/// Steps along the fastest path between every pair of NPUs (`u32::MAX`: unreachable). The
-/// integer program is for small networks, so the full matrix is fine.
-fn distances(net: &Network, ten: &Ten) -> Vec<Vec<u32>> {
+/// Steps along the fastest path between every pair of NPUs (`u32::MAX`: unreachable), per group
+/// of NPUs a chunk may visit (a communicator's chunks never leave it). The integer program is for
+/// small networks, so full matrices are fine.
+struct Distances {
+    per_group: Vec<Vec<Vec<u32>>>,
+}
+
+impl Distances {
+    fn of(net: &Network, ten: &Ten, p: &Problem) -> Distances {
+        let per_group = p
+            .groups
+            .iter()
+            .map(|members| fastest_paths(net, ten, &|v| members.wants(v)))
+            .collect();
+        Distances { per_group }
+    }
+
+    /// The matrix of chunk `c`'s group.
+    fn chunk(&self, p: &Problem, c: usize) -> &[Vec<u32>] {
+        let group = p.chunk_group.get(c).copied().unwrap_or(0) as usize;
+        &self.per_group[group]
+    }
+}
+
+/// All-pairs fastest paths in steps through the NPUs `inside` allows.
+fn fastest_paths(net: &Network, ten: &Ten, inside: &dyn Fn(u32) -> bool) -> Vec<Vec<u32>> {
     let n = net.npus() as usize;
     (0..n)
         .map(|from| {
             let mut dist = vec![u32::MAX; n];
+            if !inside(from as u32) {
+                return dist;
+            }
             let mut heap = BinaryHeap::new();
             dist[from] = 0;
             heap.push(Reverse((0u32, from as u32)));
@@ -227,11 +253,11 @@ fn distances(net: &Network, ten: &Ten) -> Vec<Vec<u32>> {
                     continue;
                 }
                 for &l in net.out_links(u) {
-                    let v = net.links[l as usize].dst as usize;
+                    let v = net.links[l as usize].dst;
                     let nd = d + ten.span[l as usize];
-                    if nd < dist[v] {
-                        dist[v] = nd;
-                        heap.push(Reverse((nd, v as u32)));
+                    if inside(v) && nd < dist[v as usize] {
+                        dist[v as usize] = nd;
+                        heap.push(Reverse((nd, v)));
                     }
                 }
             }
@@ -265,7 +291,7 @@ fn missing(p: &Problem, holds: &Holdings) -> Vec<(u32, u32)> {
 struct Planner<'a> {
     net: &'a Network,
     ten: Ten,
-    dist: Vec<Vec<u32>>,
+    dist: Distances,
     problem: &'a Problem,
     congestion: bool,
     /// The longest a program took to build so far: no new one starts with less time left.
@@ -346,6 +372,7 @@ impl Window<'_> {
         let mut earliest = Vec::with_capacity(self.holds.len());
         let mut to_go = Vec::with_capacity(self.holds.len());
         for (c, row) in self.holds.iter().enumerate() {
+            let dist = dist.chunk(problem, c);
             let mut e = vec![u32::MAX; n];
             let mut g = vec![u32::MAX; n];
             for (h, ready) in row.iter().enumerate() {
@@ -774,7 +801,7 @@ fn plan_on(
     deadline: Deadline,
     seed: &[Send],
 ) -> Result<(Vec<Send>, Time, IlpReport), Error> {
-    let dist = distances(net, &ten);
+    let dist = Distances::of(net, &ten, p);
     let planner = Planner {
         net,
         ten,
@@ -793,6 +820,7 @@ fn plan_on(
     }
     for (c, v) in missing(p, &holds) {
         let row = &holds[c as usize];
+        let dist = dist.chunk(p, c as usize);
         if !row
             .iter()
             .enumerate()
@@ -1063,7 +1091,7 @@ fn apply(net: &Network, ten: &Ten, holds: &mut Holdings, sends: &[StepSend], wid
 fn recover(
     net: &Network,
     ten: &Ten,
-    dist: &[Vec<u32>],
+    dist: &Distances,
     p: &Problem,
     holds: &mut Holdings,
     planned: &mut Vec<StepSend>,
@@ -1071,6 +1099,7 @@ fn recover(
 ) -> u64 {
     let pairs = missing(p, holds);
     for &(c, v) in &pairs {
+        let dist = dist.chunk(p, c as usize);
         let row = &holds[c as usize];
         let (source, _) = row
             .iter()
@@ -1194,7 +1223,7 @@ mod tests {
 
     fn planner<'a>(net: &'a Network, p: &'a Problem, congestion: bool) -> Planner<'a> {
         let ten = Ten::candidates(net, p.chunk_bytes[0]).remove(0);
-        let dist = distances(net, &ten);
+        let dist = Distances::of(net, &ten, p);
         Planner {
             net,
             ten,
