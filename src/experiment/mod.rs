@@ -381,13 +381,26 @@ impl RunOutcome {
     pub fn engine_speed(&self) -> String {
         let seconds = self.simulation.as_secs_f64().max(1e-9);
         let (events, hops) = (self.result.events as f64, self.result.hops as f64);
+        let wall = match seconds {
+            s if s < 0.01 => format!("{:.2} ms", s * 1e3),
+            s => format!("{s:.2} s"),
+        };
         format!(
-            "{:.1}M events, {:.1}M hops in {seconds:.2} s: {:.1}M events/s, {:.1} ns a hop",
-            events / 1e6,
-            hops / 1e6,
-            events / seconds / 1e6,
+            "{} events, {} hops in {wall}: {} events/s, {:.1} ns a hop",
+            count(events),
+            count(hops),
+            count(events / seconds),
             seconds * 1e9 / hops.max(1.0)
         )
+    }
+}
+
+/// A count for people: 950, 12.3k, 67.1M.
+fn count(n: f64) -> String {
+    match n {
+        n if n < 1e4 => format!("{n:.0}"),
+        n if n < 1e6 => format!("{:.1}k", n / 1e3),
+        n => format!("{:.1}M", n / 1e6),
     }
 }
 
