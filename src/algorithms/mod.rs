@@ -158,15 +158,6 @@ impl Algorithm {
             _ => None,
         }
     }
-
-    /// The synthesized algorithm that plans by `method`.
-    pub fn synthesized_by(method: Method) -> Algorithm {
-        match method {
-            Method::Greedy => Algorithm::Tacos,
-            Method::Ilp => Algorithm::TacosIlp,
-            Method::TacclLike => Algorithm::TacclLike,
-        }
-    }
 }
 
 /// How the multi-dimensional algorithms (hierarchical, Themis) run each dimension and share the

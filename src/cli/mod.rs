@@ -9,7 +9,6 @@ mod train;
 mod trees;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -294,17 +293,9 @@ pub struct SynthArgs {
 impl SynthArgs {
     /// The settings, or the flag at fault.
     fn options(&self) -> Result<SynthOptions, Error> {
-        let time_limit = match self.time_limit {
-            Some(s) if !(s.is_finite() && s >= 0.0) => {
-                return Err(Error::input(format!(
-                    "--time-limit {s}: expected seconds, 0 or more"
-                )))
-            }
-            s => s.map(Duration::from_secs_f64),
-        };
-        if self.cluster == Some(0) {
-            return Err(Error::input("--cluster must be at least 1 time step"));
-        }
+        let ilp = IlpOptions::new(self.time_limit, self.cluster).map_err(|(setting, e)| {
+            Error::input(format!("--{}: {e}", setting.replace('_', "-")))
+        })?;
         Ok(SynthOptions {
             trials: self.trials,
             unwinding: match (&self.unwind, self.unwind_degree) {
@@ -313,10 +304,7 @@ impl SynthArgs {
                 (None, None) => None,
             },
             x_way: self.x_way,
-            ilp: IlpOptions {
-                time_limit,
-                cluster: self.cluster,
-            },
+            ilp,
             ..SynthOptions::default()
         })
     }

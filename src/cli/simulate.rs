@@ -14,7 +14,6 @@ use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::{HeatMetric, SUMMARY_HEADER};
 use crate::schedule::write_msccl;
 use crate::sim::SimOptions;
-use crate::synth::Method;
 use crate::system::SystemConfig;
 use crate::topology::Routing;
 use crate::units::{parse_bandwidth, parse_time};
@@ -71,6 +70,14 @@ pub struct RunArgs {
 pub enum TableFormatArg {
     Csv,
     Parquet,
+}
+
+/// How `synthesize` plans: each is one of the synthesized algorithms.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MethodArg {
+    Greedy,
+    Ilp,
+    TacclLike,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,8 +139,8 @@ pub struct SynthesizeArgs {
     pub collective: CollectiveArgs,
     /// How to plan: `greedy` (TACOS-Greedy), `ilp` (TACOS-ILP: optimal on small networks,
     /// see --time-limit and --cluster), `taccl-like` (the ILP ignoring congestion)
-    #[arg(long, default_value = "greedy", value_parser = ["greedy", "ilp", "taccl-like"])]
-    pub method: String,
+    #[arg(long, value_enum, default_value_t = MethodArg::Greedy)]
+    pub method: MethodArg,
     #[command(flatten)]
     pub synth: SynthArgs,
     #[command(flatten)]
@@ -275,15 +282,14 @@ pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
     if collectives.is_empty() {
         return Err(Error::input("synthesize needs --collective and --size"));
     }
-    let method = Method::named(&args.method).ok_or_else(|| {
-        Error::input(format!(
-            "--method {}: expected greedy, ilp or taccl-like",
-            args.method
-        ))
-    })?;
+    let algorithm = match args.method {
+        MethodArg::Greedy => Algorithm::Tacos,
+        MethodArg::Ilp => Algorithm::TacosIlp,
+        MethodArg::TacclLike => Algorithm::TacclLike,
+    };
     run_and_report(
         &args.topology,
-        ScheduleSource::Algorithm(Algorithm::synthesized_by(method)),
+        ScheduleSource::Algorithm(algorithm),
         collectives,
         &args.synth,
         &ForestArgs::default(),

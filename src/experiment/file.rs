@@ -357,23 +357,8 @@ impl Experiment {
             synth: SynthOptions {
                 trials: raw.trials,
                 x_way: raw.x_way,
-                ilp: IlpOptions {
-                    time_limit: match raw.time_limit {
-                        Some(s) if !(s.is_finite() && s >= 0.0) => {
-                            return Err(field(
-                                "time_limit",
-                                format!("{s}: expected seconds, 0 or more"),
-                            ))
-                        }
-                        s => s.map(std::time::Duration::from_secs_f64),
-                    },
-                    cluster: match raw.cluster {
-                        Some(0) => {
-                            return Err(field("cluster", "must be at least 1 time step".into()))
-                        }
-                        c => c,
-                    },
-                },
+                ilp: IlpOptions::new(raw.time_limit, raw.cluster)
+                    .map_err(|(setting, e)| field(setting, e))?,
                 ..SynthOptions::default()
             },
             multi_dim: system.multi_dim,

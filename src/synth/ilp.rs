@@ -60,6 +60,29 @@ pub struct IlpOptions {
     pub cluster: Option<u32>,
 }
 
+impl IlpOptions {
+    /// The settings from seconds and steps as files and flags give them; the error names the
+    /// setting at fault (`time_limit`, `cluster`).
+    pub fn new(
+        time_limit: Option<f64>,
+        cluster: Option<u32>,
+    ) -> Result<IlpOptions, (&'static str, String)> {
+        let time_limit = match time_limit {
+            Some(s) if !(s.is_finite() && s >= 0.0) => {
+                return Err(("time_limit", format!("{s}: expected seconds, 0 or more")))
+            }
+            s => s.map(Duration::from_secs_f64),
+        };
+        if cluster == Some(0) {
+            return Err(("cluster", "must be at least 1 time step".into()));
+        }
+        Ok(IlpOptions {
+            time_limit,
+            cluster,
+        })
+    }
+}
+
 /// How one integer program ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IlpStatus {
@@ -583,20 +606,6 @@ impl Window<'_> {
             into[c as usize][dst].push((var, t + ten.span[l as usize]));
         }
         let wanted: Vec<(u32, u32)> = missing(problem, self.holds);
-        // Each pair held at the horizon counts 1; the paper's sum over the steps (earlier
-        // arrivals count more) and a cost per send break ties among plans that deliver as many,
-        // and together never outweigh one more pair delivered.
-        let earliness = 1.0 / ((wanted.len() as f64 + 1.0) * (t_end as f64 + 1.0));
-        let tiny = earliness / (sends.len() as f64 + 1.0);
-        let mut objective = Expression::with_capacity(sends.len());
-        for &(c, v) in &wanted {
-            for &(var, arrive) in &into[c as usize][v as usize] {
-                objective.add_mul(1.0 + earliness * (t_end - arrive + 1) as f64, var);
-            }
-        }
-        for s in &sends {
-            objective.add_mul(-tiny, s.3);
-        }
         if relaxed
             && wanted
                 .iter()
@@ -604,40 +613,54 @@ impl Window<'_> {
         {
             return Ok(Outcome::short(sends.len()));
         }
-        // Warm start: the list schedule, or the seed's part within the horizon if it delivers
-        // more of what is wanted.
-        let mut heuristic = self.list_schedule(&earliest, &to_go);
-        if let Some(seed) = self.seed {
-            let delivered = |plan: &[StepSend]| {
-                plan.iter()
-                    .filter(|s| problem.wants(links[s.link as usize].dst, s.chunk))
-                    .count()
-            };
-            let restricted = self.restrict(seed, &earliest, &to_go);
-            if delivered(&restricted) > delivered(&heuristic) {
-                heuristic = restricted;
+        // The relaxation only asks whether every wanted pair can arrive: no objective, no start.
+        let mut objective = Expression::default();
+        let mut model = if relaxed {
+            vars.maximise(Expression::default()).using(microlp)
+        } else {
+            // Each pair held at the horizon counts 1; the paper's sum over the steps (earlier
+            // arrivals count more) and a cost per send break ties among plans that deliver as
+            // many, and together never outweigh one more pair delivered.
+            let earliness = 1.0 / ((wanted.len() as f64 + 1.0) * (t_end as f64 + 1.0));
+            let tiny = earliness / (sends.len() as f64 + 1.0);
+            objective = Expression::with_capacity(sends.len());
+            for &(c, v) in &wanted {
+                for &(var, arrive) in &into[c as usize][v as usize] {
+                    objective.add_mul(1.0 + earliness * (t_end - arrive + 1) as f64, var);
+                }
             }
-        }
-        let mut initial: Vec<(Variable, f64)> = sends.iter().map(|s| (s.3, 0.0)).collect();
-        for h in &heuristic {
-            let (c, l) = (h.chunk as usize, h.link as usize);
-            let (first, at) = send_index[c * links.len() + l]
-                .expect("the list schedule sends where the program can");
-            initial[at + (h.step - first) as usize].1 = 1.0;
-        }
-        // Stop once no plan can deliver another pair: the horizon is what is being decided.
-        let gap = 0.5 / (wanted.len() as f32 + 1.0);
-        let goal = match relaxed {
-            true => Expression::default(),
-            false => objective.clone(),
-        };
-        let mut model = vars.maximise(goal).using(microlp);
-        if !relaxed {
-            model = model
+            for s in &sends {
+                objective.add_mul(-tiny, s.3);
+            }
+            // Warm start: the list schedule, or the seed's part within the horizon if it
+            // delivers more of what is wanted.
+            let mut heuristic = self.list_schedule(&earliest, &to_go);
+            if let Some(seed) = self.seed {
+                let delivered = |plan: &[StepSend]| {
+                    plan.iter()
+                        .filter(|s| problem.wants(links[s.link as usize].dst, s.chunk))
+                        .count()
+                };
+                let restricted = self.restrict(seed, &earliest, &to_go);
+                if delivered(&restricted) > delivered(&heuristic) {
+                    heuristic = restricted;
+                }
+            }
+            let mut initial: Vec<(Variable, f64)> = sends.iter().map(|s| (s.3, 0.0)).collect();
+            for h in &heuristic {
+                let (c, l) = (h.chunk as usize, h.link as usize);
+                let (first, at) = send_index[c * links.len() + l]
+                    .expect("the list schedule sends where the program can");
+                initial[at + (h.step - first) as usize].1 = 1.0;
+            }
+            // Stop once no plan can deliver another pair: the horizon is what is being decided.
+            let gap = 0.5 / (wanted.len() as f32 + 1.0);
+            vars.maximise(objective.clone())
+                .using(microlp)
                 .with_initial_solution(initial)
                 .with_mip_gap(gap)
-                .map_err(|e| Error::input(format!("integer program: {e}")))?;
-        }
+                .map_err(|e| Error::input(format!("integer program: {e}")))?
+        };
         let mut on_link: Vec<Vec<(Expression, u32)>> =
             vec![vec![(Expression::default(), 0); t_end as usize + 1]; links.len()];
         for &(c, l, t, var) in &sends {
@@ -663,8 +686,12 @@ impl Window<'_> {
         }
         for (c, row) in into.iter().enumerate() {
             for (v, list) in row.iter().enumerate() {
+                let required = relaxed && problem.wants(v as u32, c as u32);
+                if list.is_empty() || (list.len() == 1 && !required) {
+                    continue;
+                }
                 let received: Expression = list.iter().map(|&(var, _)| var).sum();
-                if relaxed && problem.wants(v as u32, c as u32) && !list.is_empty() {
+                if required {
                     model.add_constraint(received.clone().geq(1.0));
                 }
                 if list.len() > 1 {

@@ -81,27 +81,6 @@ pub enum Method {
     TacclLike,
 }
 
-impl Method {
-    /// The algorithm name runs report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Greedy => "tacos",
-            Method::Ilp => "tacos-ilp",
-            Method::TacclLike => "taccl-like",
-        }
-    }
-
-    /// The method by its command-line name (`greedy` also for tacos).
-    pub fn named(name: &str) -> Option<Method> {
-        match name {
-            "greedy" | "tacos" => Some(Method::Greedy),
-            "ilp" | "tacos-ilp" => Some(Method::Ilp),
-            "taccl-like" => Some(Method::TacclLike),
-            _ => None,
-        }
-    }
-}
-
 /// A synthesized schedule per collective and the synthesizer's own time estimate.
 #[derive(Debug)]
 pub struct Synthesis {
@@ -292,27 +271,28 @@ fn plan(
     deadline: Deadline,
     reports: &mut Vec<IlpReport>,
 ) -> Result<Plan, Error> {
-    if options.method != Method::Greedy {
-        // TACOS-ILP starts from the greedy's plan (its search can only improve on it); the
-        // TACCL-like baseline must not see a congestion-aware plan.
-        let congestion = options.method == Method::Ilp;
-        let seed = match congestion {
-            true => {
-                let greedy = SynthOptions {
-                    method: Method::Greedy,
-                    ..options.clone()
-                };
-                match best_trial(net, p, &greedy, direction)? {
-                    (_, Some((sends, _))) => sends,
-                    (k, None) => run_trial(net, p, &greedy, direction, k)?.0,
-                }
-            }
-            false => Vec::new(),
-        };
-        let (sends, time, report) = ilp::plan(net, p, &options.ilp, congestion, deadline, &seed)?;
-        reports.push(report);
-        return Ok((sends, time));
+    if options.method == Method::Greedy {
+        return greedy_plan(net, p, options, direction);
     }
+    // TACOS-ILP starts from the greedy's plan (its search can only improve on it); the
+    // TACCL-like baseline must not see a congestion-aware plan.
+    let congestion = options.method == Method::Ilp;
+    let seed = match congestion {
+        true => greedy_plan(net, p, options, direction)?.0,
+        false => Vec::new(),
+    };
+    let (sends, time, report) = ilp::plan(net, p, &options.ilp, congestion, deadline, &seed)?;
+    reports.push(report);
+    Ok((sends, time))
+}
+
+/// The sends of the best greedy trial, in issue order, and its completion time.
+fn greedy_plan(
+    net: &Network,
+    p: &Problem,
+    options: &SynthOptions,
+    direction: Direction,
+) -> Result<Plan, Error> {
     match best_trial(net, p, options, direction)? {
         (_, Some(plan)) => Ok(plan),
         (k, None) => run_trial(net, p, options, direction, k),
