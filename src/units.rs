@@ -198,6 +198,12 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 /// Parses a byte count: `4096`, `1KB` (1e3), `1KiB` (1024), `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`.
 /// Whole numbers are read exactly (every `u64` byte count); a count past `u64` is refused.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
+    // Plain byte counts (every row of a schedule file) skip the unit parsing.
+    if !text.is_empty() && text.len() < 20 && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map_err(|_| unit_error("size", text, "expected e.g. 4096, 1KiB, 1GB"));
+    }
     let (digits, unit) = split_digits(text);
     let scale: u64 = match unit {
         "" | "B" => 1,

@@ -295,7 +295,7 @@ pub fn execute(
             })
         });
         let started = Instant::now();
-        let result = sim::simulate(topology, &schedule, &spec.options, observer);
+        let result = sim::simulate_checked(topology, &schedule, &spec.options, observer);
         let simulation = started.elapsed();
         let validation =
             validator.map_or(Ok(()), |v| v.join().expect("the validator does not panic"));

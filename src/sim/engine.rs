@@ -6,20 +6,26 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::queue::{EventQueue, RadixQueue};
 use super::SimOptions;
 use crate::memory::prefetch;
-use crate::schedule::{Op, Schedule, TransferIndex};
+use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
 use crate::topology::{LinkId, NodeId, Router, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 
-/// What happens at an instant. Kept small: the queue holds a few per busy link.
-#[derive(Clone, Copy, Debug)]
-pub enum Event {
-    /// A transfer's last byte reached `node`.
+/// What happens at an instant, packed into 8 bytes so that a queue entry (time and event) is 16:
+/// the queue moves every event a few times, and its traffic was the engine's largest cost.
+///
+/// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the link it came over
+/// (bits 32-61), from which the node is the link's far end and the rest is the transfer's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event(u64);
+
+/// An [`Event`] unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A transfer's last byte crossed `link` and reached the link's far end.
     Arrive {
         transfer: TransferIndex,
-        node: NodeId,
-        dst: NodeId,
-        bytes: u64,
+        link: LinkId,
     },
     /// A link finished serialising its current message.
     LinkFree { link: LinkId },
@@ -27,6 +33,46 @@ pub enum Event {
     Complete { transfer: TransferIndex },
     /// Issue every transfer that has become ready, in list order.
     Issue,
+}
+
+/// Links an [`Event`] can name: 30 bits.
+pub const MAX_LINKS: usize = 1 << 30;
+
+impl Event {
+    const KIND: u32 = 62;
+    const ARRIVE: u64 = 0;
+    const LINK_FREE: u64 = 1;
+    const COMPLETE: u64 = 2;
+    const ISSUE: u64 = 3;
+
+    #[inline(always)]
+    pub fn arrive(transfer: TransferIndex, link: LinkId) -> Event {
+        Event(Self::ARRIVE << Self::KIND | (link as u64) << 32 | transfer as u64)
+    }
+
+    #[inline(always)]
+    pub fn link_free(link: LinkId) -> Event {
+        Event(Self::LINK_FREE << Self::KIND | (link as u64) << 32)
+    }
+
+    #[inline(always)]
+    pub fn complete(transfer: TransferIndex) -> Event {
+        Event(Self::COMPLETE << Self::KIND | transfer as u64)
+    }
+
+    pub const ISSUE_ALL: Event = Event(Self::ISSUE << Self::KIND);
+
+    #[inline(always)]
+    pub fn kind(self) -> EventKind {
+        let transfer = self.0 as u32;
+        let link = (self.0 >> 32) as u32 & ((1 << 30) - 1);
+        match self.0 >> Self::KIND {
+            Self::ARRIVE => EventKind::Arrive { transfer, link },
+            Self::LINK_FREE => EventKind::LinkFree { link },
+            Self::COMPLETE => EventKind::Complete { transfer },
+            _ => EventKind::Issue,
+        }
+    }
 }
 
 /// Receives progress while a long simulation runs.
@@ -63,16 +109,75 @@ pub struct SimResult {
     pub hops: u64,
 }
 
-/// Everything a hop touches on its link, in one cache line.
+/// A link's queue of waiting transfers, 4 bytes an entry, with runs of consecutive transfer
+/// indices folded: generated schedules queue long runs on a link (a direct all-to-all puts an
+/// NPU's whole row on its uplink at once), and a run costs 8 bytes however long it is. A word with
+/// [`RUN`] set says how many indices follow the one before it; indices are below [`RUN`] when
+/// runs are folded (schedules of fewer than 2^31 transfers, see [`Waiting::push_back`]).
+#[derive(Default)]
+struct Waiting {
+    words: VecDeque<u32>,
+}
+
+const RUN: u32 = 1 << 31;
+
+impl Waiting {
+    /// Appends `t`; `fold` allows folding it into a run (only when every index is below [`RUN`]).
+    #[inline]
+    fn push_back(&mut self, t: TransferIndex, fold: bool) {
+        let n = self.words.len();
+        if fold && n > 0 {
+            let back = self.words[n - 1];
+            if back & RUN == 0 {
+                if back + 1 == t {
+                    self.words.push_back(RUN | 1);
+                    return;
+                }
+            } else if self.words[n - 2] + (back & !RUN) + 1 == t && back != u32::MAX {
+                self.words[n - 1] = back + 1;
+                return;
+            }
+        }
+        self.words.push_back(t);
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<TransferIndex> {
+        let t = *self.words.front()?;
+        match self.words.get(1) {
+            Some(&w) if w & RUN != 0 => {
+                self.words[0] = t + 1;
+                if w == RUN | 1 {
+                    self.words.remove(1);
+                } else {
+                    self.words[1] = w - 1;
+                }
+            }
+            _ => {
+                self.words.pop_front();
+            }
+        }
+        Some(t)
+    }
+
+    #[inline]
+    fn front(&self) -> Option<TransferIndex> {
+        self.words.front().copied()
+    }
+}
+
+/// What a hop touches on its link, in one cache line: the queue, the far end, and the delays of
+/// the last message size sent (collectives send one size over and over; computing delays costs two
+/// floating-point divisions).
 #[repr(align(64))]
 struct LinkState {
-    pending: VecDeque<TransferIndex>,
-    bandwidth: Bandwidth,
-    latency: Time,
+    pending: Waiting,
+    /// Messages at the link, the one being sent included: 0 when the link is free.
+    held: u32,
     far_end: NodeId,
-    busy: bool,
-    /// Since when `pending` has been non-empty.
-    queued_since: Time,
+    cached_bytes: u64,
+    cached_free: Time,
+    cached_arrive: Time,
 }
 
 /// The links of every explicitly routed transfer, and how far along its route each one is.
@@ -118,14 +223,29 @@ impl Routes {
         debug_assert!(hop < end, "a routed transfer never leaves its route");
         Some(self.links[hop as usize])
     }
+
+    /// The link [`Routes::next`] will give for `t`, without taking it.
+    #[inline]
+    fn peek(&self, t: TransferIndex) -> Option<LinkId> {
+        let i = t as usize;
+        let hop = self.start[i] + self.taken[i];
+        (hop < self.start[i + 1]).then(|| self.links[hop as usize])
+    }
 }
 
 struct Engine<'a, Q> {
     schedule: &'a Schedule,
+    transfers: &'a [Transfer],
     router: &'a Router<'a>,
     routes: Option<Routes>,
     options: &'a SimOptions,
     links: Vec<LinkState>,
+    /// Per link: bandwidth and latency, read when a message size is not the cached one.
+    params: Vec<(Bandwidth, Time)>,
+    /// Per link: since when a message has been waiting there.
+    queued_since: Vec<Time>,
+    /// Whether link queues fold runs of indices (every index below [`RUN`]).
+    fold_runs: bool,
     queue: Q,
     waiting: Vec<u32>,
     dependents: (Vec<u32>, Vec<TransferIndex>),
@@ -135,14 +255,27 @@ struct Engine<'a, Q> {
     result: SimResult,
 }
 
-/// Simulates a checked schedule on a topology with the default event queue.
+/// Simulates a schedule on a topology with the default event queue, after checking the schedule
+/// against the topology.
 pub fn simulate(
     topology: &Topology,
     schedule: &Schedule,
     options: &SimOptions,
     observer: &mut dyn Observer,
 ) -> Result<SimResult, Error> {
-    simulate_with_queue(topology, schedule, options, observer, RadixQueue::default())
+    schedule.check(topology)?;
+    simulate_checked(topology, schedule, options, observer)
+}
+
+/// Simulates a schedule that has passed [`Schedule::check`] against this topology (callers that
+/// check it once for several uses; an unchecked schedule may panic here).
+pub fn simulate_checked(
+    topology: &Topology,
+    schedule: &Schedule,
+    options: &SimOptions,
+    observer: &mut dyn Observer,
+) -> Result<SimResult, Error> {
+    run_engine(topology, schedule, options, observer, RadixQueue::default())
 }
 
 /// Simulates with a caller-chosen event queue (for benchmarking queue structures).
@@ -154,18 +287,38 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
     queue: Q,
 ) -> Result<SimResult, Error> {
     schedule.check(topology)?;
+    run_engine(topology, schedule, options, observer, queue)
+}
+
+fn run_engine<Q: EventQueue<Event>>(
+    topology: &Topology,
+    schedule: &Schedule,
+    options: &SimOptions,
+    observer: &mut dyn Observer,
+    queue: Q,
+) -> Result<SimResult, Error> {
+    if topology.links().len() > MAX_LINKS {
+        return Err(Error::input(format!(
+            "{} has {} links; the simulator handles at most {MAX_LINKS}",
+            topology.name(),
+            topology.links().len()
+        )));
+    }
     let router = Router::with_routing(topology, schedule.destinations(), options.routing)?;
     let n = schedule.len();
     let links = topology
         .links()
         .iter()
-        .map(|l| LinkState {
-            busy: false,
-            queued_since: Time::ZERO,
-            far_end: l.dst,
-            pending: VecDeque::new(),
-            bandwidth: l.bandwidth,
-            latency: l.latency,
+        .map(|l| {
+            let (cached_free, cached_arrive) = options.time_model.delays(0, l.bandwidth, l.latency);
+            LinkState {
+                pending: Waiting::default(),
+                held: 0,
+                far_end: l.dst,
+                cached_bytes: 0,
+                cached_free,
+                cached_arrive,
+            }
         })
         .collect();
     let link_count = topology.links().len();
@@ -176,14 +329,23 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
     } else {
         Vec::new()
     };
+    let recorded = |on: bool| if on { vec![Time::ZERO; n] } else { Vec::new() };
     let mut engine = Engine {
         schedule,
+        transfers: schedule.transfers(),
         router: &router,
         routes: schedule
             .has_routes()
             .then(|| Routes::new(topology, schedule)),
         options,
         links,
+        params: topology
+            .links()
+            .iter()
+            .map(|l| (l.bandwidth, l.latency))
+            .collect(),
+        queued_since: vec![Time::ZERO; link_count],
+        fold_runs: n <= RUN as usize,
         queue,
         waiting,
         dependents: if schedule.has_deps() {
@@ -195,16 +357,8 @@ pub fn simulate_with_queue<Q: EventQueue<Event>>(
         issue_pending: false,
         completed_count: 0,
         result: SimResult {
-            issued: if options.record_transfers {
-                vec![Time::ZERO; n]
-            } else {
-                Vec::new()
-            },
-            completed: if options.record_transfers {
-                vec![Time::ZERO; n]
-            } else {
-                Vec::new()
-            },
+            issued: recorded(options.record_transfers),
+            completed: recorded(options.record_transfers),
             link_bytes: vec![0; link_count],
             link_busy: vec![Time::ZERO; link_count],
             link_max_queue: vec![0; link_count],
@@ -245,21 +399,6 @@ fn check_range(topology: &Topology, result: &SimResult) -> Result<(), Error> {
 
 const PROGRESS_EVERY: u64 = 1 << 20;
 
-/// The transfer an event completes: an arrival at the transfer's destination, or the end of
-/// its endpoint delay.
-fn completing(event: &Event) -> Option<TransferIndex> {
-    match *event {
-        Event::Arrive {
-            transfer,
-            node,
-            dst,
-            ..
-        } if node == dst => Some(transfer),
-        Event::Complete { transfer } => Some(transfer),
-        _ => None,
-    }
-}
-
 /// The transfers that wait for `t` (CSR offsets and list; empty when nothing has dependencies).
 fn dependents_of(
     dependents: &(Vec<u32>, Vec<TransferIndex>),
@@ -288,28 +427,11 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         while let Some((now, event)) = self.queue.pop() {
             self.result.events += 1;
             self.prefetch_upcoming();
-            match event {
-                Event::Arrive {
-                    transfer,
-                    node,
-                    dst,
-                    bytes,
-                } => self.arrive(transfer, node, dst, bytes, now),
-                Event::LinkFree { link } => {
-                    let state = &mut self.links[link as usize];
-                    state.busy = false;
-                    if let Some(next) = state.pending.pop_front() {
-                        if state.pending.is_empty() {
-                            let l = link as usize;
-                            self.result.link_queued[l] =
-                                self.result.link_queued[l] + (now - state.queued_since);
-                        }
-                        let transfer = self.schedule.transfer(next);
-                        self.transmit(link, next, transfer.dst, transfer.bytes, now);
-                    }
-                }
-                Event::Complete { transfer } => self.complete(transfer, now),
-                Event::Issue => {
+            match event.kind() {
+                EventKind::Arrive { transfer, link } => self.arrive(transfer, link, now),
+                EventKind::LinkFree { link } => self.link_free(link, now),
+                EventKind::Complete { transfer } => self.complete(transfer, now),
+                EventKind::Issue => {
                     self.issue_pending = false;
                     while let Some(Reverse(t)) = self.ready.pop() {
                         self.issue(t, now);
@@ -334,57 +456,99 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         Ok(())
     }
 
+    /// The transfer an arrival completes (it reached its destination), or that a completion
+    /// event completes.
+    #[inline(always)]
+    fn completing(&self, event: EventKind) -> Option<TransferIndex> {
+        match event {
+            EventKind::Arrive { transfer, link }
+                if self.links[link as usize].far_end == self.transfers[transfer as usize].dst =>
+            {
+                Some(transfer)
+            }
+            EventKind::Complete { transfer } => Some(transfer),
+            _ => None,
+        }
+    }
+
     /// Software pipelining over the events that follow: a link that frees soon has its state, then
-    /// its queue head, then the queued transfer fetched into cache before the event is handled;
-    /// a transfer that completes soon has its dependents' list, then their waiting counts.
-    /// On large networks these are cache misses that dominate the run time otherwise.
+    /// its queue head, then the queued transfer fetched into cache before the event is handled; an
+    /// arriving transfer has its record and link, then the link it goes on to; a transfer that
+    /// completes soon has its dependents' list, then their waiting counts. On large networks these
+    /// are cache misses that dominate the run time otherwise.
     #[inline(always)]
     fn prefetch_upcoming(&self) {
-        match self.queue.peek_ahead(PREFETCH_DISTANCE * 3) {
-            Some(Event::LinkFree { link }) => prefetch(&self.links[*link as usize]),
-            Some(Event::Arrive {
-                transfer,
-                node,
-                dst,
-                ..
-            }) if node != dst => {
-                let link = self.router.next_link_of(*transfer, *node, *dst);
+        let has_deps = !self.waiting.is_empty();
+        match self
+            .queue
+            .peek_ahead(PREFETCH_DISTANCE * 3)
+            .map(|e| e.kind())
+        {
+            Some(EventKind::LinkFree { link }) => prefetch(&self.links[link as usize]),
+            Some(EventKind::Arrive { transfer, link }) => {
+                prefetch(&self.transfers[transfer as usize]);
                 prefetch(&self.links[link as usize]);
-            }
-            Some(event) => {
-                if let Some(start) =
-                    completing(event).and_then(|t| self.dependents.0.get(t as usize))
-                {
-                    prefetch(start);
+                if has_deps {
+                    prefetch(&self.dependents.0[transfer as usize]);
                 }
             }
-            None => {}
+            Some(EventKind::Complete { transfer }) if has_deps => {
+                prefetch(&self.dependents.0[transfer as usize]);
+            }
+            _ => {}
         }
-        match self.queue.peek_ahead(PREFETCH_DISTANCE * 2) {
-            Some(Event::LinkFree { link }) => {
-                if let Some(head) = self.links[*link as usize].pending.as_slices().0.first() {
+        match self
+            .queue
+            .peek_ahead(PREFETCH_DISTANCE * 2)
+            .map(|e| e.kind())
+        {
+            Some(EventKind::LinkFree { link }) => {
+                if let Some(head) = self.links[link as usize]
+                    .pending
+                    .words
+                    .as_slices()
+                    .0
+                    .first()
+                {
                     prefetch(head);
                 }
             }
-            Some(event) => {
-                if let Some(first) = completing(event).and_then(|t| self.dependents_of(t).first()) {
+            Some(EventKind::Arrive { transfer, link }) => {
+                let node = self.links[link as usize].far_end;
+                let dst = self.transfers[transfer as usize].dst;
+                if node != dst {
+                    let next = self
+                        .routes
+                        .as_ref()
+                        .and_then(|r| r.peek(transfer))
+                        .unwrap_or_else(|| self.router.next_link_of(transfer, node, dst));
+                    prefetch(&self.links[next as usize]);
+                } else if let Some(first) = self.dependents_of(transfer).first() {
                     prefetch(first);
                 }
             }
-            None => {}
-        }
-        match self.queue.peek_ahead(PREFETCH_DISTANCE) {
-            Some(Event::LinkFree { link }) => {
-                if let Some(&next) = self.links[*link as usize].pending.front() {
-                    prefetch(&self.schedule.transfers()[next as usize]);
+            Some(EventKind::Complete { transfer }) => {
+                if let Some(first) = self.dependents_of(transfer).first() {
+                    prefetch(first);
                 }
             }
-            Some(event) => {
-                for &d in completing(event).map_or(&[][..], |t| self.dependents_of(t)) {
+            _ => {}
+        }
+        match self.queue.peek_ahead(PREFETCH_DISTANCE).map(|e| e.kind()) {
+            Some(EventKind::LinkFree { link }) => {
+                if let Some(next) = self.links[link as usize].pending.front() {
+                    prefetch(&self.transfers[next as usize]);
+                }
+            }
+            Some(event) if has_deps => {
+                for &d in self
+                    .completing(event)
+                    .map_or(&[][..], |t| self.dependents_of(t))
+                {
                     prefetch(&self.waiting[d as usize]);
                 }
             }
-            None => {}
+            _ => {}
         }
     }
 
@@ -398,11 +562,10 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             self.result.issued[t as usize] = now;
         }
         if let Some(duration) = self.schedule.wait(t) {
-            self.queue
-                .push(now + duration, Event::Complete { transfer: t });
+            self.queue.push(now + duration, Event::complete(t));
             return;
         }
-        let transfer = self.schedule.transfer(t);
+        let transfer = self.transfers[t as usize];
         self.forward(t, transfer.src, transfer.dst, transfer.bytes, now);
     }
 
@@ -412,41 +575,61 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             Some(link) => link,
             None => self.router.next_link_of(t, at, dst),
         };
-        let state = &mut self.links[link as usize];
-        if state.busy {
-            if state.pending.is_empty() {
-                state.queued_since = now;
-            }
-            state.pending.push_back(t);
-            let held = state.pending.len() as u32 + 1;
-            let most = &mut self.result.link_max_queue[link as usize];
-            *most = (*most).max(held);
+        let l = link as usize;
+        let state = &mut self.links[l];
+        state.held += 1;
+        let held = state.held;
+        let most = &mut self.result.link_max_queue[l];
+        *most = (*most).max(held);
+        if held == 1 {
+            self.transmit(link, t, bytes, now);
         } else {
-            self.transmit(link, t, dst, bytes, now);
+            state.pending.push_back(t, self.fold_runs);
+            if held == 2 {
+                self.queued_since[l] = now;
+            }
         }
     }
 
-    fn transmit(&mut self, link: LinkId, t: TransferIndex, dst: NodeId, bytes: u64, now: Time) {
-        let state = &mut self.links[link as usize];
-        state.busy = true;
-        let (free, arrive) = self
-            .options
-            .time_model
-            .delays(bytes, state.bandwidth, state.latency);
-        let node = state.far_end;
-        self.result.hops += 1;
-        self.queue.push(
-            now + arrive,
-            Event::Arrive {
-                transfer: t,
-                node,
-                dst,
-                bytes,
-            },
-        );
-        self.queue.push(now + free, Event::LinkFree { link });
+    /// The link finished its message: the next waiting one, if any, starts.
+    fn link_free(&mut self, link: LinkId, now: Time) {
         let l = link as usize;
-        self.result.link_max_queue[l] = self.result.link_max_queue[l].max(1);
+        let state = &mut self.links[l];
+        state.held -= 1;
+        if state.held == 0 {
+            return;
+        }
+        let next = state
+            .pending
+            .pop_front()
+            .expect("a link holding messages has one waiting once it frees");
+        // The one after it is sent when this one is done, a serialisation time from now: fetch
+        // its record now (the look-ahead over the event queue sees nothing when every event has
+        // its own time, and this load was half the engine's time then).
+        if let Some(after) = state.pending.front() {
+            prefetch(&self.transfers[after as usize]);
+        }
+        if state.held == 1 {
+            self.result.link_queued[l] = self.result.link_queued[l] + (now - self.queued_since[l]);
+        }
+        let bytes = self.transfers[next as usize].bytes;
+        self.transmit(link, next, bytes, now);
+    }
+
+    /// Starts sending transfer `t` on `link`, which has just become its.
+    fn transmit(&mut self, link: LinkId, t: TransferIndex, bytes: u64, now: Time) {
+        let l = link as usize;
+        let state = &mut self.links[l];
+        if bytes != state.cached_bytes {
+            let (bandwidth, latency) = self.params[l];
+            (state.cached_free, state.cached_arrive) =
+                self.options.time_model.delays(bytes, bandwidth, latency);
+            state.cached_bytes = bytes;
+        }
+        let (free, arrive) = (state.cached_free, state.cached_arrive);
+        self.result.hops += 1;
+        self.queue.push(now + arrive, Event::arrive(t, link));
+        self.queue.push(now + free, Event::link_free(link));
         self.result.link_bytes[l] = self.result.link_bytes[l].saturating_add(bytes);
         self.result.link_busy[l] = self.result.link_busy[l] + free;
         if self.options.record_busy_intervals && free > Time::ZERO {
@@ -458,7 +641,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         }
     }
 
-    fn arrive(&mut self, t: TransferIndex, node: NodeId, dst: NodeId, bytes: u64, now: Time) {
+    fn arrive(&mut self, t: TransferIndex, link: LinkId, now: Time) {
+        let node = self.links[link as usize].far_end;
+        let Transfer { dst, bytes, .. } = self.transfers[t as usize];
         if node != dst {
             self.forward(t, node, dst, bytes, now);
             return;
@@ -471,8 +656,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             }
         }
         if extra > Time::ZERO {
-            self.queue
-                .push(now + extra, Event::Complete { transfer: t });
+            self.queue.push(now + extra, Event::complete(t));
         } else {
             self.complete(t, now);
         }
@@ -493,9 +677,69 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 self.ready.push(Reverse(d));
                 if !self.issue_pending {
                     self.issue_pending = true;
-                    self.queue.push(now, Event::Issue);
+                    self.queue.push(now, Event::ISSUE_ALL);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_pack_and_unpack() {
+        let cases = [
+            EventKind::Arrive {
+                transfer: u32::MAX,
+                link: (MAX_LINKS - 1) as LinkId,
+            },
+            EventKind::Arrive {
+                transfer: 0,
+                link: 0,
+            },
+            EventKind::LinkFree {
+                link: (MAX_LINKS - 1) as LinkId,
+            },
+            EventKind::Complete { transfer: u32::MAX },
+            EventKind::Issue,
+        ];
+        for kind in cases {
+            let event = match kind {
+                EventKind::Arrive { transfer, link } => Event::arrive(transfer, link),
+                EventKind::LinkFree { link } => Event::link_free(link),
+                EventKind::Complete { transfer } => Event::complete(transfer),
+                EventKind::Issue => Event::ISSUE_ALL,
+            };
+            assert_eq!(event.kind(), kind);
+        }
+    }
+
+    #[test]
+    fn waiting_runs_keep_fifo_order() {
+        for fold in [true, false] {
+            let mut w = Waiting::default();
+            let pushed = [5, 6, 7, 3, 4, 9, 10, 11, 12, 2, 0, 1, 2];
+            for &t in &pushed {
+                w.push_back(t, fold);
+            }
+            if fold {
+                assert_eq!(w.words.len(), 9, "5+2, 3+1, 9+3, 2, 0+2");
+            }
+            let mut popped = Vec::new();
+            while let Some(t) = w.pop_front() {
+                popped.push(t);
+                // Interleave pushes and pops: the queue stays FIFO.
+                if popped.len() == 4 {
+                    w.push_back(13, fold);
+                    w.push_back(14, fold);
+                }
+            }
+            let mut expected = pushed.to_vec();
+            expected.extend([13, 14]);
+            assert_eq!(popped, expected);
+            assert!(w.front().is_none());
         }
     }
 }

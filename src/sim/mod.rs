@@ -9,7 +9,10 @@
 mod engine;
 mod queue;
 
-pub use engine::{simulate, simulate_with_queue, Event, Observer, SimResult};
+pub use engine::{
+    simulate, simulate_checked, simulate_with_queue, Event, EventKind, Observer, SimResult,
+    MAX_LINKS,
+};
 pub use queue::{BucketQueue, EventQueue, HeapQueue, RadixQueue};
 
 use crate::units::{Bandwidth, Time};

@@ -168,9 +168,12 @@ impl<E> EventQueue<E> for BucketQueue<E> {
 /// buckets are appended and redistributed in order, so equal times pop in scheduling order.
 pub struct RadixQueue<E> {
     last: u64,
-    /// Bucket 0 holds events at exactly `last`, popped from the front.
-    now: VecDeque<E>,
+    /// Bucket 0: events at exactly `last`, popped from `now[head..]`.
+    now: Vec<E>,
+    head: usize,
     buckets: Vec<Vec<(u64, E)>>,
+    /// Bit `b` set when `buckets[b]` is not empty.
+    occupied: u64,
     len: usize,
 }
 
@@ -178,61 +181,80 @@ impl<E> Default for RadixQueue<E> {
     fn default() -> Self {
         RadixQueue {
             last: 0,
-            now: VecDeque::new(),
+            now: Vec::new(),
+            head: 0,
             buckets: (0..64).map(|_| Vec::new()).collect(),
+            occupied: 0,
             len: 0,
         }
     }
 }
 
-impl<E> RadixQueue<E> {
+impl<E: Copy> RadixQueue<E> {
     /// Pops another event at the time of the last pop, if any is left: lets a caller handle all
     /// events of one instant before acting on them.
     pub fn pop_same_time(&mut self) -> Option<E> {
-        let event = self.now.pop_front()?;
+        let event = *self.now.get(self.head)?;
+        self.head += 1;
         self.len -= 1;
         Some(event)
     }
 
-    #[inline]
-    fn bucket_of(&self, time: u64) -> usize {
-        64 - (time ^ self.last).leading_zeros() as usize
+    #[inline(always)]
+    fn place(&mut self, time: u64, event: E) {
+        match 64 - (time ^ self.last).leading_zeros() {
+            0 => self.now.push(event),
+            b => {
+                let b = b as usize - 1;
+                self.buckets[b].push((time, event));
+                self.occupied |= 1 << b;
+            }
+        }
+    }
+
+    /// Moves the lowest non-empty bucket down once `now` is used up: its earliest time becomes
+    /// `last`, and its events spread over the buckets below (those at `last` into `now`).
+    #[cold]
+    fn refill(&mut self) -> bool {
+        self.now.clear();
+        self.head = 0;
+        if self.occupied == 0 {
+            return false;
+        }
+        let b = self.occupied.trailing_zeros() as usize;
+        self.occupied &= !(1 << b);
+        let mut items = std::mem::take(&mut self.buckets[b]);
+        self.last = items
+            .iter()
+            .map(|&(t, _)| t)
+            .min()
+            .expect("an occupied bucket is not empty");
+        for &(t, e) in &items {
+            self.place(t, e);
+        }
+        // Keep the allocation: the bucket will fill again.
+        items.clear();
+        self.buckets[b] = items;
+        true
     }
 }
 
-impl<E> EventQueue<E> for RadixQueue<E> {
+impl<E: Copy> EventQueue<E> for RadixQueue<E> {
+    #[inline]
     fn push(&mut self, time: Time, event: E) {
         let t = time.ps();
         debug_assert!(t >= self.last, "events are never scheduled in the past");
         self.len += 1;
-        match self.bucket_of(t) {
-            0 => self.now.push_back(event),
-            b => self.buckets[b - 1].push((t, event)),
-        }
+        self.place(t, event);
     }
 
+    #[inline]
     fn pop(&mut self) -> Option<(Time, E)> {
-        if self.now.is_empty() {
-            let b = self.buckets.iter().position(|b| !b.is_empty())?;
-            let items = std::mem::take(&mut self.buckets[b]);
-            self.last = items
-                .iter()
-                .map(|&(t, _)| t)
-                .min()
-                .expect("bucket is not empty");
-            let mut spare = items;
-            for (t, e) in spare.drain(..) {
-                match self.bucket_of(t) {
-                    0 => self.now.push_back(e),
-                    nb => self.buckets[nb - 1].push((t, e)),
-                }
-            }
-            // Keep the allocation: the bucket will fill again.
-            if self.buckets[b].is_empty() {
-                self.buckets[b] = spare;
-            }
+        if self.head == self.now.len() && !self.refill() {
+            return None;
         }
-        let event = self.now.pop_front()?;
+        let event = self.now[self.head];
+        self.head += 1;
         self.len -= 1;
         Some((Time(self.last), event))
     }
@@ -241,8 +263,9 @@ impl<E> EventQueue<E> for RadixQueue<E> {
         self.len
     }
 
+    #[inline(always)]
     fn peek_ahead(&self, ahead: usize) -> Option<&E> {
-        self.now.get(ahead)
+        self.now.get(self.head + ahead)
     }
 }
 

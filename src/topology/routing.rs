@@ -158,6 +158,10 @@ impl<'t> Router<'t> {
     /// The link transfer `transfer`, now at `at`, takes towards `dst` (`at != dst`).
     #[inline]
     pub fn next_link_of(&self, transfer: u32, at: NodeId, dst: NodeId) -> LinkId {
+        // A node with one way out (an NPU on a switch, a line's end) needs no routing at all.
+        if let [only] = self.topology.out_links_of(at) {
+            return *only;
+        }
         let Some((seed, choices)) = &self.ecmp else {
             return self.next_link(at, dst);
         };
