@@ -1,7 +1,6 @@
 //! The event-driven engine: link FIFOs, store-and-forward hops, dependency release.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use super::queue::{EventQueue, RadixQueue};
 use super::SimOptions;
@@ -249,7 +248,10 @@ struct Engine<'a, Q> {
     queue: Q,
     waiting: Vec<u32>,
     dependents: (Vec<u32>, Vec<TransferIndex>),
-    ready: BinaryHeap<Reverse<TransferIndex>>,
+    /// Transfers whose dependencies completed at this instant, in completion order.
+    ready: Vec<TransferIndex>,
+    /// The transfers being issued at one instant, in list order (kept for its allocation).
+    batch: Vec<TransferIndex>,
     issue_pending: bool,
     completed_count: u64,
     result: SimResult,
@@ -353,7 +355,8 @@ fn run_engine<Q: EventQueue<Event>>(
         } else {
             (Vec::new(), Vec::new())
         },
-        ready: BinaryHeap::new(),
+        ready: Vec::new(),
+        batch: Vec::new(),
         issue_pending: false,
         completed_count: 0,
         result: SimResult {
@@ -431,12 +434,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 EventKind::Arrive { transfer, link } => self.arrive(transfer, link, now),
                 EventKind::LinkFree { link } => self.link_free(link, now),
                 EventKind::Complete { transfer } => self.complete(transfer, now),
-                EventKind::Issue => {
-                    self.issue_pending = false;
-                    while let Some(Reverse(t)) = self.ready.pop() {
-                        self.issue(t, now);
-                    }
-                }
+                EventKind::Issue => self.issue_ready(now),
             }
             if self.completed_count >= next_report {
                 observer.progress(self.completed_count, n);
@@ -557,6 +555,64 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         dependents_of(&self.dependents, t)
     }
 
+    /// Issues every transfer that became ready at `now`, in list order. Issuing one never makes
+    /// another ready, so the batch is known in full: each transfer's record, then its first link,
+    /// then the tail of that link's queue are fetched a few transfers ahead of its turn (a batch's
+    /// transfers are scattered over the schedule and its links over the network).
+    fn issue_ready(&mut self, now: Time) {
+        const D: usize = PREFETCH_DISTANCE;
+        self.issue_pending = false;
+        // Sorted once per instant: a heap kept in order as they arrive cost a log-depth walk
+        // through scattered memory per transfer.
+        let mut batch = std::mem::replace(&mut self.ready, std::mem::take(&mut self.batch));
+        self.ready.clear();
+        batch.sort_unstable();
+        // First links of the transfers D and 2D ahead, by position modulo 4D.
+        let mut first_links = [LinkId::MAX; 4 * D];
+        for (i, &t) in batch.iter().enumerate() {
+            if let Some(&ahead) = batch.get(i + 3 * D) {
+                prefetch(&self.transfers[ahead as usize]);
+                if let Some(routes) = &self.routes {
+                    prefetch(&routes.start[ahead as usize]);
+                    prefetch(&routes.taken[ahead as usize]);
+                }
+                if self.options.record_transfers {
+                    prefetch(&self.result.issued[ahead as usize]);
+                }
+            }
+            if let Some(&ahead) = batch.get(i + 2 * D) {
+                let link = self.first_link(ahead);
+                if let Some(link) = link {
+                    prefetch(&self.links[link as usize]);
+                }
+                first_links[(i + 2 * D) % (4 * D)] = link.unwrap_or(LinkId::MAX);
+            }
+            if i + D < batch.len() {
+                let link = first_links[(i + D) % (4 * D)];
+                if let Some(state) = self.links.get(link as usize) {
+                    let (front, back) = state.pending.words.as_slices();
+                    if let Some(last) = back.last().or(front.last()) {
+                        prefetch(last);
+                    }
+                }
+            }
+            self.issue(t, now);
+        }
+        self.batch = batch;
+    }
+
+    /// The link transfer `t` is issued on (None for a local wait).
+    #[inline(always)]
+    fn first_link(&self, t: TransferIndex) -> Option<LinkId> {
+        let Transfer { src, dst, .. } = self.transfers[t as usize];
+        (src != dst).then(|| {
+            self.routes
+                .as_ref()
+                .and_then(|r| r.peek(t))
+                .unwrap_or_else(|| self.router.next_link_of(t, src, dst))
+        })
+    }
+
     fn issue(&mut self, t: TransferIndex, now: Time) {
         if self.options.record_transfers {
             self.result.issued[t as usize] = now;
@@ -674,7 +730,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         for &d in dependents_of(&self.dependents, t) {
             self.waiting[d as usize] -= 1;
             if self.waiting[d as usize] == 0 {
-                self.ready.push(Reverse(d));
+                self.ready.push(d);
                 if !self.issue_pending {
                     self.issue_pending = true;
                     self.queue.push(now, Event::ISSUE_ALL);
