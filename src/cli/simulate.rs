@@ -197,9 +197,34 @@ fn run_and_report(
     };
     let topology = topology.build()?;
     let out = args.output.prepare()?;
+    let tables = experiment::Tables {
+        transfers: !args.no_transfers,
+        schedule: produced,
+        format: args.table_format.map(|f| match f {
+            TableFormatArg::Csv => experiment::TableFormat::Csv,
+            TableFormatArg::Parquet => experiment::TableFormat::Parquet,
+        }),
+    };
+    // A schedule collsim made is written while it simulates (the largest file of the folder;
+    // written after the run it took longer than the simulation).
+    let writes_out = out.is_some();
+    let folder = std::sync::Mutex::new(out);
+    let write_schedule = |schedule: &crate::schedule::Schedule| match &mut *folder
+        .lock()
+        .expect("the folder is not poisoned")
+    {
+        Some(out) => experiment::write_schedule_file(schedule, out, tables),
+        None => Ok(()),
+    };
     let heartbeat = crate::report::Heartbeat::start("running");
-    let outcome = experiment::execute(&topology, &spec, &mut Progress::new())?;
+    let outcome = experiment::execute_with(
+        &topology,
+        &spec,
+        &mut Progress::new(),
+        (tables.schedule && writes_out).then_some(&write_schedule as experiment::Beside),
+    )?;
     drop(heartbeat);
+    let out = folder.into_inner().expect("the folder is not poisoned");
     if let Some(path) = &args.msccl {
         let claim = outcome.schedule.collective.as_ref().ok_or_else(|| {
             Error::input("--msccl: the schedule must implement one collective (give --collective)")
@@ -209,12 +234,8 @@ fn run_and_report(
     }
     if let Some(out) = out {
         let tables = experiment::Tables {
-            transfers: !args.no_transfers,
-            schedule: produced,
-            format: args.table_format.map(|f| match f {
-                TableFormatArg::Csv => experiment::TableFormat::Csv,
-                TableFormatArg::Parquet => experiment::TableFormat::Parquet,
-            }),
+            schedule: false,
+            ..tables
         };
         let metric = match args.heatmap {
             HeatmapArg::Bytes => HeatMetric::Bytes,

@@ -259,6 +259,21 @@ pub fn execute(
     spec: &RunSpec,
     observer: &mut dyn Observer,
 ) -> Result<RunOutcome, Error> {
+    execute_with(topology, spec, observer, None)
+}
+
+/// Work to do with a run's schedule while it is validated and simulated, on a thread of its own:
+/// writing it to a results folder.
+pub type Beside<'a> = &'a (dyn Fn(&Schedule) -> Result<(), Error> + Sync);
+
+/// [`execute`], running `beside` on the checked schedule alongside its validation and simulation
+/// (its error, if any, is the run's).
+pub fn execute_with(
+    topology: &Topology,
+    spec: &RunSpec,
+    observer: &mut dyn Observer,
+    beside: Option<Beside>,
+) -> Result<RunOutcome, Error> {
     let collectives = spec
         .collectives
         .iter()
@@ -286,6 +301,7 @@ pub fn execute(
     };
     let seed = spec.seed.unwrap_or(VALIDATION_SEED);
     let (validation, result) = std::thread::scope(|scope| {
+        let side = beside.map(|work| scope.spawn(|| work(&schedule)));
         let validator = spec.validate.then(|| {
             scope.spawn(|| {
                 claimed.iter().try_for_each(|s| match &s.collective {
@@ -299,7 +315,10 @@ pub fn execute(
         let simulation = started.elapsed();
         let validation =
             validator.map_or(Ok(()), |v| v.join().expect("the validator does not panic"));
-        (validation, result.map(|r| (r, simulation)))
+        let side = side.map_or(Ok(()), |s| {
+            s.join().expect("work beside the run does not panic")
+        });
+        (validation.and(side), result.map(|r| (r, simulation)))
     });
     validation?;
     let (result, simulation) = result?;
@@ -478,26 +497,13 @@ pub fn write_outputs(
     metric: HeatMetric,
     tables: Tables,
 ) -> Result<(), Error> {
-    let rows = outcome.schedule.len();
-    let schedule_file = tables.schedule.then(|| {
-        let parquet = tables.parquet(rows);
-        let name = if parquet {
-            "schedule.parquet"
-        } else {
-            "schedule.json"
-        };
-        (out.file(name), parquet)
-    });
+    let schedule_file = tables
+        .schedule
+        .then(|| schedule_file(&mut out, tables, outcome.schedule.len()));
     std::thread::scope(|scope| {
-        let writer = schedule_file.as_ref().map(|(path, parquet)| {
-            scope.spawn(move || {
-                if *parquet {
-                    schedule::write_schedule_parquet(&outcome.schedule, path)
-                } else {
-                    schedule::write_schedule_json(&outcome.schedule, path)
-                }
-            })
-        });
+        let writer = schedule_file
+            .as_ref()
+            .map(|file| scope.spawn(move || write_schedule(&outcome.schedule, file)));
         let rest = write_tables_and_figures(topology, outcome, &mut out, metric, tables);
         let written = writer.map_or(Ok(()), |w| {
             w.join().expect("the schedule writer does not panic")
@@ -505,6 +511,38 @@ pub fn write_outputs(
         rest.and(written)
     })?;
     out.commit()
+}
+
+/// Writes `schedule` into `out` as `schedule.parquet` or `schedule.json`, as `tables` says for
+/// its size (with [`execute_with`] it is written while the run simulates).
+pub fn write_schedule_file(
+    schedule: &Schedule,
+    out: &mut OutputDir,
+    tables: Tables,
+) -> Result<(), Error> {
+    write_schedule(schedule, &schedule_file(out, tables, schedule.len()))
+}
+
+/// Where a schedule of `rows` transfers goes in `out`, and whether as Parquet.
+fn schedule_file(out: &mut OutputDir, tables: Tables, rows: usize) -> (std::path::PathBuf, bool) {
+    let parquet = tables.parquet(rows);
+    let name = if parquet {
+        "schedule.parquet"
+    } else {
+        "schedule.json"
+    };
+    (out.file(name), parquet)
+}
+
+fn write_schedule(
+    schedule: &Schedule,
+    (path, parquet): &(std::path::PathBuf, bool),
+) -> Result<(), Error> {
+    if *parquet {
+        schedule::write_schedule_parquet(schedule, path)
+    } else {
+        schedule::write_schedule_json(schedule, path)
+    }
 }
 
 /// Everything of [`write_outputs`] but the schedule.

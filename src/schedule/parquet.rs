@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::column::reader::{get_typed_column_reader, ColumnReaderImpl};
 use parquet::column::writer::ColumnWriter;
 use parquet::data_type::{ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
@@ -18,7 +18,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
-use parquet::schema::types::ColumnPath;
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use super::io::{Claim, RawTransfer};
 use super::{Op, Schedule, Transfer, TransferIndex};
@@ -96,6 +96,18 @@ pub(crate) fn parquet_writer(
         .set_key_value_metadata(metadata.map(|m| vec![m]));
     for column in dictionary {
         props = props.set_column_dictionary_enabled(ColumnPath::from(*column), true);
+    }
+    // Integer columns are delta-encoded before compression: ids, dependencies and times climb
+    // in small steps, so zstd gets a fraction of the bytes (the writing took longer than the
+    // simulation with plain encoding).
+    for column in SchemaDescriptor::new(schema.clone()).columns() {
+        let integer = matches!(
+            column.physical_type(),
+            PhysicalType::INT32 | PhysicalType::INT64
+        );
+        if integer && !dictionary.contains(&column.name()) {
+            props = props.set_column_encoding(column.path().clone(), Encoding::DELTA_BINARY_PACKED);
+        }
     }
     let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
     SerializedFileWriter::new(file, schema, Arc::new(props.build()))
