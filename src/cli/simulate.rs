@@ -199,7 +199,6 @@ fn run_and_report(
     let out = args.output.prepare()?;
     let tables = experiment::Tables {
         transfers: !args.no_transfers,
-        schedule: produced,
         format: args.table_format.map(|f| match f {
             TableFormatArg::Csv => experiment::TableFormat::Csv,
             TableFormatArg::Parquet => experiment::TableFormat::Parquet,
@@ -221,7 +220,7 @@ fn run_and_report(
         &topology,
         &spec,
         &mut Progress::new(),
-        (tables.schedule && writes_out).then_some(&write_schedule as experiment::Beside),
+        (produced && writes_out).then_some(&write_schedule as experiment::Beside),
     )?;
     drop(heartbeat);
     let out = folder.into_inner().expect("the folder is not poisoned");
@@ -233,10 +232,6 @@ fn run_and_report(
         write_msccl(&outcome.schedule, claim, &name, path)?;
     }
     if let Some(out) = out {
-        let tables = experiment::Tables {
-            schedule: false,
-            ..tables
-        };
         let metric = match args.heatmap {
             HeatmapArg::Bytes => HeatMetric::Bytes,
             HeatmapArg::Busy => HeatMetric::Busy,

@@ -460,8 +460,6 @@ fn file_label(path: &Path) -> String {
 pub struct Tables {
     /// The per-transfer table: one row per transfer.
     pub transfers: bool,
-    /// The schedule itself (runs whose schedule collsim made: it can be simulated again).
-    pub schedule: bool,
     /// Its format; None: Parquet past [`PARQUET_FROM`] transfers, CSV below.
     pub format: Option<TableFormat>,
 }
@@ -486,10 +484,9 @@ impl Tables {
     }
 }
 
-/// Writes `summary.csv`, `transfers.csv` or `.parquet` and the schedule (when `tables` says),
-/// `links.csv`, `utilization.csv` and the figures of one run into `out` (the heat map of
-/// `metric`), all committed together. The schedule, the largest file of a synthesized run, is
-/// written on a thread of its own beside the rest.
+/// Writes `summary.csv`, `transfers.csv` or `.parquet`, `links.csv`, `utilization.csv` and the
+/// figures of one run into `out` (the heat map of `metric`), and commits the folder with whatever
+/// else was written into it (the schedule, by [`write_schedule_file`] while the run simulated).
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
@@ -497,55 +494,26 @@ pub fn write_outputs(
     metric: HeatMetric,
     tables: Tables,
 ) -> Result<(), Error> {
-    let schedule_file = tables
-        .schedule
-        .then(|| schedule_file(&mut out, tables, outcome.schedule.len()));
-    std::thread::scope(|scope| {
-        let writer = schedule_file
-            .as_ref()
-            .map(|file| scope.spawn(move || write_schedule(&outcome.schedule, file)));
-        let rest = write_tables_and_figures(topology, outcome, &mut out, metric, tables);
-        let written = writer.map_or(Ok(()), |w| {
-            w.join().expect("the schedule writer does not panic")
-        });
-        rest.and(written)
-    })?;
+    write_tables_and_figures(topology, outcome, &mut out, metric, tables)?;
     out.commit()
 }
 
 /// Writes `schedule` into `out` as `schedule.parquet` or `schedule.json`, as `tables` says for
-/// its size (with [`execute_with`] it is written while the run simulates).
+/// its size: a schedule collsim made, so that it can be simulated again. Meant to run beside the
+/// simulation ([`execute_with`]): it is the largest file of a synthesized run.
 pub fn write_schedule_file(
     schedule: &Schedule,
     out: &mut OutputDir,
     tables: Tables,
 ) -> Result<(), Error> {
-    write_schedule(schedule, &schedule_file(out, tables, schedule.len()))
-}
-
-/// Where a schedule of `rows` transfers goes in `out`, and whether as Parquet.
-fn schedule_file(out: &mut OutputDir, tables: Tables, rows: usize) -> (std::path::PathBuf, bool) {
-    let parquet = tables.parquet(rows);
-    let name = if parquet {
-        "schedule.parquet"
+    if tables.parquet(schedule.len()) {
+        schedule::write_schedule_parquet(schedule, &out.file("schedule.parquet"))
     } else {
-        "schedule.json"
-    };
-    (out.file(name), parquet)
-}
-
-fn write_schedule(
-    schedule: &Schedule,
-    (path, parquet): &(std::path::PathBuf, bool),
-) -> Result<(), Error> {
-    if *parquet {
-        schedule::write_schedule_parquet(schedule, path)
-    } else {
-        schedule::write_schedule_json(schedule, path)
+        schedule::write_schedule_json(schedule, &out.file("schedule.json"))
     }
 }
 
-/// Everything of [`write_outputs`] but the schedule.
+/// The tables and figures of [`write_outputs`].
 fn write_tables_and_figures(
     topology: &Topology,
     outcome: &RunOutcome,

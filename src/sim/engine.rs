@@ -6,8 +6,8 @@ use super::queue::{EventQueue, RadixQueue};
 use super::SimOptions;
 use crate::memory::prefetch;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
-use crate::topology::{LinkId, NodeId, Router, Topology};
-use crate::units::{Bandwidth, Time};
+use crate::topology::{Link, LinkId, NodeId, Router, Topology};
+use crate::units::Time;
 use crate::Error;
 
 /// What happens at an instant, packed into 8 bytes so that a queue entry (time and event) is 16:
@@ -239,8 +239,8 @@ struct Engine<'a, Q> {
     routes: Option<Routes>,
     options: &'a SimOptions,
     links: Vec<LinkState>,
-    /// Per link: bandwidth and latency, read when a message size is not the cached one.
-    params: Vec<(Bandwidth, Time)>,
+    /// The topology's links: bandwidth and latency, read when a message size is not the cached one.
+    topology_links: &'a [Link],
     /// Per link: since when a message has been waiting there.
     queued_since: Vec<Time>,
     /// Whether link queues fold runs of indices (every index below [`RUN`]).
@@ -341,11 +341,7 @@ fn run_engine<Q: EventQueue<Event>>(
             .then(|| Routes::new(topology, schedule)),
         options,
         links,
-        params: topology
-            .links()
-            .iter()
-            .map(|l| (l.bandwidth, l.latency))
-            .collect(),
+        topology_links: topology.links(),
         queued_since: vec![Time::ZERO; link_count],
         fold_runs: n <= RUN as usize,
         queue,
@@ -515,12 +511,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 let node = self.links[link as usize].far_end;
                 let dst = self.transfers[transfer as usize].dst;
                 if node != dst {
-                    let next = self
-                        .routes
-                        .as_ref()
-                        .and_then(|r| r.peek(transfer))
-                        .unwrap_or_else(|| self.router.next_link_of(transfer, node, dst));
-                    prefetch(&self.links[next as usize]);
+                    prefetch(&self.links[self.peek_link(transfer, node, dst) as usize]);
                 } else if let Some(first) = self.dependents_of(transfer).first() {
                     prefetch(first);
                 }
@@ -605,12 +596,17 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     #[inline(always)]
     fn first_link(&self, t: TransferIndex) -> Option<LinkId> {
         let Transfer { src, dst, .. } = self.transfers[t as usize];
-        (src != dst).then(|| {
-            self.routes
-                .as_ref()
-                .and_then(|r| r.peek(t))
-                .unwrap_or_else(|| self.router.next_link_of(t, src, dst))
-        })
+        (src != dst).then(|| self.peek_link(t, src, dst))
+    }
+
+    /// The link [`Engine::forward`] will put transfer `t`, now at `at`, on, without advancing its
+    /// route: for fetching that link's state ahead.
+    #[inline(always)]
+    fn peek_link(&self, t: TransferIndex, at: NodeId, dst: NodeId) -> LinkId {
+        self.routes
+            .as_ref()
+            .and_then(|r| r.peek(t))
+            .unwrap_or_else(|| self.router.next_link_of(t, at, dst))
     }
 
     fn issue(&mut self, t: TransferIndex, now: Time) {
@@ -677,7 +673,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         let l = link as usize;
         let state = &mut self.links[l];
         if bytes != state.cached_bytes {
-            let (bandwidth, latency) = self.params[l];
+            let Link {
+                bandwidth, latency, ..
+            } = self.topology_links[l];
             (state.cached_free, state.cached_arrive) =
                 self.options.time_model.delays(bytes, bandwidth, latency);
             state.cached_bytes = bytes;
