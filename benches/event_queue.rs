@@ -8,8 +8,8 @@ use collsim::algorithms::{self, Algorithm};
 use collsim::collective::{Collective, CollectiveKind};
 use collsim::schedule::{Schedule, Transfer};
 use collsim::sim::{
-    simulate_with_queue, BucketQueue, Event, EventQueue, HeapQueue, RadixQueue, SimOptions,
-    TimeModel,
+    simulate_with_queue, BucketQueue, Event, EventQueue, HeapQueue, LaneQueue, RadixQueue,
+    SimOptions, TimeModel,
 };
 use collsim::topology::TopologyOptions;
 use collsim::units::Time;
@@ -110,6 +110,7 @@ fn main() {
         for (name, schedule) in [("regular", &regular), ("jittered", &irregular)] {
             for model in [TimeModel::Exact, TimeModel::Astra] {
                 println!("switch:{n} {name} all-to-all, {} model", model.name());
+                time("LaneQueue", schedule, n, model, LaneQueue::default());
                 time("RadixQueue", schedule, n, model, RadixQueue::default());
                 time("BucketQueue", schedule, n, model, BucketQueue::default());
                 time("BinaryHeap", schedule, n, model, HeapQueue::default());

@@ -44,11 +44,14 @@ fn cases() -> Vec<Case> {
         .collect()
 }
 
-/// Writes the case as an ASTRA-sim network YAML, so the test also exercises that reader.
+/// Writes the case as an ASTRA-sim network YAML, so the test also exercises that reader. Each
+/// call writes a file of its own: tests running at once may build the same case.
 fn astra_topology(case: &Case) -> Topology {
+    static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!("collsim-astra-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.yml", case.name));
+    let nth = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("{}-{nth}.yml", case.name));
     std::fs::write(
         &path,
         format!(

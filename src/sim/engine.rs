@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::queue::{EventQueue, RadixQueue};
+use super::queue::{EventQueue, LaneQueue};
 use super::SimOptions;
 use crate::memory::prefetch;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
@@ -108,75 +108,108 @@ pub struct SimResult {
     pub hops: u64,
 }
 
-/// A link's queue of waiting transfers, 4 bytes an entry, with runs of consecutive transfer
-/// indices folded: generated schedules queue long runs on a link (a direct all-to-all puts an
-/// NPU's whole row on its uplink at once), and a run costs 8 bytes however long it is. A word with
-/// [`RUN`] set says how many indices follow the one before it; indices are below [`RUN`] when
-/// runs are folded (schedules of fewer than 2^31 transfers, see [`Waiting::push_back`]).
+/// A run of consecutive transfer indices waiting at a link: generated schedules queue long runs
+/// on a link (a direct all-to-all puts an NPU's whole row on its uplink at once), and a run costs
+/// 8 bytes however long it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Run {
+    first: TransferIndex,
+    len: u32,
+}
+
+impl Run {
+    /// Whether `t` directly follows the run and can join it.
+    #[inline(always)]
+    fn extends_to(self, t: TransferIndex) -> bool {
+        self.first as u64 + self.len as u64 == t as u64 && self.len < u32::MAX
+    }
+}
+
+/// The transfers waiting at a link behind its first run, 4 bytes a transfer with runs of
+/// consecutive indices folded: a word with [`RUN`] set says how many indices follow the one before
+/// it. Indices are below [`RUN`] when runs are folded (schedules of at most 2^31 transfers).
 #[derive(Default)]
-struct Waiting {
+struct LaterRuns {
     words: VecDeque<u32>,
 }
 
 const RUN: u32 = 1 << 31;
 
-impl Waiting {
-    /// Appends `t`; `fold` allows folding it into a run (only when every index is below [`RUN`]).
-    #[inline]
-    fn push_back(&mut self, t: TransferIndex, fold: bool) {
-        let n = self.words.len();
-        if fold && n > 0 {
-            let back = self.words[n - 1];
-            if back & RUN == 0 {
-                if back + 1 == t {
-                    self.words.push_back(RUN | 1);
-                    return;
-                }
-            } else if self.words[n - 2] + (back & !RUN) + 1 == t && back != u32::MAX {
-                self.words[n - 1] = back + 1;
+/// Appends `t` to a link's FIFO of waiting transfers: its first run `head` (len 0: empty) and the
+/// runs after it, `later`; `fold` allows folding runs into `later`'s words.
+#[inline(always)]
+fn enqueue(head: &mut Run, later: &mut LaterRuns, t: TransferIndex, fold: bool) {
+    if head.len == 0 {
+        *head = Run { first: t, len: 1 };
+        return;
+    }
+    let words = &mut later.words;
+    let n = words.len();
+    if n == 0 {
+        if head.extends_to(t) {
+            head.len += 1;
+        } else {
+            words.push_back(t);
+        }
+        return;
+    }
+    if fold {
+        let back = words[n - 1];
+        if back & RUN == 0 {
+            if back + 1 == t {
+                words.push_back(RUN | 1);
                 return;
             }
+        } else if words[n - 2] + (back & !RUN) + 1 == t && back != u32::MAX {
+            words[n - 1] = back + 1;
+            return;
         }
-        self.words.push_back(t);
     }
-
-    #[inline]
-    fn pop_front(&mut self) -> Option<TransferIndex> {
-        let t = *self.words.front()?;
-        match self.words.get(1) {
-            Some(&w) if w & RUN != 0 => {
-                self.words[0] = t + 1;
-                if w == RUN | 1 {
-                    self.words.remove(1);
-                } else {
-                    self.words[1] = w - 1;
-                }
-            }
-            _ => {
-                self.words.pop_front();
-            }
-        }
-        Some(t)
-    }
-
-    #[inline]
-    fn front(&self) -> Option<TransferIndex> {
-        self.words.front().copied()
-    }
+    words.push_back(t);
 }
 
-/// What a hop touches on its link, in one cache line: the queue, the far end, and the delays of
-/// the last message size sent (collectives send one size over and over; computing delays costs two
-/// floating-point divisions).
+/// Takes the first transfer of a non-empty FIFO of waiting transfers (see [`enqueue`]).
+#[inline(always)]
+fn dequeue(head: &mut Run, later: &mut LaterRuns) -> TransferIndex {
+    debug_assert!(head.len > 0, "dequeue from an empty link queue");
+    let t = head.first;
+    head.first = head.first.wrapping_add(1);
+    head.len -= 1;
+    if head.len == 0 {
+        if let Some(first) = later.words.pop_front() {
+            let mut len = 1;
+            if let Some(&w) = later.words.front() {
+                if w & RUN != 0 {
+                    len += w & !RUN;
+                    later.words.pop_front();
+                }
+            }
+            *head = Run { first, len };
+        }
+    }
+    t
+}
+
+/// What a hop touches on its link, in one cache line: the first run of waiting messages (later
+/// runs wait in [`Engine::later_runs`], touched only where a run breaks), the messages held, the far
+/// end, the delays of the last message size sent (collectives send one size over and over;
+/// computing delays costs two floating-point divisions) and the link's counters.
 #[repr(align(64))]
 struct LinkState {
-    pending: Waiting,
+    /// The first run of waiting transfers; `len` 0 when none waits.
+    waiting: Run,
     /// Messages at the link, the one being sent included: 0 when the link is free.
     held: u32,
     far_end: NodeId,
     cached_bytes: u64,
     cached_free: Time,
     cached_arrive: Time,
+    /// Bytes carried (saturating).
+    bytes: u64,
+    /// Time spent serialising.
+    busy: Time,
+    /// The most messages held at once.
+    most_held: u32,
 }
 
 /// The links of every explicitly routed transfer, and how far along its route each one is.
@@ -243,6 +276,8 @@ struct Engine<'a, Q> {
     topology_links: &'a [Link],
     /// Per link: since when a message has been waiting there.
     queued_since: Vec<Time>,
+    /// Per link: the runs waiting behind the first one ([`LinkState::waiting`]).
+    later_runs: Vec<LaterRuns>,
     /// Whether link queues fold runs of indices (every index below [`RUN`]).
     fold_runs: bool,
     queue: Q,
@@ -277,7 +312,7 @@ pub fn simulate_checked(
     options: &SimOptions,
     observer: &mut dyn Observer,
 ) -> Result<SimResult, Error> {
-    run_engine(topology, schedule, options, observer, RadixQueue::default())
+    run_engine(topology, schedule, options, observer, LaneQueue::default())
 }
 
 /// Simulates with a caller-chosen event queue (for benchmarking queue structures).
@@ -314,12 +349,15 @@ fn run_engine<Q: EventQueue<Event>>(
         .map(|l| {
             let (cached_free, cached_arrive) = options.time_model.delays(0, l.bandwidth, l.latency);
             LinkState {
-                pending: Waiting::default(),
+                waiting: Run::default(),
                 held: 0,
                 far_end: l.dst,
                 cached_bytes: 0,
                 cached_free,
                 cached_arrive,
+                bytes: 0,
+                busy: Time::ZERO,
+                most_held: 0,
             }
         })
         .collect();
@@ -343,6 +381,7 @@ fn run_engine<Q: EventQueue<Event>>(
         links,
         topology_links: topology.links(),
         queued_since: vec![Time::ZERO; link_count],
+        later_runs: (0..link_count).map(|_| LaterRuns::default()).collect(),
         fold_runs: n <= RUN as usize,
         queue,
         waiting,
@@ -358,9 +397,6 @@ fn run_engine<Q: EventQueue<Event>>(
         result: SimResult {
             issued: recorded(options.record_transfers),
             completed: recorded(options.record_transfers),
-            link_bytes: vec![0; link_count],
-            link_busy: vec![Time::ZERO; link_count],
-            link_max_queue: vec![0; link_count],
             link_queued: vec![Time::ZERO; link_count],
             busy_intervals: if options.record_busy_intervals {
                 vec![Vec::new(); link_count]
@@ -371,6 +407,9 @@ fn run_engine<Q: EventQueue<Event>>(
         },
     };
     engine.run(observer)?;
+    engine.result.link_bytes = engine.links.iter().map(|l| l.bytes).collect();
+    engine.result.link_busy = engine.links.iter().map(|l| l.busy).collect();
+    engine.result.link_max_queue = engine.links.iter().map(|l| l.most_held).collect();
     check_range(topology, &engine.result)?;
     Ok(engine.result)
 }
@@ -410,7 +449,7 @@ fn dependents_of(
     }
 }
 
-/// How many events ahead each prefetch stage looks.
+/// How many transfers ahead each stage of the issue batch's prefetching looks.
 const PREFETCH_DISTANCE: usize = 8;
 
 impl<Q: EventQueue<Event>> Engine<'_, Q> {
@@ -425,7 +464,6 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         let mut next_report = PROGRESS_EVERY;
         while let Some((now, event)) = self.queue.pop() {
             self.result.events += 1;
-            self.prefetch_upcoming();
             match event.kind() {
                 EventKind::Arrive { transfer, link } => self.arrive(transfer, link, now),
                 EventKind::LinkFree { link } => self.link_free(link, now),
@@ -448,102 +486,6 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             )));
         }
         Ok(())
-    }
-
-    /// The transfer an arrival completes (it reached its destination), or that a completion
-    /// event completes.
-    #[inline(always)]
-    fn completing(&self, event: EventKind) -> Option<TransferIndex> {
-        match event {
-            EventKind::Arrive { transfer, link }
-                if self.links[link as usize].far_end == self.transfers[transfer as usize].dst =>
-            {
-                Some(transfer)
-            }
-            EventKind::Complete { transfer } => Some(transfer),
-            _ => None,
-        }
-    }
-
-    /// Software pipelining over the events that follow: a link that frees soon has its state, then
-    /// its queue head, then the queued transfer fetched into cache before the event is handled; an
-    /// arriving transfer has its record and link, then the link it goes on to; a transfer that
-    /// completes soon has its dependents' list, then their waiting counts. On large networks these
-    /// are cache misses that dominate the run time otherwise.
-    #[inline(always)]
-    fn prefetch_upcoming(&self) {
-        let has_deps = !self.waiting.is_empty();
-        match self
-            .queue
-            .peek_ahead(PREFETCH_DISTANCE * 3)
-            .map(|e| e.kind())
-        {
-            Some(EventKind::LinkFree { link }) => prefetch(&self.links[link as usize]),
-            Some(EventKind::Arrive { transfer, link }) => {
-                prefetch(&self.transfers[transfer as usize]);
-                prefetch(&self.links[link as usize]);
-                if has_deps {
-                    prefetch(&self.dependents.0[transfer as usize]);
-                }
-            }
-            Some(EventKind::Complete { transfer }) if has_deps => {
-                prefetch(&self.dependents.0[transfer as usize]);
-            }
-            _ => {}
-        }
-        match self
-            .queue
-            .peek_ahead(PREFETCH_DISTANCE * 2)
-            .map(|e| e.kind())
-        {
-            Some(EventKind::LinkFree { link }) => {
-                if let Some(head) = self.links[link as usize]
-                    .pending
-                    .words
-                    .as_slices()
-                    .0
-                    .first()
-                {
-                    prefetch(head);
-                }
-            }
-            Some(EventKind::Arrive { transfer, link }) => {
-                let node = self.links[link as usize].far_end;
-                let dst = self.transfers[transfer as usize].dst;
-                if node != dst {
-                    prefetch(&self.links[self.peek_link(transfer, node, dst) as usize]);
-                } else if let Some(first) = self.dependents_of(transfer).first() {
-                    prefetch(first);
-                }
-            }
-            Some(EventKind::Complete { transfer }) => {
-                if let Some(first) = self.dependents_of(transfer).first() {
-                    prefetch(first);
-                }
-            }
-            _ => {}
-        }
-        match self.queue.peek_ahead(PREFETCH_DISTANCE).map(|e| e.kind()) {
-            Some(EventKind::LinkFree { link }) => {
-                if let Some(next) = self.links[link as usize].pending.front() {
-                    prefetch(&self.transfers[next as usize]);
-                }
-            }
-            Some(event) if has_deps => {
-                for &d in self
-                    .completing(event)
-                    .map_or(&[][..], |t| self.dependents_of(t))
-                {
-                    prefetch(&self.waiting[d as usize]);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The transfers that wait for `t`, as [`Engine::complete`] releases them.
-    fn dependents_of(&self, t: TransferIndex) -> &[TransferIndex] {
-        dependents_of(&self.dependents, t)
     }
 
     /// Issues every transfer that became ready at `now`, in list order. Issuing one never makes
@@ -580,8 +522,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             }
             if i + D < batch.len() {
                 let link = first_links[(i + D) % (4 * D)];
-                if let Some(state) = self.links.get(link as usize) {
-                    let (front, back) = state.pending.words.as_slices();
+                if let Some(runs) = self.later_runs.get(link as usize) {
+                    let (front, back) = runs.words.as_slices();
                     if let Some(last) = back.last().or(front.last()) {
                         prefetch(last);
                     }
@@ -631,15 +573,19 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         let state = &mut self.links[l];
         state.held += 1;
         let held = state.held;
-        let most = &mut self.result.link_max_queue[l];
-        *most = (*most).max(held);
+        state.most_held = state.most_held.max(held);
         if held == 1 {
             self.transmit(link, t, bytes, now);
-        } else {
-            state.pending.push_back(t, self.fold_runs);
-            if held == 2 {
-                self.queued_since[l] = now;
-            }
+            return;
+        }
+        enqueue(
+            &mut state.waiting,
+            &mut self.later_runs[l],
+            t,
+            self.fold_runs,
+        );
+        if held == 2 {
+            self.queued_since[l] = now;
         }
     }
 
@@ -651,15 +597,12 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if state.held == 0 {
             return;
         }
-        let next = state
-            .pending
-            .pop_front()
-            .expect("a link holding messages has one waiting once it frees");
+        let next = dequeue(&mut state.waiting, &mut self.later_runs[l]);
         // The one after it is sent when this one is done, a serialisation time from now: fetch
         // its record now (the look-ahead over the event queue sees nothing when every event has
         // its own time, and this load was half the engine's time then).
-        if let Some(after) = state.pending.front() {
-            prefetch(&self.transfers[after as usize]);
+        if state.held > 1 {
+            prefetch(&self.transfers[state.waiting.first as usize]);
         }
         if state.held == 1 {
             self.result.link_queued[l] = self.result.link_queued[l] + (now - self.queued_since[l]);
@@ -684,8 +627,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         self.result.hops += 1;
         self.queue.push(now + arrive, Event::arrive(t, link));
         self.queue.push(now + free, Event::link_free(link));
-        self.result.link_bytes[l] = self.result.link_bytes[l].saturating_add(bytes);
-        self.result.link_busy[l] = self.result.link_busy[l] + free;
+        state.bytes = state.bytes.saturating_add(bytes);
+        state.busy = state.busy + free;
         if self.options.record_busy_intervals && free > Time::ZERO {
             let intervals = &mut self.result.busy_intervals[l];
             match intervals.last_mut() {
@@ -773,27 +716,28 @@ mod tests {
     #[test]
     fn waiting_runs_keep_fifo_order() {
         for fold in [true, false] {
-            let mut w = Waiting::default();
+            let (mut head, mut later) = (Run::default(), LaterRuns::default());
             let pushed = [5, 6, 7, 3, 4, 9, 10, 11, 12, 2, 0, 1, 2];
             for &t in &pushed {
-                w.push_back(t, fold);
+                enqueue(&mut head, &mut later, t, fold);
             }
+            assert_eq!(head, Run { first: 5, len: 3 });
             if fold {
-                assert_eq!(w.words.len(), 9, "5+2, 3+1, 9+3, 2, 0+2");
+                assert_eq!(later.words.len(), 7, "3+1, 9+3, 2, 0+2");
             }
             let mut popped = Vec::new();
-            while let Some(t) = w.pop_front() {
-                popped.push(t);
+            while head.len > 0 {
+                popped.push(dequeue(&mut head, &mut later));
                 // Interleave pushes and pops: the queue stays FIFO.
                 if popped.len() == 4 {
-                    w.push_back(13, fold);
-                    w.push_back(14, fold);
+                    enqueue(&mut head, &mut later, 13, fold);
+                    enqueue(&mut head, &mut later, 14, fold);
                 }
             }
             let mut expected = pushed.to_vec();
             expected.extend([13, 14]);
             assert_eq!(popped, expected);
-            assert!(w.front().is_none());
+            assert!(later.words.is_empty());
         }
     }
 }

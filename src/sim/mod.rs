@@ -13,7 +13,7 @@ pub use engine::{
     simulate, simulate_checked, simulate_with_queue, Event, EventKind, Observer, SimResult,
     MAX_LINKS,
 };
-pub use queue::{BucketQueue, EventQueue, HeapQueue, RadixQueue};
+pub use queue::{BucketQueue, EventQueue, HeapQueue, LaneQueue, RadixQueue};
 
 use crate::units::{Bandwidth, Time};
 

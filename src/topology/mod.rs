@@ -298,6 +298,18 @@ impl Topology {
         &self.out_links[self.out_start[v] as usize..self.out_start[v + 1] as usize]
     }
 
+    /// Where `node`'s out-links start in the list of every node's out-links ([`Topology::out_link_at`]).
+    pub(crate) fn out_links_start(&self, node: NodeId) -> u32 {
+        self.out_start[node as usize]
+    }
+
+    /// Entry `index` of the list of every node's out-links, node by node, each node's sorted by
+    /// far end.
+    #[inline]
+    pub(crate) fn out_link_at(&self, index: usize) -> LinkId {
+        self.out_links[index]
+    }
+
     /// The directed link `a -> b`, if there is one.
     pub fn link_between(&self, a: NodeId, b: NodeId) -> Option<LinkId> {
         if a >= self.nodes {

@@ -80,6 +80,22 @@ pub struct Router<'t> {
     tables: HashMap<NodeId, Vec<LinkId>>,
     /// ECMP: its seed and the equal-cost next links per destination.
     ecmp: Option<(u64, HashMap<NodeId, Choices>)>,
+    /// Per node, how [`Router::next_link_of`] finds a message's next link there.
+    hops: Vec<Hop>,
+}
+
+/// How a node forwards, decided once per router: the simulator routes every message at every
+/// node it passes, and most nodes need neither a table nor a search.
+#[derive(Clone, Copy, Debug)]
+enum Hop {
+    /// The node's only out-link (an NPU on a switch, a line's end).
+    Only(LinkId),
+    /// A dimension's switch under dimension-order routing: its out-links, sorted by destination,
+    /// are its group's members in coordinate order, from position `first` of the topology's
+    /// out-link list.
+    Switch { dim: u32, first: u32 },
+    /// Routing tables, dimension order or ECMP, per message.
+    Route,
 }
 
 const NO_LINK: LinkId = LinkId::MAX;
@@ -129,6 +145,21 @@ impl<'t> Router<'t> {
                 );
             }
         }
+        let hops = (0..topology.nodes())
+            .map(|v| match topology.out_links_of(v) {
+                [only] => Hop::Only(*only),
+                _ if ecmp.is_none()
+                    && topology.uses_dimension_routing()
+                    && topology.is_switch(v) =>
+                {
+                    Hop::Switch {
+                        dim: topology.switch_group(v).0 as u32,
+                        first: topology.out_links_start(v),
+                    }
+                }
+                _ => Hop::Route,
+            })
+            .collect();
         let mut router = Router {
             topology,
             strides,
@@ -136,6 +167,7 @@ impl<'t> Router<'t> {
             switches: Vec::new(),
             tables,
             ecmp,
+            hops,
         };
         let dims = topology.dims();
         if topology.uses_dimension_routing() && dims.iter().any(|d| d.kind == DimKind::Switch) {
@@ -158,10 +190,17 @@ impl<'t> Router<'t> {
     /// The link transfer `transfer`, now at `at`, takes towards `dst` (`at != dst`).
     #[inline]
     pub fn next_link_of(&self, transfer: u32, at: NodeId, dst: NodeId) -> LinkId {
-        // A node with one way out (an NPU on a switch, a line's end) needs no routing at all.
-        if let [only] = self.topology.out_links_of(at) {
-            return *only;
+        match self.hops[at as usize] {
+            Hop::Only(link) => link,
+            Hop::Switch { dim, first } => self
+                .topology
+                .out_link_at(first as usize + self.coord(dst, dim as usize) as usize),
+            Hop::Route => self.route(transfer, at, dst),
         }
+    }
+
+    /// [`Router::next_link_of`] at a node that forwards by tables, dimension order or ECMP.
+    fn route(&self, transfer: u32, at: NodeId, dst: NodeId) -> LinkId {
         let Some((seed, choices)) = &self.ecmp else {
             return self.next_link(at, dst);
         };
