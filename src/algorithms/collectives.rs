@@ -112,15 +112,19 @@ pub(crate) fn direct_exchange_parts(
 
 /// The members `j` of a group of `g` sends to, in order: ascending, or from `j + 1` round.
 pub(crate) fn destinations(j: u32, g: u32, staggered: bool) -> impl Iterator<Item = u32> {
-    (1..g).map(move |k| {
-        if staggered {
-            (j + k) % g
-        } else if k <= j {
-            k - 1
-        } else {
-            k
-        }
-    })
+    (1..g).map(move |k| destination(j, g, staggered, k))
+}
+
+/// The `k`-th (from 1) of [`destinations`]`(j, g, staggered)`.
+#[inline]
+pub(crate) fn destination(j: u32, g: u32, staggered: bool, k: u32) -> u32 {
+    if staggered {
+        ((j as u64 + k as u64) % g as u64) as u32
+    } else if k <= j {
+        k - 1
+    } else {
+        k
+    }
 }
 
 /// Pieces of parts `a..c` of `range` cut into `g` parts.

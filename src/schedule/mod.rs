@@ -161,6 +161,29 @@ impl Schedule {
         }
     }
 
+    /// Independent copies of one piece each: transfer `i` carries piece `pieces[i]`, with no
+    /// dependencies (bulk-built schedules of tens of millions of transfers, e.g. all-to-all).
+    pub fn single_piece_copies(transfers: Vec<Transfer>, pieces: Vec<u32>) -> Schedule {
+        assert_eq!(transfers.len(), pieces.len(), "one piece per transfer");
+        assert!(
+            transfers.len() < TransferIndex::MAX as usize,
+            "schedule too large"
+        );
+        let mut ranges = PieceRanges {
+            lo: pieces,
+            hi: None,
+        };
+        // `lo` alone stands for `lo..lo + 1` only below u32::MAX.
+        if ranges.lo.contains(&u32::MAX) {
+            ranges.hi = Some(ranges.lo.iter().map(|&lo| lo.wrapping_add(1)).collect());
+        }
+        Schedule {
+            transfers,
+            pieces: Some(ranges),
+            ..Schedule::default()
+        }
+    }
+
     /// Appends a transfer and returns its index. `deps` must name earlier or later indices of this
     /// schedule; [`Schedule::check`] verifies them.
     pub fn push(&mut self, transfer: Transfer, deps: &[TransferIndex]) -> TransferIndex {
