@@ -1,6 +1,8 @@
 //! Structural checks every schedule passes before simulation: NPUs exist, no self-sends, dependencies
 //! name real transfers and form no cycle.
 
+use rayon::prelude::*;
+
 use super::{Schedule, TransferIndex};
 use crate::topology::Topology;
 use crate::Error;
@@ -8,48 +10,59 @@ use crate::Error;
 impl Schedule {
     /// Checks the schedule against a topology; the error names the first bad transfer by its id.
     pub fn check(&self, topology: &Topology) -> Result<(), Error> {
-        let n = self.len();
-        for (i, t) in self.transfers().iter().enumerate() {
-            let i = i as TransferIndex;
-            let id = self.id(i);
-            for (role, npu) in [("src", t.src), ("dst", t.dst)] {
-                if npu >= topology.npus() {
-                    return Err(Error::input(format!(
-                        "transfer {id}: {role} {npu} is not an NPU of {} (NPUs are 0..{})",
-                        topology.name(),
-                        topology.npus()
-                    )));
-                }
-                if !topology.is_active_npu(npu) {
-                    return Err(Error::input(format!(
-                        "transfer {id}: {role} {npu} is a failed NPU of {}",
-                        topology.name()
-                    )));
-                }
-            }
-            if t.src == t.dst && self.wait(i).is_none() {
-                return Err(Error::input(format!(
-                    "transfer {id}: sends from NPU {} to itself",
-                    t.src
-                )));
-            }
-            if let Some(&d) = self.deps(i).iter().find(|&&d| d as usize >= n) {
-                return Err(Error::input(format!(
-                    "transfer {id}: depends on unknown transfer index {d}"
-                )));
-            }
-            if let Some((lo, hi)) = self.pieces(i) {
-                if lo > hi {
-                    return Err(Error::input(format!(
-                        "transfer {id}: chunk range {lo}..{hi} is reversed"
-                    )));
-                }
-            }
-            if let Some(route) = self.route(i) {
-                check_route(id, t.src, t.dst, route, topology)?;
-            }
+        // Transfers are checked on every core (tens of millions of them in the large runs); the
+        // error is still the first bad transfer's.
+        let first_bad = (0..self.len() as TransferIndex)
+            .into_par_iter()
+            .with_min_len(1 << 14)
+            .map(|i| self.check_transfer(i, topology))
+            .find_first(Result::is_err);
+        if let Some(bad) = first_bad {
+            return bad;
         }
         self.check_acyclic()
+    }
+
+    fn check_transfer(&self, i: TransferIndex, topology: &Topology) -> Result<(), Error> {
+        let t = self.transfer(i);
+        let id = self.id(i);
+        for (role, npu) in [("src", t.src), ("dst", t.dst)] {
+            if npu >= topology.npus() {
+                return Err(Error::input(format!(
+                    "transfer {id}: {role} {npu} is not an NPU of {} (NPUs are 0..{})",
+                    topology.name(),
+                    topology.npus()
+                )));
+            }
+            if !topology.is_active_npu(npu) {
+                return Err(Error::input(format!(
+                    "transfer {id}: {role} {npu} is a failed NPU of {}",
+                    topology.name()
+                )));
+            }
+        }
+        if t.src == t.dst && self.wait(i).is_none() {
+            return Err(Error::input(format!(
+                "transfer {id}: sends from NPU {} to itself",
+                t.src
+            )));
+        }
+        if let Some(&d) = self.deps(i).iter().find(|&&d| d as usize >= self.len()) {
+            return Err(Error::input(format!(
+                "transfer {id}: depends on unknown transfer index {d}"
+            )));
+        }
+        if let Some((lo, hi)) = self.pieces(i) {
+            if lo > hi {
+                return Err(Error::input(format!(
+                    "transfer {id}: chunk range {lo}..{hi} is reversed"
+                )));
+            }
+        }
+        match self.route(i) {
+            Some(route) => check_route(id, t.src, t.dst, route, topology),
+            None => Ok(()),
+        }
     }
 
     fn check_acyclic(&self) -> Result<(), Error> {
@@ -186,6 +199,18 @@ mod tests {
             err.contains("1 -> 2 -> 3 -> 1") || err.contains("2 -> 3 -> 1 -> 2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_first_bad_transfer_is_named_however_many_follow() {
+        // Bad transfers far apart, in separate pieces of the parallel check: the first one wins.
+        let mut s = Schedule::new();
+        for i in 0..200_000u32 {
+            let bad = i == 70_000 || i == 190_000 || i == 150_000;
+            s.push(if bad { t(1, 9) } else { t(i % 4, (i + 1) % 4) }, &[]);
+        }
+        let err = s.check(&ring4()).unwrap_err().to_string();
+        assert!(err.starts_with("transfer 70000:"), "{err}");
     }
 
     #[test]

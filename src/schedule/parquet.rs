@@ -172,11 +172,13 @@ pub fn write_schedule_parquet(schedule: &Schedule, path: &Path) -> Result<(), Er
                     w.write_batch(&v, Some(&levels.def), None)
                 }
                 (7, ColumnWriter::ByteArrayColumnWriter(w)) => {
+                    // Two values shared by every row (one allocation each, not one a row).
+                    let names = [Op::Copy, Op::Reduce].map(|op| ByteArray::from(op.name()));
                     let mut v = Vec::new();
                     for &i in &rows {
                         let op = schedule
                             .pieces(i)
-                            .map(|_| ByteArray::from(schedule.op(i).name()));
+                            .map(|_| names[usize::from(schedule.op(i) == Op::Reduce)].clone());
                         levels.optional(&mut v, op);
                     }
                     w.write_batch(&v, Some(&levels.def), None)
