@@ -168,6 +168,25 @@ fn enqueue(head: &mut Run, later: &mut LaterRuns, t: TransferIndex, fold: bool) 
     words.push_back(t);
 }
 
+/// Appends the `len` transfers from `first` on to a link's FIFO (see [`enqueue`]): in one step
+/// where they join the last run.
+#[inline]
+fn enqueue_run(head: &mut Run, later: &mut LaterRuns, first: TransferIndex, len: u32, fold: bool) {
+    let end = first as u64 + len as u64;
+    enqueue(head, later, first, fold);
+    let mut t = first as u64 + 1;
+    if later.words.is_empty() {
+        // `first` ended up last in the first run, which the rest extends.
+        let joined = (end - t).min((u32::MAX - head.len) as u64);
+        head.len += joined as u32;
+        t += joined;
+    }
+    while t < end {
+        enqueue(head, later, t as TransferIndex, fold);
+        t += 1;
+    }
+}
+
 /// Takes the first transfer of a non-empty FIFO of waiting transfers (see [`enqueue`]).
 #[inline(always)]
 fn dequeue(head: &mut Run, later: &mut LaterRuns) -> TransferIndex {
@@ -455,12 +474,7 @@ const PREFETCH_DISTANCE: usize = 8;
 impl<Q: EventQueue<Event>> Engine<'_, Q> {
     fn run(&mut self, observer: &mut dyn Observer) -> Result<(), Error> {
         let n = self.schedule.len() as u64;
-        // Transfers without dependencies are issued at time zero, in list order.
-        for t in 0..self.schedule.len() as TransferIndex {
-            if self.waiting.is_empty() || self.waiting[t as usize] == 0 {
-                self.issue(t, Time::ZERO);
-            }
-        }
+        self.issue_at_zero();
         let mut next_report = PROGRESS_EVERY;
         while let Some((now, event)) = self.queue.pop() {
             self.result.events += 1;
@@ -486,6 +500,67 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             )));
         }
         Ok(())
+    }
+
+    /// Issues the transfers without dependencies at time zero, in list order. Consecutive ones
+    /// that start on one link (a source's row of an all-to-all, tens of millions of transfers in
+    /// all) are put on it as one run, as [`Engine::forward`] would put them one by one.
+    fn issue_at_zero(&mut self) {
+        let n = self.schedule.len() as TransferIndex;
+        let simple = self.routes.is_none() && !self.schedule.has_waits();
+        // The run being gathered: its link, first transfer and length.
+        let mut run: Option<(LinkId, TransferIndex, u32)> = None;
+        for t in 0..n {
+            if !(self.waiting.is_empty() || self.waiting[t as usize] == 0) {
+                continue;
+            }
+            if !simple {
+                self.issue(t, Time::ZERO);
+                continue;
+            }
+            let Transfer { src, dst, .. } = self.transfers[t as usize];
+            let link = self.router.next_link_of(t, src, dst);
+            match &mut run {
+                Some((l, first, len)) if *l == link && *first + *len == t => *len += 1,
+                _ => {
+                    if let Some(done) = run.replace((link, t, 1)) {
+                        self.put_run(done);
+                    }
+                }
+            }
+        }
+        if let Some(done) = run {
+            self.put_run(done);
+        }
+    }
+
+    /// Puts transfers `first..first + len`, just issued at time zero, on `link`: the first starts
+    /// it if it is free, the rest wait.
+    fn put_run(&mut self, (link, mut first, mut len): (LinkId, TransferIndex, u32)) {
+        let l = link as usize;
+        let state = &mut self.links[l];
+        if state.held == 0 {
+            state.held = 1;
+            state.most_held = state.most_held.max(1);
+            let bytes = self.transfers[first as usize].bytes;
+            self.transmit(link, first, bytes, Time::ZERO);
+            first += 1;
+            len -= 1;
+        }
+        if len == 0 {
+            return;
+        }
+        let state = &mut self.links[l];
+        state.held += len;
+        state.most_held = state.most_held.max(state.held);
+        enqueue_run(
+            &mut state.waiting,
+            &mut self.later_runs[l],
+            first,
+            len,
+            self.fold_runs,
+        );
+        // `queued_since` is already time zero.
     }
 
     /// Issues every transfer that became ready at `now`, in list order. Issuing one never makes
@@ -710,6 +785,33 @@ mod tests {
                 EventKind::Issue => Event::ISSUE_ALL,
             };
             assert_eq!(event.kind(), kind);
+        }
+    }
+
+    #[test]
+    fn runs_enqueue_as_their_transfers_one_by_one() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for fold in [true, false] {
+            for _ in 0..200 {
+                let (mut head, mut later) = (Run::default(), LaterRuns::default());
+                let mut expected = Vec::new();
+                for _ in 0..rng.random_range(1..8) {
+                    // Runs that often continue the last one, or start elsewhere.
+                    let first = match (expected.last(), rng.random_bool(0.5)) {
+                        (Some(&last), true) => last + 1,
+                        _ => rng.random_range(0..40),
+                    };
+                    let len = rng.random_range(1..6);
+                    enqueue_run(&mut head, &mut later, first, len, fold);
+                    expected.extend(first..first + len);
+                }
+                let mut popped = Vec::new();
+                while head.len > 0 {
+                    popped.push(dequeue(&mut head, &mut later));
+                }
+                assert_eq!(popped, expected);
+            }
         }
     }
 
