@@ -392,6 +392,12 @@ impl Schedule {
         !self.deps.is_empty()
     }
 
+    /// True when some transfer's piece range may hold other than one piece (it may then be
+    /// reversed or empty).
+    pub fn has_piece_spans(&self) -> bool {
+        self.pieces.as_ref().is_some_and(|p| p.hi.is_some())
+    }
+
     /// Pieces carried, if the schedule names them.
     pub fn pieces(&self, index: TransferIndex) -> Option<(u32, u32)> {
         self.pieces.as_ref().map(|p| p.get(index as usize))
