@@ -187,9 +187,10 @@ fn enqueue_run(head: &mut Run, later: &mut LaterRuns, first: TransferIndex, len:
     }
 }
 
-/// Takes the first transfer of a non-empty FIFO of waiting transfers (see [`enqueue`]).
+/// Takes the first transfer of a non-empty FIFO of waiting transfers (see [`enqueue`], which was
+/// given the same `fold`).
 #[inline(always)]
-fn dequeue(head: &mut Run, later: &mut LaterRuns) -> TransferIndex {
+fn dequeue(head: &mut Run, later: &mut LaterRuns, fold: bool) -> TransferIndex {
     debug_assert!(head.len > 0, "dequeue from an empty link queue");
     let t = head.first;
     head.first = head.first.wrapping_add(1);
@@ -198,7 +199,7 @@ fn dequeue(head: &mut Run, later: &mut LaterRuns) -> TransferIndex {
         if let Some(first) = later.words.pop_front() {
             let mut len = 1;
             if let Some(&w) = later.words.front() {
-                if w & RUN != 0 {
+                if fold && w & RUN != 0 {
                     len += w & !RUN;
                     later.words.pop_front();
                 }
@@ -672,7 +673,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if state.held == 0 {
             return;
         }
-        let next = dequeue(&mut state.waiting, &mut self.later_runs[l]);
+        let next = dequeue(&mut state.waiting, &mut self.later_runs[l], self.fold_runs);
         // The one after it is sent when this one is done, a serialisation time from now: fetch
         // its record now (the look-ahead over the event queue sees nothing when every event has
         // its own time, and this load was half the engine's time then).
@@ -808,7 +809,7 @@ mod tests {
                 }
                 let mut popped = Vec::new();
                 while head.len > 0 {
-                    popped.push(dequeue(&mut head, &mut later));
+                    popped.push(dequeue(&mut head, &mut later, fold));
                 }
                 assert_eq!(popped, expected);
             }
@@ -829,7 +830,7 @@ mod tests {
             }
             let mut popped = Vec::new();
             while head.len > 0 {
-                popped.push(dequeue(&mut head, &mut later));
+                popped.push(dequeue(&mut head, &mut later, fold));
                 // Interleave pushes and pops: the queue stays FIFO.
                 if popped.len() == 4 {
                     enqueue(&mut head, &mut later, 13, fold);
@@ -841,5 +842,16 @@ mod tests {
             assert_eq!(popped, expected);
             assert!(later.words.is_empty());
         }
+        // Without folding (schedules past 2^31 transfers), indices with the top bit set are
+        // indices, not run lengths.
+        let (mut head, mut later) = (Run::default(), LaterRuns::default());
+        let pushed = [7, RUN + 4, 3, RUN | 1, RUN | 2, 9];
+        for &t in &pushed {
+            enqueue(&mut head, &mut later, t, false);
+        }
+        let popped: Vec<_> =
+            std::iter::from_fn(|| (head.len > 0).then(|| dequeue(&mut head, &mut later, false)))
+                .collect();
+        assert_eq!(popped, pushed);
     }
 }
