@@ -1,7 +1,9 @@
 //! The simulator-core performance targets, measured on whole `collsim simulate` commands:
 //! direct all-to-all on `switch:N` (1 MiB per pair, 50 GiB/s, 500 ns) and the jittered N=1024
-//! all-to-all read from a CSV schedule in the astra model. Prints the median wall time of several
-//! runs, the peak RSS (GNU time) and the engine's events per second and nanoseconds per hop. Run: `cargo bench --bench scale [-- N...]`, e.g.
+//! all-to-all read from a CSV schedule in the astra model, then a ring all-reduce on `ring:1024`
+//! (4 chunks) and Themis on the 3D networks of `configs/themis` (16 chunks), the engine on
+//! dependency-driven schedules. Prints the median wall time of several runs, the peak RSS (GNU
+//! time) and the engine's events per second and nanoseconds per hop. Run: `cargo bench --bench scale [-- N...]`, e.g.
 //! `cargo bench --bench scale -- 2048 4096 8192`.
 //!
 //! `cargo bench --bench scale -- synth [64x64]` measures the synthesizer's targets instead: whole
@@ -144,4 +146,28 @@ fn main() {
     let (secs, mib, row) = measure(&args);
     let time_ns = row.split(',').nth(6).unwrap_or("?");
     println!("switch:1024 jittered all-to-all from CSV (astra): {secs:.2} s, {mib:.0} MiB peak, collective {time_ns} ns");
+    // The engine's speed on dependency-driven schedules: a ring all-reduce and Themis on the
+    // three-dimensional networks of configs/themis.
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/themis");
+    let mut engines = vec![(
+        "ring all-reduce, ring:1024, 4 chunks".to_string(),
+        "simulate --topology ring:1024 --collective all-reduce --algorithm ring --size 1GiB --chunks 4"
+            .to_string(),
+    )];
+    for network in ["3d_fc_ring_sw", "3d_sw_sw_sw_homo", "3d_sw_sw_sw_hetero"] {
+        engines.push((
+            format!("Themis all-reduce, {network}, 16 chunks"),
+            format!(
+                "simulate --topology {} --collective all-reduce --algorithm themis --size 1GiB \
+                 --chunks 16",
+                configs.join(format!("{network}.yml")).display()
+            ),
+        ));
+    }
+    for (name, command) in engines {
+        let args: Vec<String> = command.split_whitespace().map(String::from).collect();
+        let (secs, mib, engine) = measure(&args);
+        let engine = engine.trim().trim_start_matches("engine").trim();
+        println!("{name}: {secs:.2} s, {mib:.0} MiB peak; last run's engine: {engine}");
+    }
 }
