@@ -21,21 +21,21 @@ impl Schedule {
                 && (t.src != t.dst || waits)
         };
         const PIECE: usize = 1 << 16;
-        let first_bad = self
+        let first_error = self
             .transfers()
             .par_chunks(PIECE)
             .enumerate()
             .find_map_first(|(piece, transfers)| {
-                let bad = |(j, t): (usize, &super::Transfer)| {
+                transfers.iter().enumerate().find_map(|(j, t)| {
+                    if endpoints_fine(t) && !more {
+                        return None;
+                    }
                     let i = (piece * PIECE + j) as TransferIndex;
-                    !endpoints_fine(t) || more && self.check_transfer(i, topology).is_err()
-                };
-                let j = transfers.iter().enumerate().position(bad)?;
-                Some(piece * PIECE + j)
+                    self.check_transfer(i, topology).err()
+                })
             });
-        if let Some(i) = first_bad {
-            self.check_transfer(i as TransferIndex, topology)?;
-            unreachable!("transfer {i} failed a check that check_transfer makes");
+        if let Some(error) = first_error {
+            return Err(error);
         }
         self.check_acyclic()
     }

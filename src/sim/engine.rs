@@ -535,30 +535,23 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         }
     }
 
-    /// Puts transfers `first..first + len`, just issued at time zero, on `link`: the first starts
-    /// it if it is free, the rest wait.
-    fn put_run(&mut self, (link, mut first, mut len): (LinkId, TransferIndex, u32)) {
-        let l = link as usize;
-        let state = &mut self.links[l];
-        if state.held == 0 {
-            state.held = 1;
-            state.most_held = state.most_held.max(1);
-            let bytes = self.transfers[first as usize].bytes;
-            self.transmit(link, first, bytes, Time::ZERO);
-            first += 1;
-            len -= 1;
-        }
-        if len == 0 {
+    /// Puts transfers `first..first + len`, just issued at time zero, on `link`: the first as
+    /// [`Engine::forward`] puts any transfer, the rest behind it in one step.
+    fn put_run(&mut self, (link, first, len): (LinkId, TransferIndex, u32)) {
+        let Transfer { src, dst, bytes } = self.transfers[first as usize];
+        self.forward(first, src, dst, bytes, Time::ZERO);
+        if len == 1 {
             return;
         }
+        let l = link as usize;
         let state = &mut self.links[l];
-        state.held += len;
+        state.held += len - 1;
         state.most_held = state.most_held.max(state.held);
         enqueue_run(
             &mut state.waiting,
             &mut self.later_runs[l],
-            first,
-            len,
+            first + 1,
+            len - 1,
             self.fold_runs,
         );
         // `queued_since` is already time zero.
