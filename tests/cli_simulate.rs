@@ -694,36 +694,41 @@ fn the_parquet_transfer_table_matches_the_csv() {
     assert_eq!(reader.metadata().file_metadata().num_rows() as usize, rows);
 }
 
-/// A synthesized schedule written as `schedule.parquet` simulates again to the same time.
+/// A synthesized schedule written as `schedule.parquet` simulates again to the same time: on a
+/// mesh (written as the synthesizer makes it) and behind a switch (several unwindings tried, each
+/// streamed, one kept).
 #[test]
 fn a_parquet_schedule_simulates_again_to_the_same_time() {
     let dir = scratch("parquet-schedule");
-    let out = dir.join("synth");
-    let o = collsim(&[
-        "synthesize",
-        "--topology",
-        "mesh:3x3",
-        "--collective",
-        "all-gather",
-        "--size",
-        "9MB",
-        "--out",
-        out.to_str().unwrap(),
-        "--table-format",
-        "parquet",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(!out.join("schedule.json").exists());
-    let synthesized = first_row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
-    let again = summary(&[
-        "--topology",
-        "mesh:3x3",
-        "--schedule",
-        out.join("schedule.parquet").to_str().unwrap(),
-    ]);
-    assert_eq!(
-        again["collective_time_ns"],
-        synthesized["collective_time_ns"]
-    );
-    assert_eq!(again["collective"], "all-gather");
+    for topology in ["mesh:3x3", "switch:6"] {
+        let out = dir.join(topology.replace(':', "-"));
+        let o = collsim(&[
+            "synthesize",
+            "--topology",
+            topology,
+            "--collective",
+            "all-gather",
+            "--size",
+            "9MB",
+            "--out",
+            out.to_str().unwrap(),
+            "--table-format",
+            "parquet",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(!out.join("schedule.json").exists());
+        let synthesized = first_row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
+        let again = summary(&[
+            "--topology",
+            topology,
+            "--schedule",
+            out.join("schedule.parquet").to_str().unwrap(),
+        ]);
+        assert_eq!(
+            again["collective_time_ns"], synthesized["collective_time_ns"],
+            "{topology}"
+        );
+        assert_eq!(again["collective"], "all-gather");
+        assert_eq!(again["transfers"], synthesized["transfers"], "{topology}");
+    }
 }

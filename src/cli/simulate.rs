@@ -181,11 +181,12 @@ fn run_and_report(
 ) -> Result<(), Error> {
     // Schedules collsim made itself, or gave planned paths, are worth keeping: they can be
     // simulated again.
+    let synthesized = matches!(&source, ScheduleSource::Algorithm(a) if a.synthesis().is_some());
     let produced = match source {
         ScheduleSource::Algorithm(a) => a.synthesis().is_some() || a == Algorithm::ForestColl,
         ScheduleSource::File(_) => false,
     } || args.routing == RoutingArg::Pinned;
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         source,
         collectives,
         options: sim_options(args, system)?,
@@ -204,15 +205,33 @@ fn run_and_report(
             TableFormatArg::Parquet => experiment::TableFormat::Parquet,
         }),
     };
-    // A schedule collsim made is written while it simulates (the largest file of the folder;
-    // written after the run it took longer than the simulation).
     let writes_out = out.is_some();
+    let mut out = out;
+    // A large synthesized schedule is written as the synthesizer makes it; otherwise while it
+    // simulates (the largest file of the folder: after the run it took longer than the
+    // simulation).
+    let streamed = match &mut out {
+        Some(folder) if synthesized => {
+            let path = folder.file(experiment::SCHEDULE_PARQUET);
+            spec.synth.tap = Some(std::sync::Arc::new(experiment::ScheduleStream::new(
+                path, tables,
+            )));
+            true
+        }
+        _ => false,
+    };
     let folder = std::sync::Mutex::new(out);
     let write_schedule = |schedule: &crate::schedule::Schedule| match &mut *folder
         .lock()
         .expect("the folder is not poisoned")
     {
-        Some(out) => experiment::write_schedule_file(schedule, out, tables),
+        Some(out) => {
+            if streamed {
+                // Not the synthesizer's stream (it wrote none, or another schedule's).
+                out.discard(experiment::SCHEDULE_PARQUET);
+            }
+            experiment::write_schedule_file(schedule, out, tables)
+        }
         None => Ok(()),
     };
     let heartbeat = crate::report::Heartbeat::start("running");

@@ -4,9 +4,11 @@
 
 mod batch;
 mod file;
+mod stream;
 
 pub use batch::{merge, run_batch, write_batch, BatchResult, RunRow, Shard, Skipped, Source};
 pub use file::{AlgorithmEntry, Experiment, RunPlan, TopologyEntry};
+pub use stream::ScheduleStream;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -127,6 +129,8 @@ struct Produced {
     synthesis_ms: Option<f64>,
     /// Pieces per NPU the producer chose itself (ForestColl's pieces per tree).
     chunks: Option<u32>,
+    /// The synthesizer's tap stream that received the one schedule's rows.
+    streamed: Option<u64>,
 }
 
 fn produce(
@@ -160,6 +164,7 @@ fn produce(
                 ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
+                streamed: None,
             }
         }
         ScheduleSource::File(path) => {
@@ -198,6 +203,7 @@ fn produce(
                 ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
+                streamed: None,
             }
         }
         ScheduleSource::Algorithm(algorithm) if algorithm.synthesis().is_some() => {
@@ -215,6 +221,7 @@ fn produce(
                 ilp: synthesis.ilp,
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: None,
+                streamed: synthesis.streamed,
             }
         }
         ScheduleSource::Algorithm(Algorithm::ForestColl) => {
@@ -234,6 +241,7 @@ fn produce(
                 ilp: Vec::new(),
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: chosen,
+                streamed: None,
             }
         }
         ScheduleSource::Algorithm(algorithm) => {
@@ -248,6 +256,7 @@ fn produce(
                 ilp: Vec::new(),
                 synthesis_ms: None,
                 chunks: None,
+                streamed: None,
             }
         }
     })
@@ -280,6 +289,7 @@ pub fn execute_with(
         .map(|c| c.resolve(topology))
         .collect::<Result<Vec<_>, _>>()?;
     let mut produced = produce(topology, spec, &collectives)?;
+    let streamed = produced.streamed;
     // One collective: its schedule is simulated and validated as it is. Several: each part is
     // validated against its own collective and the parts are simulated together.
     let (mut schedule, parts) = if produced.parts.len() == 1 {
@@ -288,9 +298,14 @@ pub fn execute_with(
         (Schedule::concat(&produced.parts), produced.parts)
     };
     schedule.check(topology)?;
-    if spec.options.routing == Routing::Pinned {
+    let pinned = spec.options.routing == Routing::Pinned;
+    if pinned {
         schedule::pin_paths(&mut schedule, topology);
     }
+    // The synthesizer's tap may hold the schedule's file already: it is the file of this
+    // schedule when the schedule reached here unchanged.
+    let kept = streamed.filter(|_| parts.is_empty() && !pinned);
+    let tap = spec.synth.tap.as_deref();
     // Validation and simulation are independent once the structure is checked, so the validator
     // runs on a second thread beside the simulator (2 cores: wall time max(v, s) instead of v + s).
     // Nothing is reported unless both succeed, so an invalid schedule never yields a result.
@@ -301,7 +316,15 @@ pub fn execute_with(
     };
     let seed = spec.seed.unwrap_or(VALIDATION_SEED);
     let (validation, result) = std::thread::scope(|scope| {
-        let side = beside.map(|work| scope.spawn(|| work(&schedule)));
+        let side = (beside.is_some() || tap.is_some()).then(|| {
+            scope.spawn(|| {
+                let written = tap.map_or(Ok(false), |tap| tap.finish(kept))?;
+                match beside {
+                    Some(work) if !written => work(&schedule),
+                    _ => Ok(()),
+                }
+            })
+        });
         let validator = spec.validate.then(|| {
             scope.spawn(|| {
                 claimed.iter().try_for_each(|s| match &s.collective {
@@ -498,6 +521,9 @@ pub fn write_outputs(
     out.commit()
 }
 
+/// The name of a large schedule's file in a results folder.
+pub const SCHEDULE_PARQUET: &str = "schedule.parquet";
+
 /// Writes `schedule` into `out` as `schedule.parquet` or `schedule.json`, as `tables` says for
 /// its size: a schedule collsim made, so that it can be simulated again. Meant to run beside the
 /// simulation ([`execute_with`]): it is the largest file of a synthesized run.
@@ -507,7 +533,7 @@ pub fn write_schedule_file(
     tables: Tables,
 ) -> Result<(), Error> {
     if tables.parquet(schedule.len()) {
-        schedule::write_schedule_parquet(schedule, &out.file("schedule.parquet"))
+        schedule::write_schedule_parquet(schedule, &out.file(SCHEDULE_PARQUET))
     } else {
         schedule::write_schedule_json(schedule, &out.file("schedule.json"))
     }

@@ -302,11 +302,28 @@ impl OutputDir {
             Some((stem, ext)) => parent.join(format!(".{stem}.partial.{ext}")),
             None => parent.join(format!(".{file}.partial")),
         };
+        if self.pending.iter().any(|(_, r)| *r == real) {
+            return tmp;
+        }
         if let Ok(mut pending) = PENDING.lock() {
             pending.push(tmp.clone());
         }
         self.pending.push((tmp.clone(), real));
         tmp
+    }
+
+    /// Drops `name` from the files to commit, removing what was written of it.
+    pub fn discard(&mut self, name: &str) {
+        let real = self.dir.join(name);
+        let (dropped, kept) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(_, r)| *r == real);
+        self.pending = kept;
+        let dropped: Vec<(PathBuf, PathBuf)> = dropped;
+        for (tmp, _) in &dropped {
+            let _ = std::fs::remove_file(tmp);
+        }
+        forget_pending(&dropped);
     }
 
     /// Moves every written file into place (summary files last, by call order) and records them

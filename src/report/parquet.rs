@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use parquet::column::writer::ColumnWriter;
+use rayon::prelude::*;
 
-use crate::schedule::{parquet_error, parquet_writer, Schedule, TransferIndex, ROW_GROUP};
+use crate::schedule::{Column, ParquetFile, Schedule, TransferIndex, ROW_GROUP};
 use crate::sim::SimResult;
 use crate::Error;
 
@@ -26,53 +26,31 @@ pub fn write_transfers_parquet(
     result: &SimResult,
     path: &Path,
 ) -> Result<(), Error> {
-    let fail = |e| parquet_error(path, e);
-    let mut writer = parquet_writer(path, SCHEMA, &[], None)?;
+    let mut file = ParquetFile::create(path, SCHEMA, None)?;
     let ns = |t: crate::units::Time| t.ps() as f64 / 1e3;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
-        let rows = start..(start + ROW_GROUP).min(schedule.len());
-        let transfer = |i: usize| schedule.transfer(i as TransferIndex);
-        let mut group = writer.next_row_group().map_err(fail)?;
-        let mut column = 0;
-        while let Some(mut col) = group.next_column().map_err(fail)? {
-            match (column, col.untyped()) {
-                (0, ColumnWriter::Int64ColumnWriter(w)) => {
-                    let v: Vec<i64> = rows
-                        .clone()
-                        .map(|i| schedule.id(i as TransferIndex) as i64)
-                        .collect();
-                    w.write_batch(&v, None, None).map_err(fail)?;
-                }
-                (1 | 2, ColumnWriter::Int32ColumnWriter(w)) => {
-                    let v: Vec<i32> = rows
-                        .clone()
-                        .map(|i| {
-                            let t = transfer(i);
-                            (if column == 1 { t.src } else { t.dst }) as i32
-                        })
-                        .collect();
-                    w.write_batch(&v, None, None).map_err(fail)?;
-                }
-                (3, ColumnWriter::Int64ColumnWriter(w)) => {
-                    let v: Vec<i64> = rows.clone().map(|i| transfer(i).bytes as i64).collect();
-                    w.write_batch(&v, None, None).map_err(fail)?;
-                }
-                (4 | 5, ColumnWriter::DoubleColumnWriter(w)) => {
-                    let times = if column == 4 {
-                        &result.issued
-                    } else {
-                        &result.completed
-                    };
-                    let v: Vec<f64> = rows.clone().map(|i| ns(times[i])).collect();
-                    w.write_batch(&v, None, None).map_err(fail)?;
-                }
-                _ => unreachable!("the columns follow the schema"),
-            }
-            col.close().map_err(fail)?;
-            column += 1;
-        }
-        group.close().map_err(fail)?;
+        let rows = start as TransferIndex..(start + ROW_GROUP).min(schedule.len()) as TransferIndex;
+        let transfer = |i: TransferIndex| schedule.transfer(i);
+        let columns = (0..6)
+            .into_par_iter()
+            .map(|column| match column {
+                0 => Column::int64(rows.clone().map(|i| schedule.id(i) as i64).collect()),
+                1 => Column::int32(rows.clone().map(|i| transfer(i).src as i32).collect()),
+                2 => Column::int32(rows.clone().map(|i| transfer(i).dst as i32).collect()),
+                3 => Column::int64(rows.clone().map(|i| transfer(i).bytes as i64).collect()),
+                4 => Column::Double(
+                    rows.clone()
+                        .map(|i| ns(result.issued[i as usize]))
+                        .collect(),
+                ),
+                _ => Column::Double(
+                    rows.clone()
+                        .map(|i| ns(result.completed[i as usize]))
+                        .collect(),
+                ),
+            })
+            .collect();
+        file.write_row_group(columns, true)?;
     }
-    writer.close().map_err(fail)?;
-    Ok(())
+    file.close()
 }

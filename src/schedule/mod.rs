@@ -14,8 +14,9 @@ mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
 pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
-pub use parquet::write_schedule_parquet;
-pub(crate) use parquet::{parquet_error, parquet_writer, ROW_GROUP};
+pub use parquet::ROW_GROUP;
+pub use parquet::{schedule_rows, write_schedule_parquet, ScheduleFile, ScheduleRows};
+pub(crate) use parquet::{Column, ParquetFile};
 pub use paths::{pin_paths, PinnedPaths};
 pub use validate::validate;
 

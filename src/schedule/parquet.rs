@@ -6,27 +6,32 @@
 //! file's key-value metadata (`collsim.collective`, the JSON form's object).
 
 use std::fs::File;
-use std::path::Path;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use bytes::Bytes;
+use rayon::prelude::*;
 
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::column::reader::{get_typed_column_reader, ColumnReaderImpl};
-use parquet::column::writer::ColumnWriter;
+use parquet::column::writer::{get_column_writer, ColumnCloseResult, ColumnWriter};
 use parquet::data_type::{ByteArray, ByteArrayType, DataType, Int32Type, Int64Type};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesPtr};
 use parquet::file::reader::{FileReader, SerializedFileReader};
-use parquet::file::writer::SerializedFileWriter;
+use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
 use parquet::schema::parser::parse_message_type;
-use parquet::schema::types::{ColumnPath, SchemaDescriptor};
+use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
 
 use super::io::{Claim, RawTransfer};
 use super::{Op, Schedule, Transfer, TransferIndex};
+use crate::collective::Collective;
 use crate::units::Time;
 use crate::Error;
 
 /// Rows per row group: bounded buffers, whatever the schedule's size.
-pub(crate) const ROW_GROUP: usize = 1 << 20;
+pub const ROW_GROUP: usize = 1 << 20;
 const CLAIM_KEY: &str = "collsim.collective";
 
 const SCHEMA: &str = "message schedule {
@@ -44,7 +49,7 @@ const SCHEMA: &str = "message schedule {
 
 /// Values and levels of one column of one row group.
 #[derive(Default)]
-struct Levels {
+pub(crate) struct Levels {
     def: Vec<i16>,
     rep: Vec<i16>,
 }
@@ -70,6 +75,38 @@ impl Levels {
         self.def.push(i16::from(item.is_some()));
         values.extend(item);
     }
+
+    /// The definition and repetition levels to write (none for a required column).
+    fn slices(&self) -> (Option<&[i16]>, Option<&[i16]>) {
+        fn some(v: &[i16]) -> Option<&[i16]> {
+            (!v.is_empty()).then_some(v)
+        }
+        (some(&self.def), some(&self.rep))
+    }
+}
+
+/// One column of one row group, gathered and ready to encode: the values of its physical type
+/// and its levels.
+pub(crate) enum Column {
+    Int32(Vec<i32>, Levels),
+    Int64(Vec<i64>, Levels),
+    Double(Vec<f64>),
+    /// The op column: gathered as operations, written as their names by the encoding thread
+    /// (names are shared byte buffers: cloning them on one thread and dropping them on another
+    /// made the two fight over the reference count).
+    Ops(Vec<Op>, Levels),
+}
+
+impl Column {
+    /// A required (no levels) INT32 column.
+    pub(crate) fn int32(values: Vec<i32>) -> Column {
+        Column::Int32(values, Levels::default())
+    }
+
+    /// A required (no levels) INT64 column.
+    pub(crate) fn int64(values: Vec<i64>) -> Column {
+        Column::Int64(values, Levels::default())
+    }
 }
 
 /// A Parquet error on `path`, as an I/O error naming the file.
@@ -77,137 +114,241 @@ pub(crate) fn parquet_error(path: &Path, e: parquet::errors::ParquetError) -> Er
     Error::io(path.display(), std::io::Error::other(e.to_string()))
 }
 
-/// A zstd-compressed Parquet file of `schema` at `path`, dictionaries only for the columns in
-/// `dictionary` (ids, endpoints, sizes and times are mostly distinct: dictionaries there cost a
-/// third of the writing time and save nothing), statistics per column chunk, and `metadata`.
-pub(crate) fn parquet_writer(
-    path: &Path,
-    schema: &str,
-    dictionary: &[&str],
-    metadata: Option<KeyValue>,
-) -> Result<SerializedFileWriter<File>, Error> {
-    let schema = Arc::new(parse_message_type(schema).expect("collsim's schemas parse"));
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(1).expect("level 1 exists"),
-        ))
-        .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_key_value_metadata(metadata.map(|m| vec![m]));
-    for column in dictionary {
-        props = props.set_column_dictionary_enabled(ColumnPath::from(*column), true);
-    }
-    // Integer columns are delta-encoded before compression: ids, dependencies and times climb
-    // in small steps, so zstd gets a fraction of the bytes (the writing took longer than the
-    // simulation with plain encoding).
-    for column in SchemaDescriptor::new(schema.clone()).columns() {
-        let integer = matches!(
-            column.physical_type(),
-            PhysicalType::INT32 | PhysicalType::INT64
-        );
-        if integer && !dictionary.contains(&column.name()) {
-            props = props.set_column_encoding(column.path().clone(), Encoding::DELTA_BINARY_PACKED);
+/// A Parquet file written a row group at a time, the columns of each group encoded on all
+/// cores (encoding and compressing is most of the writing: 2.5 s of one core for a 16.8M-row
+/// schedule) and appended in order.
+pub(crate) struct ParquetFile {
+    writer: SerializedFileWriter<File>,
+    path: PathBuf,
+}
+
+impl ParquetFile {
+    /// A zstd-compressed Parquet file of `schema` at `path` with `metadata`. Integer columns are
+    /// delta-encoded before compression: ids, dependencies and times climb in small steps, so
+    /// zstd gets a fraction of the bytes (the writing took longer than the simulation with plain
+    /// encoding). No dictionaries (ids, endpoints and times are mostly distinct, and the
+    /// two-word op column compresses as well without one) and statistics only for the first
+    /// column, the id, which readers can filter on: min/max of every column cost a fifth of the
+    /// writing time.
+    pub(crate) fn create(
+        path: &Path,
+        schema: &str,
+        metadata: Option<KeyValue>,
+    ) -> Result<ParquetFile, Error> {
+        let schema = Arc::new(parse_message_type(schema).expect("collsim's schemas parse"));
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(1).expect("level 1 exists"),
+            ))
+            .set_dictionary_enabled(false)
+            .set_statistics_enabled(EnabledStatistics::None)
+            .set_key_value_metadata(metadata.map(|m| vec![m]));
+        for (k, column) in SchemaDescriptor::new(schema.clone())
+            .columns()
+            .iter()
+            .enumerate()
+        {
+            if k == 0 {
+                props = props
+                    .set_column_statistics_enabled(column.path().clone(), EnabledStatistics::Chunk);
+            }
+            if matches!(
+                column.physical_type(),
+                PhysicalType::INT32 | PhysicalType::INT64
+            ) {
+                props =
+                    props.set_column_encoding(column.path().clone(), Encoding::DELTA_BINARY_PACKED);
+            }
         }
+        let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
+        let writer = SerializedFileWriter::new(file, schema, Arc::new(props.build()))
+            .map_err(|e| parquet_error(path, e))?;
+        Ok(ParquetFile {
+            writer,
+            path: path.to_path_buf(),
+        })
     }
-    let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
-    SerializedFileWriter::new(file, schema, Arc::new(props.build()))
-        .map_err(|e| parquet_error(path, e))
+
+    /// Appends one row group: `columns` in schema order, all of the same rows, encoded on all
+    /// cores when `parallel`, else on the calling thread.
+    pub(crate) fn write_row_group(
+        &mut self,
+        columns: Vec<Column>,
+        parallel: bool,
+    ) -> Result<(), Error> {
+        let path = self.path.clone();
+        let fail = |e| parquet_error(&path, e);
+        let schema = self.writer.schema_descr().columns().to_vec();
+        let props = self.writer.properties().clone();
+        let encode = |(column, descr)| encode_column(column, descr, props.clone());
+        let encoded: parquet::errors::Result<Vec<_>> = match parallel {
+            true => columns.into_par_iter().zip(schema).map(encode).collect(),
+            false => columns.into_iter().zip(schema).map(encode).collect(),
+        };
+        let encoded = encoded.map_err(fail)?;
+        let mut group = self.writer.next_row_group().map_err(fail)?;
+        for (bytes, close) in encoded {
+            group.append_column(&bytes, close).map_err(fail)?;
+        }
+        group.close().map_err(fail)?;
+        Ok(())
+    }
+
+    /// Writes the footer.
+    pub(crate) fn close(self) -> Result<(), Error> {
+        let path = self.path;
+        self.writer
+            .close()
+            .map(drop)
+            .map_err(|e| parquet_error(&path, e))
+    }
+}
+
+/// `column` encoded and compressed into memory as a column chunk of `descr`.
+fn encode_column(
+    column: Column,
+    descr: ColumnDescPtr,
+    props: WriterPropertiesPtr,
+) -> parquet::errors::Result<(Bytes, ColumnCloseResult)> {
+    let mut sink = TrackedWrite::new(Vec::new());
+    let pages = Box::new(SerializedPageWriter::new(&mut sink));
+    let close = match (get_column_writer(descr, props, pages), &column) {
+        (ColumnWriter::Int32ColumnWriter(mut w), Column::Int32(v, levels)) => {
+            let (def, rep) = levels.slices();
+            w.write_batch(v, def, rep)?;
+            w.close()?
+        }
+        (ColumnWriter::Int64ColumnWriter(mut w), Column::Int64(v, levels)) => {
+            let (def, rep) = levels.slices();
+            w.write_batch(v, def, rep)?;
+            w.close()?
+        }
+        (ColumnWriter::DoubleColumnWriter(mut w), Column::Double(v)) => {
+            w.write_batch(v, None, None)?;
+            w.close()?
+        }
+        (ColumnWriter::ByteArrayColumnWriter(mut w), Column::Ops(ops, levels)) => {
+            let names = [Op::Copy, Op::Reduce].map(|op| ByteArray::from(op.name()));
+            let v: Vec<ByteArray> = ops
+                .iter()
+                .map(|&op| names[usize::from(op == Op::Reduce)].clone())
+                .collect();
+            let (def, rep) = levels.slices();
+            w.write_batch(&v, def, rep)?;
+            w.close()?
+        }
+        _ => unreachable!("collsim's columns follow their schemas"),
+    };
+    Ok((Bytes::from(sink.into_inner()?), close))
 }
 
 /// Writes `schedule` as `schedule.parquet` (see the module documentation).
 pub fn write_schedule_parquet(schedule: &Schedule, path: &Path) -> Result<(), Error> {
-    let fail = |e| parquet_error(path, e);
-    let claim = schedule.collective.as_ref().map(|c| {
-        KeyValue::new(
-            CLAIM_KEY.to_string(),
-            serde_json::to_string(&Claim::of(c)).expect("a claim serialises"),
-        )
-    });
-    let mut writer = parquet_writer(path, SCHEMA, &["op"], claim)?;
+    let mut file = ScheduleFile::create(schedule.collective.as_ref(), path)?;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
-        let rows: Vec<TransferIndex> = (start as TransferIndex
-            ..(start + ROW_GROUP).min(schedule.len()) as TransferIndex)
+        let rows = start as TransferIndex..(start + ROW_GROUP).min(schedule.len()) as TransferIndex;
+        let columns = (0..COLUMNS)
+            .into_par_iter()
+            .map(|column| schedule_column(schedule, rows.clone(), column))
             .collect();
-        let mut group = writer.next_row_group().map_err(fail)?;
-        let mut column = 0;
-        while let Some(mut col) = group.next_column().map_err(fail)? {
-            let mut levels = Levels::default();
-            let written = match (column, col.untyped()) {
-                (0 | 3, ColumnWriter::Int64ColumnWriter(w)) => {
-                    let v: Vec<i64> = rows
-                        .iter()
-                        .map(|&i| match column {
-                            0 => schedule.id(i) as i64,
-                            _ => schedule.transfer(i).bytes as i64,
-                        })
-                        .collect();
-                    w.write_batch(&v, None, None)
-                }
-                (1 | 2, ColumnWriter::Int32ColumnWriter(w)) => {
-                    let v: Vec<i32> = rows
-                        .iter()
-                        .map(|&i| {
-                            let t = schedule.transfer(i);
-                            (if column == 1 { t.src } else { t.dst }) as i32
-                        })
-                        .collect();
-                    w.write_batch(&v, None, None)
-                }
-                (4, ColumnWriter::Int64ColumnWriter(w)) => {
-                    let mut v = Vec::new();
-                    for &i in &rows {
-                        let deps = schedule.deps(i).iter().map(|&d| schedule.id(d) as i64);
-                        levels.list(&mut v, deps);
-                    }
-                    w.write_batch(&v, Some(&levels.def), Some(&levels.rep))
-                }
-                (5 | 6, ColumnWriter::Int32ColumnWriter(w)) => {
-                    let mut v = Vec::new();
-                    for &i in &rows {
-                        let end = schedule
-                            .pieces(i)
-                            .map(|(lo, hi)| (if column == 5 { lo } else { hi }) as i32);
-                        levels.optional(&mut v, end);
-                    }
-                    w.write_batch(&v, Some(&levels.def), None)
-                }
-                (7, ColumnWriter::ByteArrayColumnWriter(w)) => {
-                    // Two values shared by every row (one allocation each, not one a row).
-                    let names = [Op::Copy, Op::Reduce].map(|op| ByteArray::from(op.name()));
-                    let mut v = Vec::new();
-                    for &i in &rows {
-                        let op = schedule
-                            .pieces(i)
-                            .map(|_| names[usize::from(schedule.op(i) == Op::Reduce)].clone());
-                        levels.optional(&mut v, op);
-                    }
-                    w.write_batch(&v, Some(&levels.def), None)
-                }
-                (8, ColumnWriter::Int32ColumnWriter(w)) => {
-                    let mut v = Vec::new();
-                    for &i in &rows {
-                        let route = schedule.route(i).unwrap_or(&[]).iter().map(|&n| n as i32);
-                        levels.list(&mut v, route);
-                    }
-                    w.write_batch(&v, Some(&levels.def), Some(&levels.rep))
-                }
-                (9, ColumnWriter::Int64ColumnWriter(w)) => {
-                    let mut v = Vec::new();
-                    for &i in &rows {
-                        levels.optional(&mut v, schedule.wait(i).map(|t| t.ps() as i64));
-                    }
-                    w.write_batch(&v, Some(&levels.def), None)
-                }
-                _ => unreachable!("the columns follow the schema"),
-            };
-            written.map_err(fail)?;
-            col.close().map_err(fail)?;
-            column += 1;
-        }
-        group.close().map_err(fail)?;
+        file.write(ScheduleRows(columns), true)?;
     }
-    writer.close().map_err(fail)?;
-    Ok(())
+    file.close()
+}
+
+/// `schedule.parquet` being written a row group at a time (see [`schedule_rows`]).
+pub struct ScheduleFile(ParquetFile);
+
+impl ScheduleFile {
+    /// A schedule file at `path` whose metadata claims `claim`.
+    pub fn create(claim: Option<&Collective>, path: &Path) -> Result<ScheduleFile, Error> {
+        let claim = claim.map(|c| {
+            KeyValue::new(
+                CLAIM_KEY.to_string(),
+                serde_json::to_string(&Claim::of(c)).expect("a claim serialises"),
+            )
+        });
+        ParquetFile::create(path, SCHEMA, claim).map(ScheduleFile)
+    }
+
+    /// Appends the rows gathered by [`schedule_rows`], encoded on all cores when `parallel`,
+    /// else on the calling thread (beside a synthesis that has the other core).
+    pub fn write(&mut self, rows: ScheduleRows, parallel: bool) -> Result<(), Error> {
+        self.0.write_row_group(rows.0, parallel)
+    }
+
+    /// Writes the footer.
+    pub fn close(self) -> Result<(), Error> {
+        self.0.close()
+    }
+}
+
+/// Rows of a schedule gathered into columns, owned: a row group of `schedule.parquet`.
+pub struct ScheduleRows(Vec<Column>);
+
+/// Columns of `schedule.parquet`.
+const COLUMNS: usize = 10;
+
+/// The rows `rows` of `schedule`, gathered into the columns of `schedule.parquet` on the calling
+/// thread (a synthesizer hands them over as it goes; the other core encodes).
+pub fn schedule_rows(schedule: &Schedule, rows: Range<usize>) -> ScheduleRows {
+    let rows = rows.start as TransferIndex..rows.end as TransferIndex;
+    ScheduleRows(
+        (0..COLUMNS)
+            .map(|column| schedule_column(schedule, rows.clone(), column))
+            .collect(),
+    )
+}
+
+/// Column `column` (in schema order) of the rows `rows`.
+fn schedule_column(schedule: &Schedule, rows: Range<TransferIndex>, column: usize) -> Column {
+    let mut levels = Levels::default();
+    match column {
+        0 => Column::int64(rows.map(|i| schedule.id(i) as i64).collect()),
+        1 => Column::int32(rows.map(|i| schedule.transfer(i).src as i32).collect()),
+        2 => Column::int32(rows.map(|i| schedule.transfer(i).dst as i32).collect()),
+        3 => Column::int64(rows.map(|i| schedule.transfer(i).bytes as i64).collect()),
+        4 => {
+            let mut v = Vec::new();
+            for i in rows {
+                let deps = schedule.deps(i).iter().map(|&d| schedule.id(d) as i64);
+                levels.list(&mut v, deps);
+            }
+            Column::Int64(v, levels)
+        }
+        5 | 6 => {
+            let mut v = Vec::new();
+            for i in rows {
+                let end = schedule
+                    .pieces(i)
+                    .map(|(lo, hi)| (if column == 5 { lo } else { hi }) as i32);
+                levels.optional(&mut v, end);
+            }
+            Column::Int32(v, levels)
+        }
+        7 => {
+            let mut v = Vec::new();
+            for i in rows {
+                levels.optional(&mut v, schedule.pieces(i).map(|_| schedule.op(i)));
+            }
+            Column::Ops(v, levels)
+        }
+        8 => {
+            let mut v = Vec::new();
+            for i in rows {
+                let route = schedule.route(i).unwrap_or(&[]).iter().map(|&n| n as i32);
+                levels.list(&mut v, route);
+            }
+            Column::Int32(v, levels)
+        }
+        _ => {
+            let mut v = Vec::new();
+            for i in rows {
+                levels.optional(&mut v, schedule.wait(i).map(|t| t.ps() as i64));
+            }
+            Column::Int64(v, levels)
+        }
+    }
 }
 
 /// One column of a row group, read whole.

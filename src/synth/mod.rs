@@ -13,13 +13,14 @@ mod network;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::{Op, Schedule, Transfer};
+use crate::schedule::{schedule_rows, Op, Schedule, ScheduleRows, Transfer, ROW_GROUP};
 use crate::sim::{self, SimOptions};
 use crate::topology::Topology;
 use crate::units::Time;
@@ -54,6 +55,24 @@ pub struct SynthOptions {
     pub method: Method,
     /// Settings of the integer programs (ignored by greedy matching).
     pub ilp: IlpOptions,
+    /// Where a large schedule's rows go while it is being synthesized (see [`ScheduleTap`]).
+    pub tap: Option<Arc<dyn ScheduleTap>>,
+}
+
+/// Takes the rows of a schedule as the synthesizer writes them, so that a results file can be
+/// written on the core the synthesis leaves idle instead of after it. Synthesis may try several
+/// schedules and keep one: each begins its own stream, and [`Synthesis::streamed`] names the
+/// stream of the schedule kept.
+pub trait ScheduleTap: std::marker::Send + Sync + std::fmt::Debug {
+    /// A schedule of `rows` transfers claiming `claim` begins: the id of its stream, or `None`
+    /// when the tap does not want it. Ends any stream begun before.
+    fn begin(&self, rows: usize, claim: &Collective) -> Option<u64>;
+    /// The next rows of stream `stream`, in order.
+    fn rows(&self, stream: u64, rows: ScheduleRows);
+    /// After synthesis: completes `kept`, the stream of the schedule kept, if it is the one in
+    /// progress (true), or else abandons whatever was begun (false: the caller writes the
+    /// schedule itself).
+    fn finish(&self, kept: Option<u64>) -> Result<bool, Error>;
 }
 
 impl Default for SynthOptions {
@@ -65,6 +84,7 @@ impl Default for SynthOptions {
             x_way: None,
             method: Method::Greedy,
             ilp: IlpOptions::default(),
+            tap: None,
         }
     }
 }
@@ -94,6 +114,8 @@ pub struct Synthesis {
     /// What the integer programs did, one report per spreading problem (reduce-scatter, then
     /// all-gather for an all-reduce); empty for greedy synthesis.
     pub ilp: Vec<IlpReport>,
+    /// The [`ScheduleTap`] stream that received every row of the one schedule, if any.
+    pub streamed: Option<u64>,
 }
 
 /// Which way a collective's chunks travel.
@@ -676,6 +698,7 @@ fn synthesize_on(
         schedules: builders.into_iter().map(Builder::finish).collect(),
         estimate: reverse_time.max(forward_time),
         ilp: reports,
+        streamed: None,
     })
 }
 
@@ -696,6 +719,10 @@ fn stream_forward(
         "try fewer NPUs, or --no-validate",
     )?;
     let mut schedule = Schedule::with_capacity_for_data(expected, expected);
+    let tap = options.tap.as_deref();
+    let tapping = tap.and_then(|tap| tap.begin(expected, c));
+    // Rows [tapped, len) are written but not yet given to the tap.
+    let mut tapped = 0;
     let mut emit = |s: &Send| {
         let link = net.links[s.link as usize];
         let transfer = Transfer {
@@ -708,6 +735,12 @@ fn stream_forward(
         if let Some(route) = net.route(s.link) {
             schedule.set_route(index, route);
         }
+        if let (Some(tap), Some(id)) = (tap, tapping) {
+            if schedule.len() - tapped == ROW_GROUP {
+                tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
+                tapped = schedule.len();
+            }
+        }
     };
     let estimate = match best_trial(net, p, options, Direction::Forward)? {
         (_, Some((sends, time))) => {
@@ -719,10 +752,16 @@ fn stream_forward(
             greedy::run(net, p, &mut rng, &mut emit)?
         }
     };
+    if let (Some(tap), Some(id)) = (tap, tapping) {
+        if schedule.len() > tapped {
+            tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
+        }
+    }
     schedule.collective = Some(c.clone());
     Ok(Synthesis {
         schedules: vec![schedule],
         estimate,
         ilp: Vec::new(),
+        streamed: tapping,
     })
 }
