@@ -20,6 +20,8 @@ pub(crate) use parquet::{Column, ParquetFile};
 pub use paths::{pin_paths, PinnedPaths};
 pub use validate::validate;
 
+use rayon::prelude::*;
+
 use crate::collective::Collective;
 use crate::topology::NodeId;
 use crate::units::Time;
@@ -393,6 +395,11 @@ impl Schedule {
         !self.deps.is_empty()
     }
 
+    /// True when some transfer may be a reduction (false: every one is a copy).
+    pub fn has_reductions(&self) -> bool {
+        self.ops.is_some()
+    }
+
     /// True when some transfer's piece range may hold other than one piece (it may then be
     /// reversed or empty).
     pub fn has_piece_spans(&self) -> bool {
@@ -430,16 +437,29 @@ impl Schedule {
         self.transfers.iter().map(|t| t.bytes).sum()
     }
 
-    /// Destination NPUs that appear in the schedule, in increasing order.
+    /// Destination NPUs that appear in the schedule, in increasing order. Read on every core:
+    /// the simulator waits for it, and it reads the whole transfer list (268 MB for a
+    /// 4096-NPU all-to-all).
     pub fn destinations(&self) -> Vec<NodeId> {
-        let mut seen: Vec<bool> = Vec::new();
-        for t in &self.transfers {
-            let d = t.dst as usize;
-            if d >= seen.len() {
-                seen.resize(d + 1, false);
-            }
-            seen[d] = true;
-        }
+        let seen = self
+            .transfers
+            .par_chunks(1 << 16)
+            .map(|piece| {
+                let mut seen: Vec<bool> = Vec::new();
+                for t in piece {
+                    let d = t.dst as usize;
+                    if d >= seen.len() {
+                        seen.resize(d + 1, false);
+                    }
+                    seen[d] = true;
+                }
+                seen
+            })
+            .reduce(Vec::new, |a, b| {
+                let (mut long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+                long.iter_mut().zip(&short).for_each(|(l, s)| *l |= *s);
+                long
+            });
         (0..seen.len() as NodeId)
             .filter(|&d| seen[d as usize])
             .collect()
