@@ -20,6 +20,8 @@ pub(crate) use parquet::{Column, ParquetFile};
 pub use paths::{pin_paths, PinnedPaths};
 pub use validate::validate;
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::collective::Collective;
@@ -435,6 +437,45 @@ impl Schedule {
     /// Total bytes over all transfers.
     pub fn total_bytes(&self) -> u64 {
         self.transfers.iter().map(|t| t.bytes).sum()
+    }
+
+    /// The transfers `rows` as a schedule of their own, copied slice by slice; dependencies keep
+    /// their indices in `self` (so they may point before the excerpt), and file ids are dropped
+    /// (callers use it only for schedules without them). What a results file needs of a
+    /// schedule still being built, at the cost of a copy.
+    pub(crate) fn excerpt(&self, rows: Range<usize>) -> Schedule {
+        let clip = |len: usize| rows.start.min(len)..rows.end.min(len);
+        let (dep_start, deps) = if self.dep_start.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let starts = &self.dep_start[rows.start..=rows.end];
+            let base = starts[0];
+            (
+                starts.iter().map(|&d| d - base).collect(),
+                self.deps[base as usize..starts[starts.len() - 1] as usize].to_vec(),
+            )
+        };
+        Schedule {
+            transfers: self.transfers[rows.clone()].to_vec(),
+            dep_start,
+            deps,
+            pieces: self.pieces.as_ref().map(|p| PieceRanges {
+                lo: p.lo[clip(p.lo.len())].to_vec(),
+                hi: p.hi.as_ref().map(|hi| hi[clip(hi.len())].to_vec()),
+            }),
+            ops: self.ops.as_ref().map(|o| o[rows.clone()].to_vec()),
+            ids: None,
+            waits: self.waits.as_ref().map(|w| w[rows.clone()].to_vec()),
+            routes: self.routes.as_ref().map(|(start, nodes)| {
+                let starts = &start[rows.start..=rows.end];
+                let base = starts[0];
+                (
+                    starts.iter().map(|&r| r - base).collect(),
+                    nodes[base as usize..starts[starts.len() - 1] as usize].to_vec(),
+                )
+            }),
+            collective: None,
+        }
     }
 
     /// Destination NPUs that appear in the schedule, in increasing order. Read on every core:

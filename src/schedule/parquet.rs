@@ -249,9 +249,9 @@ pub fn write_schedule_parquet(schedule: &Schedule, path: &Path) -> Result<(), Er
         let rows = start as TransferIndex..(start + ROW_GROUP).min(schedule.len()) as TransferIndex;
         let columns = (0..COLUMNS)
             .into_par_iter()
-            .map(|column| schedule_column(schedule, rows.clone(), column))
+            .map(|column| schedule_column(schedule, None, rows.clone(), column))
             .collect();
-        file.write(ScheduleRows(columns), true)?;
+        file.write(ScheduleRows(Rows::Columns(columns)), true)?;
     }
     file.close()
 }
@@ -274,7 +274,18 @@ impl ScheduleFile {
     /// Appends the rows gathered by [`schedule_rows`], encoded on all cores when `parallel`,
     /// else on the calling thread (beside a synthesis that has the other core).
     pub fn write(&mut self, rows: ScheduleRows, parallel: bool) -> Result<(), Error> {
-        self.0.write_row_group(rows.0, parallel)
+        let columns = match rows.0 {
+            Rows::Columns(columns) => columns,
+            Rows::Excerpt { first, rows } => {
+                let all = 0..rows.len() as TransferIndex;
+                let column = |k| schedule_column(&rows, Some(first), all.clone(), k);
+                match parallel {
+                    true => (0..COLUMNS).into_par_iter().map(column).collect(),
+                    false => (0..COLUMNS).map(column).collect(),
+                }
+            }
+        };
+        self.0.write_row_group(columns, parallel)
     }
 
     /// Writes the footer.
@@ -283,8 +294,17 @@ impl ScheduleFile {
     }
 }
 
-/// Rows of a schedule gathered into columns, owned: a row group of `schedule.parquet`.
-pub struct ScheduleRows(Vec<Column>);
+/// Rows of a schedule, owned: a row group of `schedule.parquet`.
+pub struct ScheduleRows(Rows);
+
+enum Rows {
+    /// Gathered into the file's columns.
+    Columns(Vec<Column>),
+    /// Copied as they are stored (a few slice copies, where gathering is ten passes over the
+    /// rows): the rows of a schedule without file ids from position `first` on, whose
+    /// dependencies name positions of that schedule.
+    Excerpt { first: u64, rows: Box<Schedule> },
+}
 
 /// Columns of `schedule.parquet`.
 const COLUMNS: usize = 10;
@@ -292,26 +312,40 @@ const COLUMNS: usize = 10;
 /// The rows `rows` of `schedule`, gathered into the columns of `schedule.parquet` on the calling
 /// thread (a synthesizer hands them over as it goes; the other core encodes).
 pub fn schedule_rows(schedule: &Schedule, rows: Range<usize>) -> ScheduleRows {
+    if schedule.ids.is_none() {
+        return ScheduleRows(Rows::Excerpt {
+            first: rows.start as u64,
+            rows: Box::new(schedule.excerpt(rows)),
+        });
+    }
     let rows = rows.start as TransferIndex..rows.end as TransferIndex;
-    ScheduleRows(
+    ScheduleRows(Rows::Columns(
         (0..COLUMNS)
-            .map(|column| schedule_column(schedule, rows.clone(), column))
+            .map(|column| schedule_column(schedule, None, rows.clone(), column))
             .collect(),
-    )
+    ))
 }
 
-/// Column `column` (in schema order) of the rows `rows`.
-fn schedule_column(schedule: &Schedule, rows: Range<TransferIndex>, column: usize) -> Column {
+/// Column `column` (in schema order) of the rows `rows` of `schedule`, or, with `first`, of an
+/// [`Schedule::excerpt`] starting at that position (ids count from it; dependencies are ids).
+fn schedule_column(
+    schedule: &Schedule,
+    first: Option<u64>,
+    rows: Range<TransferIndex>,
+    column: usize,
+) -> Column {
+    let id = |i: TransferIndex| first.map_or_else(|| schedule.id(i), |f| f + i as u64) as i64;
+    let dep_id = |d: TransferIndex| first.map_or_else(|| schedule.id(d), |_| d as u64) as i64;
     let mut levels = Levels::default();
     match column {
-        0 => Column::int64(rows.map(|i| schedule.id(i) as i64).collect()),
+        0 => Column::int64(rows.map(id).collect()),
         1 => Column::int32(rows.map(|i| schedule.transfer(i).src as i32).collect()),
         2 => Column::int32(rows.map(|i| schedule.transfer(i).dst as i32).collect()),
         3 => Column::int64(rows.map(|i| schedule.transfer(i).bytes as i64).collect()),
         4 => {
             let mut v = Vec::new();
             for i in rows {
-                let deps = schedule.deps(i).iter().map(|&d| schedule.id(d) as i64);
+                let deps = schedule.deps(i).iter().map(|&d| dep_id(d));
                 levels.list(&mut v, deps);
             }
             Column::Int64(v, levels)
@@ -497,4 +531,63 @@ pub(super) fn read_parquet(
         }
     }
     Ok((raw, claim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Row groups copied as excerpts (how a synthesizer hands them over) make the file that
+    /// gathering them from the whole schedule makes: dependencies before the excerpt, routes,
+    /// waits, reductions, multi-piece ranges and transfers without pieces included.
+    #[test]
+    fn excerpts_write_what_the_whole_schedule_writes() {
+        let mut s = Schedule::new();
+        for i in 0..23u32 {
+            let transfer = Transfer {
+                src: i % 4,
+                dst: (i + 1) % 4,
+                bytes: 100 + u64::from(i),
+            };
+            let deps: Vec<TransferIndex> = (0..i).filter(|d| (i + d) % 5 == 0).collect();
+            let t = match i % 6 {
+                0 => s.push_wait(i % 4, Time(7 * u64::from(i)), &deps),
+                1 => s.push(transfer, &deps),
+                _ => s.push_data(
+                    transfer,
+                    &deps,
+                    (i, i + 1 + i % 3),
+                    if i % 2 == 0 { Op::Reduce } else { Op::Copy },
+                ),
+            };
+            if i % 4 == 3 {
+                s.set_route(t, &[i % 4, 9, (i + 1) % 4]);
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("collsim-excerpt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, excerpt: bool| {
+            let path = dir.join(name);
+            let mut file = ScheduleFile::create(None, &path).unwrap();
+            for start in (0..s.len()).step_by(5) {
+                let rows = start..(start + 5).min(s.len());
+                let group = match excerpt {
+                    true => schedule_rows(&s, rows),
+                    false => {
+                        let rows = rows.start as TransferIndex..rows.end as TransferIndex;
+                        ScheduleRows(Rows::Columns(
+                            (0..COLUMNS)
+                                .map(|k| schedule_column(&s, None, rows.clone(), k))
+                                .collect(),
+                        ))
+                    }
+                };
+                file.write(group, excerpt).unwrap();
+            }
+            file.close().unwrap();
+            std::fs::read(path).unwrap()
+        };
+        assert!(write("excerpts.parquet", true) == write("whole.parquet", false));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
