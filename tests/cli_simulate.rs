@@ -732,3 +732,39 @@ fn a_parquet_schedule_simulates_again_to_the_same_time() {
         assert_eq!(again["transfers"], synthesized["transfers"], "{topology}");
     }
 }
+
+/// A synthesized schedule too small for Parquet is written as JSON, and the folder holds nothing
+/// of the Parquet file the synthesizer's stream would have written: every file on disk is in
+/// the manifest and every manifest line is on disk.
+#[test]
+fn a_small_synthesized_schedule_leaves_only_its_json() {
+    let dir = scratch("small-synthesized");
+    let out = dir.join("run");
+    let o = collsim(&[
+        "synthesize",
+        "--topology",
+        "mesh:3x3",
+        "--collective",
+        "all-gather",
+        "--size",
+        "9MB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("schedule.json").exists());
+    let mut on_disk: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != ".collsim-manifest")
+        .collect();
+    on_disk.sort();
+    let manifest = std::fs::read_to_string(out.join(".collsim-manifest")).unwrap();
+    let mut listed: Vec<String> = manifest.lines().map(str::to_string).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+    assert!(
+        !listed.iter().any(|name| name.contains("parquet")),
+        "{listed:?}"
+    );
+}
