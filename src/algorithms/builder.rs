@@ -97,16 +97,22 @@ impl<'c> Builder<'c> {
         rank as u64 * self.pieces + piece as u64
     }
 
-    fn collect_writers(&mut self, key: u64) {
-        match self.writer[key as usize] {
+    /// Adds the writers of `key` to the dependencies, unless `key`'s writer entry is `*last` (the
+    /// entry collected before from the same rank: neighbouring pieces mostly share their writer,
+    /// or their group of concurrent reductions, which would otherwise be added once a piece).
+    fn collect_writers(&mut self, key: u64, last: &mut u32) {
+        let w = self.writer[key as usize];
+        if w == *last {
+            return;
+        }
+        *last = w;
+        match w {
             NONE => {}
             w if w & GROUP != 0 => {
                 let group = &self.groups[(w & !GROUP) as usize];
                 self.deps.extend_from_slice(group);
             }
-            // Neighbouring pieces mostly share their writer: skip the repeat.
-            w if self.deps.last() != Some(&w) => self.deps.push(w),
-            _ => {}
+            w => self.deps.push(w),
         }
     }
 
@@ -166,12 +172,14 @@ impl<'c> Builder<'c> {
         if let Some(gate) = self.gates.get(src as usize) {
             self.deps.extend_from_slice(gate);
         }
+        // Writer entries last collected from the source and the destination.
+        let (mut from_last, mut to_last) = (NONE, NONE);
         for p in lo..hi {
             let from = self.key(src, p);
-            self.collect_writers(from);
+            self.collect_writers(from, &mut from_last);
             let to = self.key(dst, p);
             match op {
-                Op::Copy => self.collect_writers(to),
+                Op::Copy => self.collect_writers(to, &mut to_last),
                 // A reduction waits for the last copy into its destination, not for other
                 // reductions: those commute.
                 Op::Reduce => {
