@@ -694,6 +694,25 @@ fn the_parquet_transfer_table_matches_the_csv() {
     assert_eq!(reader.metadata().file_metadata().num_rows() as usize, rows);
 }
 
+/// `collsim synthesize` of a 9 MB all-gather on `topology` into the results folder `out`, with
+/// `extra` arguments; it must succeed.
+fn synthesize_all_gather(topology: &str, out: &std::path::Path, extra: &[&str]) {
+    let mut args = vec![
+        "synthesize",
+        "--topology",
+        topology,
+        "--collective",
+        "all-gather",
+        "--size",
+        "9MB",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = collsim(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// A synthesized schedule written as `schedule.parquet` simulates again to the same time: on a
 /// mesh (written as the synthesizer makes it) and behind a switch (several unwindings tried, each
 /// streamed, one kept).
@@ -702,20 +721,7 @@ fn a_parquet_schedule_simulates_again_to_the_same_time() {
     let dir = scratch("parquet-schedule");
     for topology in ["mesh:3x3", "switch:6"] {
         let out = dir.join(topology.replace(':', "-"));
-        let o = collsim(&[
-            "synthesize",
-            "--topology",
-            topology,
-            "--collective",
-            "all-gather",
-            "--size",
-            "9MB",
-            "--out",
-            out.to_str().unwrap(),
-            "--table-format",
-            "parquet",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        synthesize_all_gather(topology, &out, &["--table-format", "parquet"]);
         assert!(!out.join("schedule.json").exists());
         let synthesized = first_row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
         let again = summary(&[
@@ -740,18 +746,7 @@ fn a_parquet_schedule_simulates_again_to_the_same_time() {
 fn a_small_synthesized_schedule_leaves_only_its_json() {
     let dir = scratch("small-synthesized");
     let out = dir.join("run");
-    let o = collsim(&[
-        "synthesize",
-        "--topology",
-        "mesh:3x3",
-        "--collective",
-        "all-gather",
-        "--size",
-        "9MB",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    synthesize_all_gather("mesh:3x3", &out, &[]);
     assert!(out.join("schedule.json").exists());
     let mut on_disk: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
