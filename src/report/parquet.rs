@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::schedule::{Column, ParquetFile, Schedule, TransferIndex, ROW_GROUP};
+use crate::schedule::{schedule_column, Column, ParquetFile, Schedule, TransferIndex, ROW_GROUP};
 use crate::sim::SimResult;
 use crate::Error;
 
@@ -30,14 +30,11 @@ pub fn write_transfers_parquet(
     let ns = |t: crate::units::Time| t.ps() as f64 / 1e3;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
         let rows = start as TransferIndex..(start + ROW_GROUP).min(schedule.len()) as TransferIndex;
-        let transfer = |i: TransferIndex| schedule.transfer(i);
         let columns = (0..6)
             .into_par_iter()
             .map(|column| match column {
-                0 => Column::int64(rows.clone().map(|i| schedule.id(i) as i64).collect()),
-                1 => Column::int32(rows.clone().map(|i| transfer(i).src as i32).collect()),
-                2 => Column::int32(rows.clone().map(|i| transfer(i).dst as i32).collect()),
-                3 => Column::int64(rows.clone().map(|i| transfer(i).bytes as i64).collect()),
+                // id, src, dst, bytes: the first columns of `schedule.parquet`.
+                0..4 => schedule_column(schedule, None, rows.clone(), column),
                 4 => Column::Double(
                     rows.clone()
                         .map(|i| ns(result.issued[i as usize]))

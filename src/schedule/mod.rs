@@ -14,9 +14,8 @@ mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
 pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
-pub use parquet::ROW_GROUP;
-pub use parquet::{schedule_rows, write_schedule_parquet, ScheduleFile, ScheduleRows};
-pub(crate) use parquet::{Column, ParquetFile};
+pub(crate) use parquet::{schedule_column, Column, ParquetFile};
+pub use parquet::{schedule_rows, write_schedule_parquet, ScheduleFile, ScheduleRows, ROW_GROUP};
 pub use paths::{pin_paths, PinnedPaths};
 pub use validate::validate;
 
@@ -139,6 +138,16 @@ pub struct Schedule {
     routes: Option<(Vec<u32>, Vec<NodeId>)>,
     /// The collective this schedule claims to implement, if any.
     pub collective: Option<Collective>,
+}
+
+/// Rows `rows` of a CSR list (per-row offsets `start` into `values`), offsets rebased to zero.
+fn csr_rows<T: Copy>(start: &[u32], values: &[T], rows: &Range<usize>) -> (Vec<u32>, Vec<T>) {
+    let starts = &start[rows.start..=rows.end];
+    let (first, end) = (starts[0], starts[starts.len() - 1]);
+    (
+        starts.iter().map(|&s| s - first).collect(),
+        values[first as usize..end as usize].to_vec(),
+    )
 }
 
 impl Schedule {
@@ -448,12 +457,7 @@ impl Schedule {
         let (dep_start, deps) = if self.dep_start.is_empty() {
             (Vec::new(), Vec::new())
         } else {
-            let starts = &self.dep_start[rows.start..=rows.end];
-            let base = starts[0];
-            (
-                starts.iter().map(|&d| d - base).collect(),
-                self.deps[base as usize..starts[starts.len() - 1] as usize].to_vec(),
-            )
+            csr_rows(&self.dep_start, &self.deps, &rows)
         };
         Schedule {
             transfers: self.transfers[rows.clone()].to_vec(),
@@ -466,14 +470,10 @@ impl Schedule {
             ops: self.ops.as_ref().map(|o| o[rows.clone()].to_vec()),
             ids: None,
             waits: self.waits.as_ref().map(|w| w[rows.clone()].to_vec()),
-            routes: self.routes.as_ref().map(|(start, nodes)| {
-                let starts = &start[rows.start..=rows.end];
-                let base = starts[0];
-                (
-                    starts.iter().map(|&r| r - base).collect(),
-                    nodes[base as usize..starts[starts.len() - 1] as usize].to_vec(),
-                )
-            }),
+            routes: self
+                .routes
+                .as_ref()
+                .map(|(start, nodes)| csr_rows(start, nodes, &rows)),
             collective: None,
         }
     }

@@ -328,7 +328,7 @@ pub fn schedule_rows(schedule: &Schedule, rows: Range<usize>) -> ScheduleRows {
 
 /// Column `column` (in schema order) of the rows `rows` of `schedule`, or, with `first`, of an
 /// [`Schedule::excerpt`] starting at that position (ids count from it; dependencies are ids).
-fn schedule_column(
+pub(crate) fn schedule_column(
     schedule: &Schedule,
     first: Option<u64>,
     rows: Range<TransferIndex>,

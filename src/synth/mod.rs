@@ -719,8 +719,11 @@ fn stream_forward(
         "try fewer NPUs, or --no-validate",
     )?;
     let mut schedule = Schedule::with_capacity_for_data(expected, expected);
-    let tap = options.tap.as_deref();
-    let tapping = tap.and_then(|tap| tap.begin(expected, c));
+    // The tap and the id of this schedule's stream, when the tap takes it.
+    let tapping = options
+        .tap
+        .as_deref()
+        .and_then(|tap| Some((tap, tap.begin(expected, c)?)));
     // Rows [tapped, len) are written but not yet given to the tap.
     let mut tapped = 0;
     let mut emit = |s: &Send| {
@@ -735,7 +738,7 @@ fn stream_forward(
         if let Some(route) = net.route(s.link) {
             schedule.set_route(index, route);
         }
-        if let (Some(tap), Some(id)) = (tap, tapping) {
+        if let Some((tap, id)) = tapping {
             if schedule.len() - tapped == ROW_GROUP {
                 tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
                 tapped = schedule.len();
@@ -752,7 +755,7 @@ fn stream_forward(
             greedy::run(net, p, &mut rng, &mut emit)?
         }
     };
-    if let (Some(tap), Some(id)) = (tap, tapping) {
+    if let Some((tap, id)) = tapping {
         if schedule.len() > tapped {
             tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
         }
@@ -762,6 +765,6 @@ fn stream_forward(
         schedules: vec![schedule],
         estimate,
         ilp: Vec::new(),
-        streamed: tapping,
+        streamed: tapping.map(|(_, id)| id),
     })
 }
