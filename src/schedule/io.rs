@@ -43,9 +43,15 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
             crate::io_words(&e)
         ))
     })?;
-    let (raw, claim) = match path.extension().and_then(|e| e.to_str()) {
-        Some("csv") => read_csv(&shown, file)?,
-        Some("json") => read_json(&shown, file)?,
+    let (mut schedule, claim) = match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => {
+            let (raw, claim) = read_csv(&shown, file)?;
+            (assemble(&shown, raw)?, claim)
+        }
+        Some("json") => {
+            let (raw, claim) = read_json(&shown, file)?;
+            (assemble(&shown, raw)?, claim)
+        }
         Some("parquet") => super::parquet::read_parquet(&shown, file)?,
         _ => {
             return Err(Error::input(format!(
@@ -53,7 +59,6 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
             )))
         }
     };
-    let mut schedule = assemble(&shown, raw)?;
     schedule.collective = claim.map(|c| c.collective(&shown)).transpose()?;
     Ok(schedule)
 }
@@ -138,65 +143,136 @@ impl Claim {
 }
 
 fn assemble(file: &str, raw: Vec<RawTransfer>) -> Result<Schedule, Error> {
-    if raw.is_empty() {
-        return Err(Error::input(format!(
-            "{file}: the schedule has no transfers"
-        )));
+    let ids = TransferIds::of(file, raw.iter().map(|r| r.id), raw.len())?;
+    let mut schedule = Assembler::new(file, ids, raw.len());
+    for r in raw {
+        schedule.row(
+            r.id,
+            r.transfer,
+            r.deps.iter().copied(),
+            r.pieces,
+            r.op,
+            &r.route,
+            r.wait,
+        )?;
     }
-    let identity = raw.iter().enumerate().all(|(i, r)| r.id == i as u64);
-    let mut index_of: HashMap<u64, TransferIndex> = HashMap::new();
-    if !identity {
-        index_of.reserve(raw.len());
-        for (i, r) in raw.iter().enumerate() {
-            if index_of.insert(r.id, i as TransferIndex).is_some() {
-                return Err(Error::input(format!(
-                    "{file}: transfer id {} appears twice",
-                    r.id
-                )));
-            }
+    Ok(schedule.finish())
+}
+
+/// How a file's transfer ids map to list positions: ids `0, 1, 2, ...` (what collsim writes)
+/// are their positions; any others go through a map.
+pub(super) struct TransferIds {
+    count: u64,
+    index_of: Option<HashMap<u64, TransferIndex>>,
+}
+
+impl TransferIds {
+    /// The mapping for a file whose rows carry `ids` in order (`count` of them); an id given twice
+    /// is refused.
+    pub fn of(
+        file: &str,
+        ids: impl Iterator<Item = u64> + Clone,
+        count: usize,
+    ) -> Result<TransferIds, Error> {
+        if count == 0 {
+            return Err(Error::input(format!(
+                "{file}: the schedule has no transfers"
+            )));
         }
-    }
-    let n = raw.len() as u64;
-    let mut schedule = Schedule::with_capacity(raw.len());
-    let mut deps = Vec::new();
-    for (i, r) in raw.into_iter().enumerate() {
-        deps.clear();
-        for d in r.deps {
-            let index = if identity {
-                (d < n).then_some(d as TransferIndex)
-            } else {
-                index_of.get(&d).copied()
-            };
-            deps.push(index.ok_or_else(|| {
-                Error::input(format!(
-                    "{file}: transfer {} depends on unknown transfer id {d}",
-                    r.id
-                ))
-            })?);
-        }
-        let index = match r.wait {
-            Some(duration) => {
-                if r.transfer.src != r.transfer.dst || r.transfer.bytes != 0 {
+        let identity = ids.clone().enumerate().all(|(i, id)| id == i as u64);
+        let mut index_of = None;
+        if !identity {
+            let map = index_of.insert(HashMap::with_capacity(count));
+            for (i, id) in ids.enumerate() {
+                if map.insert(id, i as TransferIndex).is_some() {
                     return Err(Error::input(format!(
-                        "{file}: transfer {}: a wait must have src = dst and 0 bytes",
-                        r.id
+                        "{file}: transfer id {id} appears twice"
                     )));
                 }
-                schedule.push_wait(r.transfer.src, duration, &deps)
             }
-            None => schedule.push(r.transfer, &deps),
-        };
-        debug_assert_eq!(index as usize, i);
-        schedule.set_id(index, r.id);
-        if let Some(p) = r.pieces {
-            schedule.set_pieces(index, p);
         }
-        schedule.set_op(index, r.op);
-        if !r.route.is_empty() {
-            schedule.set_route(index, &r.route);
+        Ok(TransferIds {
+            count: count as u64,
+            index_of,
+        })
+    }
+
+    fn index(&self, id: u64) -> Option<TransferIndex> {
+        match &self.index_of {
+            None => (id < self.count).then_some(id as TransferIndex),
+            Some(map) => map.get(&id).copied(),
         }
     }
-    Ok(schedule)
+}
+
+/// Builds a schedule from a file's rows in order, resolving dependency ids: one place for what
+/// every format's rows must satisfy.
+pub(super) struct Assembler<'a> {
+    file: &'a str,
+    ids: TransferIds,
+    schedule: Schedule,
+    deps: Vec<TransferIndex>,
+}
+
+impl<'a> Assembler<'a> {
+    pub fn new(file: &'a str, ids: TransferIds, rows: usize) -> Assembler<'a> {
+        Assembler {
+            file,
+            ids,
+            schedule: Schedule::with_capacity(rows),
+            deps: Vec::new(),
+        }
+    }
+
+    /// Appends the next row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn row(
+        &mut self,
+        id: u64,
+        transfer: Transfer,
+        deps: impl Iterator<Item = u64>,
+        pieces: Option<(u32, u32)>,
+        op: Op,
+        route: &[u32],
+        wait: Option<Time>,
+    ) -> Result<(), Error> {
+        self.deps.clear();
+        for d in deps {
+            let index = self.ids.index(d).ok_or_else(|| {
+                Error::input(format!(
+                    "{}: transfer {id} depends on unknown transfer id {d}",
+                    self.file
+                ))
+            })?;
+            self.deps.push(index);
+        }
+        let schedule = &mut self.schedule;
+        let index = match wait {
+            Some(duration) => {
+                if transfer.src != transfer.dst || transfer.bytes != 0 {
+                    return Err(Error::input(format!(
+                        "{}: transfer {id}: a wait must have src = dst and 0 bytes",
+                        self.file
+                    )));
+                }
+                schedule.push_wait(transfer.src, duration, &self.deps)
+            }
+            None => schedule.push(transfer, &self.deps),
+        };
+        schedule.set_id(index, id);
+        if let Some(p) = pieces {
+            schedule.set_pieces(index, p);
+        }
+        schedule.set_op(index, op);
+        if !route.is_empty() {
+            schedule.set_route(index, route);
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> Schedule {
+        self.schedule
+    }
 }
 
 fn parse_pieces(text: &str) -> Option<(u32, u32)> {
