@@ -76,6 +76,10 @@ pub struct Router<'t> {
     /// Dimensional shapes with switches: the switch of NPU `v`'s group in dimension `d`, at
     /// `v * dims + d` (`NodeId::MAX` for other dimension kinds).
     switches: Vec<NodeId>,
+    /// Dimensional shapes: NPU `v`'s links to its next and previous neighbour in ring and line
+    /// dimension `d`, at `v * dims + d` (`NO_LINK` where there is none): dimension order then
+    /// finds a hop's link without searching the node's out-links.
+    steps: Vec<[LinkId; 2]>,
     /// Shortest-path next links per destination (only for non-dimensional topologies).
     tables: HashMap<NodeId, Vec<LinkId>>,
     /// ECMP: its seed and the equal-cost next links per destination.
@@ -165,6 +169,7 @@ impl<'t> Router<'t> {
             strides,
             coords,
             switches: Vec::new(),
+            steps: Vec::new(),
             tables,
             ecmp,
             hops,
@@ -179,6 +184,12 @@ impl<'t> Router<'t> {
                 })
                 .collect();
             router.switches = switches;
+        }
+        if topology.uses_dimension_routing() {
+            router.steps = (0..topology.npus())
+                .flat_map(|v| (0..dims.len()).map(move |d| (v, d)))
+                .map(|(v, d)| router.compute_steps_of(v, d))
+                .collect();
         }
         Ok(router)
     }
@@ -226,10 +237,7 @@ impl<'t> Router<'t> {
                 let (d, _) = self.topology.switch_group(at);
                 return self.topology.out_links_of(at)[self.coord(dst, d as usize) as usize];
             }
-            let next = self.dimension_order_next(at, dst);
-            self.topology
-                .link_between(at, next)
-                .expect("dimension-order routing follows built links")
+            self.dimension_order_link(at, dst)
         } else {
             let link = self.tables[&dst][at as usize];
             debug_assert_ne!(
@@ -285,6 +293,62 @@ impl<'t> Router<'t> {
             };
         }
         unreachable!("dimension_order_next called with at == dst")
+    }
+
+    /// The link dimension-order routing takes from NPU `at` towards `dst` (`at != dst`).
+    #[inline]
+    fn dimension_order_link(&self, at: NodeId, dst: NodeId) -> LinkId {
+        let dims = self.topology.dims();
+        let first = dims
+            .iter()
+            .enumerate()
+            .find(|&(d, _)| self.coord(at, d) != self.coord(dst, d));
+        if let Some((d, dim)) = first {
+            let (n, from, to) = (dim.size, self.coord(at, d), self.coord(dst, d));
+            let forward = match dim.kind {
+                DimKind::Ring => {
+                    let clockwise = (to + n - from) % n;
+                    Some(n - clockwise >= clockwise)
+                }
+                DimKind::UniRing => Some(true),
+                DimKind::Line => Some(to > from),
+                DimKind::FullyConnected | DimKind::Switch => None,
+            };
+            if let Some(forward) = forward {
+                let link = self.steps[at as usize * dims.len() + d][usize::from(!forward)];
+                debug_assert_ne!(link, NO_LINK, "dimension-order routing follows built links");
+                return link;
+            }
+        }
+        let next = self.dimension_order_next(at, dst);
+        self.topology
+            .link_between(at, next)
+            .expect("dimension-order routing follows built links")
+    }
+
+    /// NPU `npu`'s links to its next and previous neighbour in dimension `d`, for ring and line
+    /// dimensions (`NO_LINK` where there is none, e.g. at a line's ends).
+    fn compute_steps_of(&self, npu: NodeId, d: usize) -> [LinkId; 2] {
+        let dim = &self.topology.dims()[d];
+        let (n, stride, from) = (dim.size, self.strides[d], self.coord(npu, d));
+        let towards = |c: Option<u32>| {
+            c.and_then(|c| {
+                self.topology
+                    .link_between(npu, npu - from * stride + c * stride)
+            })
+            .unwrap_or(NO_LINK)
+        };
+        match dim.kind {
+            DimKind::Ring | DimKind::UniRing if n >= 2 => [
+                towards(Some((from + 1) % n)),
+                towards(Some((from + n - 1) % n)),
+            ],
+            DimKind::Line => [
+                towards((from + 1 < n).then_some(from + 1)),
+                towards(from.checked_sub(1)),
+            ],
+            _ => [NO_LINK; 2],
+        }
     }
 
     fn compute_switch_of(&self, npu: NodeId, d: usize) -> NodeId {
@@ -445,6 +509,35 @@ mod tests {
         assert_eq!(path(&r, 0, 4), vec![0, 1, 2, 3, 4]);
         assert_eq!(path(&r, 0, 5), vec![0, 7, 6, 5]);
         assert_eq!(path(&r, 6, 1), vec![6, 7, 0, 1]);
+    }
+
+    /// The per-NPU neighbour links give, for every pair and every dimension kind, the link to
+    /// the node dimension order steps to.
+    #[test]
+    fn neighbour_links_are_the_dimension_order_steps() {
+        use DimKind::*;
+        let shapes: [&[(DimKind, u32)]; 6] = [
+            &[(Ring, 5), (Line, 3)],
+            &[(Line, 4), (Ring, 2), (UniRing, 3)],
+            &[(Ring, 4), (FullyConnected, 3), (Switch, 2)],
+            &[(UniRing, 2), (Line, 2)],
+            &[(Line, 1), (Ring, 6)],
+            &[(Switch, 3), (Ring, 3), (Line, 3)],
+        ];
+        for shape in shapes {
+            let t = dims(shape);
+            let r = Router::new(&t, 0..t.npus()).unwrap();
+            for at in 0..t.npus() {
+                for dst in (0..t.npus()).filter(|&d| d != at) {
+                    let next = r.dimension_order_next(at, dst);
+                    assert_eq!(
+                        r.next_link(at, dst),
+                        t.link_between(at, next).unwrap(),
+                        "{shape:?}: {at} -> {dst}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
