@@ -410,24 +410,24 @@ fn read_column<T: DataType>(
     Ok(read)
 }
 
-/// The rows of a list column, one slice of values each.
-struct ListCursor<'c, T> {
+/// Walks a column row by row: where the next row's levels and values start.
+struct Cursor<'c, T> {
     column: &'c ReadColumn<T>,
     level: usize,
     value: usize,
 }
 
-impl<'c, T> ListCursor<'c, T> {
+impl<'c, T> Cursor<'c, T> {
     fn new(column: &'c ReadColumn<T>) -> Self {
-        ListCursor {
+        Cursor {
             column,
             level: 0,
             value: 0,
         }
     }
 
-    /// The next row's list; None past the column's end.
-    fn next(&mut self) -> Option<&'c [T]> {
+    /// A list column's next row; None past the column's end.
+    fn list(&mut self) -> Option<&'c [T]> {
         let (def, rep) = (&self.column.levels.def, &self.column.levels.rep);
         if self.level >= def.len() || rep.get(self.level) != Some(&0) {
             return None;
@@ -444,26 +444,9 @@ impl<'c, T> ListCursor<'c, T> {
         }
         self.column.values.get(start..self.value)
     }
-}
 
-/// The rows of an optional column.
-struct OptionalCursor<'c, T> {
-    column: &'c ReadColumn<T>,
-    level: usize,
-    value: usize,
-}
-
-impl<'c, T> OptionalCursor<'c, T> {
-    fn new(column: &'c ReadColumn<T>) -> Self {
-        OptionalCursor {
-            column,
-            level: 0,
-            value: 0,
-        }
-    }
-
-    /// The next row's value (None inside: null); None past the column's end.
-    fn next(&mut self) -> Option<Option<&'c T>> {
+    /// An optional column's next row (None inside: null); None past the column's end.
+    fn optional(&mut self) -> Option<Option<&'c T>> {
         let defined = *self.column.levels.def.get(self.level)? == 1;
         self.level += 1;
         if !defined {
@@ -532,19 +515,16 @@ impl Group {
     /// Hands the group's rows, whose ids are `ids`, to the assembler.
     fn assemble(&self, ids: &[i64], to: &mut Assembler, bad: Fail) -> Result<(), Error> {
         let short = |name: &str| bad(format!("not a readable schedule: column {name} ends early"));
-        let (mut deps, mut routes) = (ListCursor::new(&self.deps), ListCursor::new(&self.routes));
-        let (mut lo, mut hi) = (OptionalCursor::new(&self.lo), OptionalCursor::new(&self.hi));
-        let (mut ops, mut waits) = (
-            OptionalCursor::new(&self.ops),
-            OptionalCursor::new(&self.waits),
-        );
+        let (mut deps, mut routes) = (Cursor::new(&self.deps), Cursor::new(&self.routes));
+        let (mut lo, mut hi) = (Cursor::new(&self.lo), Cursor::new(&self.hi));
+        let (mut ops, mut waits) = (Cursor::new(&self.ops), Cursor::new(&self.waits));
         let mut route = Vec::new();
         if ids.len() != self.rows {
             return Err(short("id"));
         }
         for (k, &id) in ids.iter().enumerate() {
             let id = id as u64;
-            let op = match ops.next().ok_or_else(|| short("op"))?.map(|b| b.data()) {
+            let op = match ops.optional().ok_or_else(|| short("op"))?.map(|b| b.data()) {
                 None | Some(b"copy") => Op::Copy,
                 Some(b"reduce") => Op::Reduce,
                 Some(other) => {
@@ -555,13 +535,13 @@ impl Group {
                 }
             };
             let (lo, hi) = (
-                lo.next().ok_or_else(|| short("chunk_lo"))?,
-                hi.next().ok_or_else(|| short("chunk_hi"))?,
+                lo.optional().ok_or_else(|| short("chunk_lo"))?,
+                hi.optional().ok_or_else(|| short("chunk_hi"))?,
             );
             route.clear();
-            let nodes = routes.next().ok_or_else(|| short("route"))?;
+            let nodes = routes.list().ok_or_else(|| short("route"))?;
             route.extend(nodes.iter().map(|&n| n as u32));
-            let wait = waits.next().ok_or_else(|| short("wait_ps"))?;
+            let wait = waits.optional().ok_or_else(|| short("wait_ps"))?;
             to.row(
                 id,
                 Transfer {
@@ -569,7 +549,7 @@ impl Group {
                     dst: self.dst[k] as u32,
                     bytes: self.bytes[k] as u64,
                 },
-                deps.next()
+                deps.list()
                     .ok_or_else(|| short("deps"))?
                     .iter()
                     .map(|&d| d as u64),
