@@ -640,9 +640,6 @@ pub(super) fn read_parquet(
 mod tests {
     use super::*;
 
-    /// Row groups copied as excerpts (how a synthesizer hands them over) make the file that
-    /// gathering them from the whole schedule makes: dependencies before the excerpt, routes,
-    /// waits, reductions, multi-piece ranges and transfers without pieces included.
     /// 23 rows of every kind: waits, plain transfers, reductions and copies over multi-piece
     /// ranges, explicit routes, dependencies reaching several rows back.
     fn sample() -> Schedule {
@@ -694,6 +691,9 @@ mod tests {
         std::fs::read(path).unwrap()
     }
 
+    /// Row groups copied as excerpts (how a synthesizer hands them over) make the file that
+    /// gathering them from the whole schedule makes: dependencies before the excerpt, routes,
+    /// waits, reductions, multi-piece ranges and transfers without pieces included.
     #[test]
     fn excerpts_write_what_the_whole_schedule_writes() {
         let s = sample();

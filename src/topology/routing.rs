@@ -264,61 +264,40 @@ impl<'t> Router<'t> {
         self.coords[npu as usize * self.strides.len() + d]
     }
 
+    /// The lowest dimension in which NPUs `at` and `dst` differ, with its coordinates of both
+    /// (`at != dst`): dimension order moves in it first.
+    fn first_difference(&self, at: NodeId, dst: NodeId) -> (usize, u32, u32) {
+        (0..self.strides.len())
+            .map(|d| (d, self.coord(at, d), self.coord(dst, d)))
+            .find(|&(_, from, to)| from != to)
+            .expect("dimension-order routing between two different NPUs")
+    }
+
     fn dimension_order_next(&self, at: NodeId, dst: NodeId) -> NodeId {
         let dims = self.topology.dims();
         if self.topology.is_switch(at) {
             let (d, base) = self.topology.switch_group(at);
             return base + self.coord(dst, d as usize) * self.strides[d as usize];
         }
-        for (d, dim) in dims.iter().enumerate() {
-            let (n, stride) = (dim.size, self.strides[d]);
-            let (from, to) = (self.coord(at, d), self.coord(dst, d));
-            if from == to {
-                continue;
-            }
-            let step_to = |c: u32| at - from * stride + c * stride;
-            return match dim.kind {
-                DimKind::Ring => {
-                    let clockwise = (to + n - from) % n;
-                    if n - clockwise < clockwise {
-                        step_to((from + n - 1) % n)
-                    } else {
-                        step_to((from + 1) % n)
-                    }
-                }
-                DimKind::UniRing => step_to((from + 1) % n),
-                DimKind::Line => step_to(if to > from { from + 1 } else { from - 1 }),
-                DimKind::FullyConnected => step_to(to),
-                DimKind::Switch => self.switches[at as usize * dims.len() + d],
-            };
+        let (d, from, to) = self.first_difference(at, dst);
+        let dim = &dims[d];
+        let step_to = |c: u32| at - from * self.strides[d] + c * self.strides[d];
+        match (dim.kind, forward_along(dim.kind, dim.size, from, to)) {
+            (_, Some(forward)) => step_to(neighbour(dim.size, from, forward)),
+            (DimKind::Switch, None) => self.switches[at as usize * dims.len() + d],
+            (_, None) => step_to(to),
         }
-        unreachable!("dimension_order_next called with at == dst")
     }
 
     /// The link dimension-order routing takes from NPU `at` towards `dst` (`at != dst`).
     #[inline]
     fn dimension_order_link(&self, at: NodeId, dst: NodeId) -> LinkId {
         let dims = self.topology.dims();
-        let first = dims
-            .iter()
-            .enumerate()
-            .find(|&(d, _)| self.coord(at, d) != self.coord(dst, d));
-        if let Some((d, dim)) = first {
-            let (n, from, to) = (dim.size, self.coord(at, d), self.coord(dst, d));
-            let forward = match dim.kind {
-                DimKind::Ring => {
-                    let clockwise = (to + n - from) % n;
-                    Some(n - clockwise >= clockwise)
-                }
-                DimKind::UniRing => Some(true),
-                DimKind::Line => Some(to > from),
-                DimKind::FullyConnected | DimKind::Switch => None,
-            };
-            if let Some(forward) = forward {
-                let link = self.steps[at as usize * dims.len() + d][usize::from(!forward)];
-                debug_assert_ne!(link, NO_LINK, "dimension-order routing follows built links");
-                return link;
-            }
+        let (d, from, to) = self.first_difference(at, dst);
+        if let Some(forward) = forward_along(dims[d].kind, dims[d].size, from, to) {
+            let link = self.steps[at as usize * dims.len() + d][usize::from(!forward)];
+            debug_assert_ne!(link, NO_LINK, "dimension-order routing follows built links");
+            return link;
         }
         let next = self.dimension_order_next(at, dst);
         self.topology
@@ -340,8 +319,8 @@ impl<'t> Router<'t> {
         };
         match dim.kind {
             DimKind::Ring | DimKind::UniRing if n >= 2 => [
-                towards(Some((from + 1) % n)),
-                towards(Some((from + n - 1) % n)),
+                towards(Some(neighbour(n, from, true))),
+                towards(Some(neighbour(n, from, false))),
             ],
             DimKind::Line => [
                 towards((from + 1 < n).then_some(from + 1)),
@@ -475,6 +454,30 @@ fn shortest_path_tree(topology: &Topology, dst: NodeId) -> Vec<LinkId> {
                 .unwrap_or(NO_LINK)
         })
         .collect()
+}
+
+/// Which way dimension order moves from coordinate `from` to `to` along a ring or line dimension
+/// of `n` (true: to the next coordinate; a ring takes the shorter way, a tie the next); None in
+/// dimensions that reach every coordinate in one hop (fully connected, switch).
+fn forward_along(kind: DimKind, n: u32, from: u32, to: u32) -> Option<bool> {
+    match kind {
+        DimKind::Ring => {
+            let clockwise = (to + n - from) % n;
+            Some(n - clockwise >= clockwise)
+        }
+        DimKind::UniRing => Some(true),
+        DimKind::Line => Some(to > from),
+        DimKind::FullyConnected | DimKind::Switch => None,
+    }
+}
+
+/// The coordinate next to `from` in a dimension of `n`, forward or back, wrapping around.
+fn neighbour(n: u32, from: u32, forward: bool) -> u32 {
+    if forward {
+        (from + 1) % n
+    } else {
+        (from + n - 1) % n
+    }
 }
 
 #[cfg(test)]
