@@ -11,24 +11,29 @@ use std::io::Write;
 use clap::Parser;
 
 /// The system allocator, ending the process with one `error:` line and exit status 2 when an
-/// allocation fails, where Rust would abort with a backtrace.
+/// allocation fails, where Rust would abort with a backtrace, and backing large blocks with huge
+/// pages ([`collsim::memory::advise_huge_pages`]).
 struct ExitOnOutOfMemory;
+
+/// `p`, a fresh block of `bytes`, after the checks every allocation gets.
+#[inline]
+fn served(p: *mut u8, bytes: usize) -> *mut u8 {
+    if p.is_null() {
+        out_of_memory(bytes);
+    }
+    if bytes >= collsim::memory::HUGE_PAGE_BLOCK {
+        collsim::memory::advise_huge_pages(p, bytes);
+    }
+    p
+}
 
 unsafe impl GlobalAlloc for ExitOnOutOfMemory {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if p.is_null() {
-            out_of_memory(layout.size());
-        }
-        p
+        served(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if p.is_null() {
-            out_of_memory(layout.size());
-        }
-        p
+        served(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -36,11 +41,7 @@ unsafe impl GlobalAlloc for ExitOnOutOfMemory {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if p.is_null() {
-            out_of_memory(new_size);
-        }
-        p
+        served(unsafe { System.realloc(ptr, layout, new_size) }, new_size)
     }
 }
 

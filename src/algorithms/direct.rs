@@ -17,8 +17,7 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
     let k = c.chunks;
     if c.kind == CollectiveKind::AllToAll {
         // Built without the data-flow builder: 67M transfers at 8192 NPUs, and no dependencies.
-        // Transfer `i` is worked out from `i` alone, so both cores fill the arrays (generation
-        // was a quarter of a 4096-NPU run, most of it writing fresh memory).
+        // Transfer `i` is worked out from its place alone, so both cores fill the arrays.
         let per_source = (n as u64 - 1) * k as u64;
         let transfers = n as u64 * per_source;
         crate::memory::ensure(
@@ -26,23 +25,37 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
             &format!("a direct all-to-all of {transfers} transfers"),
             "try fewer NPUs or a smaller --chunks",
         )?;
-        let transfer = |i: usize| {
-            let i = i as u64;
-            let src = (i / per_source) as u32;
-            let rest = i % per_source;
-            let dst = destination(src, n, staggered, (rest / k as u64) as u32 + 1);
-            let p = c.a2a_block(src, dst).0 + (rest % k as u64) as u32;
+        // A piece's size depends only on its place in its source's buffer (destination, chunk).
+        let buffer = n * k;
+        let sizes: Vec<u64> = (0..buffer).map(|j| c.piece_bytes(j, j + 1)).collect();
+        let transfer = |at: &Place| {
+            let dst = destination(at.src, n, staggered, at.ordinal);
+            let j = dst * k + at.chunk;
             let t = Transfer {
-                src: c.npus[src as usize],
+                src: c.npus[at.src as usize],
                 dst: c.npus[dst as usize],
-                bytes: c.piece_bytes(p, p + 1),
+                bytes: sizes[j as usize],
             };
-            (t, p)
+            (t, at.src * buffer + j)
         };
         let (mut list, mut pieces) = (Vec::new(), Vec::new());
+        // Rayon hands each thread runs of consecutive indices: a thread steps from the last
+        // place it built instead of dividing (a dozen 64-bit divisions a transfer, here and in
+        // `piece_bytes`, were most of the generation's time).
         (0..transfers as usize)
             .into_par_iter()
-            .map(transfer)
+            .map_init(
+                || None::<Place>,
+                |last, i| {
+                    let i = i as u64;
+                    let at = match *last {
+                        Some(prev) if prev.index + 1 == i => prev.next(n, k),
+                        _ => Place::at(i, n, k),
+                    };
+                    *last = Some(at);
+                    transfer(&at)
+                },
+            )
             .unzip_into_vecs(&mut list, &mut pieces);
         let mut s = Schedule::single_piece_copies(list, pieces);
         s.collective = Some(c.clone());
@@ -89,11 +102,65 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
     Ok(b.finish())
 }
 
+/// Where transfer `index` of a direct all-to-all is in list order: its source, its destination's
+/// ordinal (from 1, see [`destination`]) and its chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    index: u64,
+    src: u32,
+    ordinal: u32,
+    chunk: u32,
+}
+
+impl Place {
+    /// Transfer `index`'s place among `n` ranks with `k` chunks per pair.
+    fn at(index: u64, n: u32, k: u32) -> Place {
+        let per_source = (n as u64 - 1) * k as u64;
+        let rest = index % per_source;
+        Place {
+            index,
+            src: (index / per_source) as u32,
+            ordinal: (rest / k as u64) as u32 + 1,
+            chunk: (rest % k as u64) as u32,
+        }
+    }
+
+    /// The next transfer's place among `n` ranks with `k` chunks per pair.
+    fn next(self, n: u32, k: u32) -> Place {
+        let mut at = Place {
+            index: self.index + 1,
+            chunk: self.chunk + 1,
+            ..self
+        };
+        if at.chunk == k {
+            at.chunk = 0;
+            at.ordinal += 1;
+            if at.ordinal == n {
+                at.ordinal = 1;
+                at.src += 1;
+            }
+        }
+        at
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithms::collectives::destinations;
     use crate::schedule::TransferIndex;
+
+    #[test]
+    fn stepping_through_places_matches_computing_each() {
+        for (n, k) in [(2, 1), (3, 1), (5, 3), (7, 2), (16, 1)] {
+            let mut at = Place::at(0, n, k);
+            let total = n as u64 * (n as u64 - 1) * k as u64;
+            for i in 1..total {
+                at = at.next(n, k);
+                assert_eq!(at, Place::at(i, n, k), "n {n}, k {k}, transfer {i}");
+            }
+        }
+    }
 
     #[test]
     fn all_to_all_lists_sources_then_destinations_then_chunks() {
