@@ -160,6 +160,43 @@ impl Instants {
     }
 }
 
+/// What matching reads and writes of one link, in one cache line: one array per field cost a
+/// memory miss each on large meshes.
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct LinkSlot {
+    src: u32,
+    dst: u32,
+    /// The position in its source's log of the next chunk it may send.
+    cursor: u32,
+    free: bool,
+    /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
+    has_faster_sibling: bool,
+    /// Whether it joins two clusters ([`Network::crosses`]).
+    crosses: bool,
+    /// When it finishes its current send and the sends left to it by slower links.
+    planned_until: Time,
+    /// Link-free delay of the largest chunk.
+    serialization: Time,
+    /// Arrival delay of the largest chunk.
+    delay: Time,
+    /// Link-free and arrival delays of the smallest chunk: a size that does not divide evenly
+    /// leaves chunks of two sizes, a byte apart, and computing a delay costs a division and a
+    /// miss on the network's link.
+    smallest: (Time, Time),
+}
+
+/// One NPU's received chunks.
+#[derive(Clone, Debug, Default)]
+struct Inbox {
+    /// The chunks it received, in arrival order (shared by its outgoing links).
+    log: Vec<Candidate>,
+    /// How many entries were trimmed off the front of the log.
+    trimmed: u32,
+    /// Whether it is in [`State::dirty`].
+    dirty: bool,
+}
+
 struct State<'a> {
     net: &'a Network,
     problem: &'a Problem,
@@ -170,28 +207,17 @@ struct State<'a> {
     /// between clusters never brings a cluster a chunk it already has or has coming: the chunk
     /// spreads inside on the fast links, and every link into the cluster carries another chunk.
     cluster_claimed: Vec<u64>,
-    /// Per NPU, the chunks it received, in arrival order (shared by its outgoing links).
-    log: Vec<Vec<Candidate>>,
-    /// Per NPU, how many entries were trimmed off the front of its log.
-    trimmed: Vec<u32>,
-    /// Per link, the position in its source's log of the next chunk it may send.
-    cursor: Vec<u32>,
-    free: Vec<bool>,
-    /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
-    has_faster_sibling: Vec<bool>,
+    /// Per NPU, its log of received chunks.
+    inbox: Vec<Inbox>,
+    /// Per link, its matching state.
+    slots: Vec<LinkSlot>,
     /// Per chunk, how many NPUs hold it or have it on the way.
     holders: Vec<u32>,
-    /// When each link finishes its current send and the sends left to it by slower links.
-    planned_until: Vec<Time>,
-    /// Link-free delay of the largest chunk on each link.
-    serialization: Vec<Time>,
-    /// Arrival delay of the largest chunk on each link.
-    delay: Vec<Time>,
-    /// The largest chunk, whose delays are precomputed.
+    /// The largest and the smallest chunk, whose delays are precomputed.
     largest: u64,
+    smallest: u64,
     events: Instants,
     dirty: Vec<u32>,
-    is_dirty: Vec<bool>,
     remaining: u64,
     sends: u32,
     makespan: Time,
@@ -210,7 +236,7 @@ impl State<'_> {
     fn useful(&self, l: u32, dst: u32, c: u32) -> bool {
         match self.problem.unicast(c) {
             Some(d) => {
-                let src = self.net.links[l as usize].src;
+                let src = self.slots[l as usize].src;
                 let to = &self.to_dest[self.dest_index[d as usize] as usize];
                 self.at[c as usize] == src
                     && !self.moving[c as usize]
@@ -237,36 +263,38 @@ impl State<'_> {
     /// True when link `l` would bring its destination's cluster a chunk it already has (or has
     /// coming) from outside.
     fn cluster_has(&self, l: u32, chunk: u32) -> bool {
-        if !self.net.crosses[l as usize] {
+        let link = &self.slots[l as usize];
+        if !link.crosses {
             return false;
         }
-        let c = self.net.cluster[self.net.links[l as usize].dst as usize] as usize;
+        let c = self.net.cluster[link.dst as usize] as usize;
         self.cluster_claimed[c * self.words + chunk as usize / 64] >> (chunk % 64) & 1 == 1
     }
 
     fn mark_dirty(&mut self, npu: u32) {
-        if !self.is_dirty[npu as usize] {
-            self.is_dirty[npu as usize] = true;
+        if !self.inbox[npu as usize].dirty {
+            self.inbox[npu as usize].dirty = true;
             self.dirty.push(npu);
         }
     }
 
     fn arrive(&mut self, npu: u32, chunk: u32, via: u32, now: Time) {
         let v = npu as usize;
-        if self.log[v].len() == self.log[v].capacity() && self.log[v].len() >= 64 {
+        if self.inbox[v].log.len() == self.inbox[v].log.capacity() && self.inbox[v].log.len() >= 64
+        {
             // Forget what every outgoing link has gone past before the log grows.
             let done = self
                 .net
                 .out_links(npu)
                 .iter()
-                .map(|&l| self.cursor[l as usize])
+                .map(|&l| self.slots[l as usize].cursor)
                 .min()
                 .unwrap_or(0)
-                - self.trimmed[v];
-            self.log[v].drain(..done as usize);
-            self.trimmed[v] += done;
+                - self.inbox[v].trimmed;
+            self.inbox[v].log.drain(..done as usize);
+            self.inbox[v].trimmed += done;
         }
-        self.log[v].push(Candidate {
+        self.inbox[v].log.push(Candidate {
             ready: now,
             chunk,
             via,
@@ -276,8 +304,8 @@ impl State<'_> {
             self.moving[chunk as usize] = false;
         }
         for &l in self.net.out_links(npu) {
-            let w = self.net.links[l as usize].dst;
-            if self.free[l as usize] && self.useful(l, w, chunk) {
+            let w = self.slots[l as usize].dst;
+            if self.slots[l as usize].free && self.useful(l, w, chunk) {
                 self.mark_dirty(w);
             }
         }
@@ -285,48 +313,47 @@ impl State<'_> {
 
     /// The entry of link `l`'s source log at absolute position `pos`, if it exists yet.
     fn entry(&self, src: u32, pos: u32) -> Option<Candidate> {
-        self.log[src as usize]
-            .get((pos - self.trimmed[src as usize]) as usize)
+        self.inbox[src as usize]
+            .log
+            .get((pos - self.inbox[src as usize].trimmed) as usize)
             .copied()
     }
 
     /// Hints the CPU to fetch the head of link `l`'s queue: the logs are large and each link
     /// reads its own place in its source's log, so the event loops fetch a few links ahead.
     fn prefetch_head(&self, l: u32) {
-        let src = self.net.links[l as usize].src as usize;
-        let pos = (self.cursor[l as usize] - self.trimmed[src]) as usize;
-        if let Some(entry) = self.log[src].get(pos) {
+        let src = self.slots[l as usize].src as usize;
+        let pos = (self.slots[l as usize].cursor - self.inbox[src].trimmed) as usize;
+        if let Some(entry) = self.inbox[src].log.get(pos) {
             crate::memory::prefetch(entry);
         }
     }
 
     fn has_pending(&self, l: u32) -> bool {
-        let src = self.net.links[l as usize].src;
-        self.entry(src, self.cursor[l as usize]).is_some()
+        let src = self.slots[l as usize].src;
+        self.entry(src, self.slots[l as usize].cursor).is_some()
     }
 
     /// The faster link into `dst` that could deliver `chunk` before link `l` started now would,
     /// if any: its source holds the chunk (or has it on the way) and its planned sends leave room.
     /// On heterogeneous networks the slow link leaves such chunks to the fast one.
     fn better_elsewhere(&self, l: u32, dst: u32, chunk: u32, now: Time) -> Option<u32> {
-        if !self.has_faster_sibling[l as usize] || self.problem.unicast(chunk).is_some() {
+        if !self.slots[l as usize].has_faster_sibling || self.problem.unicast(chunk).is_some() {
             return None;
         }
-        let here = now + self.delay[l as usize];
+        let here = now + self.slots[l as usize].delay;
         self.net
             .in_links(dst)
             .iter()
             .copied()
-            .filter(|&m| m != l && self.delay[m as usize] < self.delay[l as usize])
+            .filter(|&m| m != l && self.slots[m as usize].delay < self.slots[l as usize].delay)
             .map(|m| {
                 (
-                    self.planned_until[m as usize].max(now) + self.delay[m as usize],
+                    self.slots[m as usize].planned_until.max(now) + self.slots[m as usize].delay,
                     m,
                 )
             })
-            .filter(|&(arrive, m)| {
-                arrive < here && self.claimed(self.net.links[m as usize].src, chunk)
-            })
+            .filter(|&(arrive, m)| arrive < here && self.claimed(self.slots[m as usize].src, chunk))
             .min()
             .map(|(_, m)| m)
     }
@@ -336,23 +363,23 @@ impl State<'_> {
     /// this link (held, on the way, or sooner by a faster link), so the link's sends stay in the
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
-        let src = self.net.links[l as usize].src;
+        let src = self.slots[l as usize].src;
         let useless = |s: &Self, c: u32| !s.useful(l, dst, c);
         let first = loop {
-            let e = self.entry(src, self.cursor[l as usize])?;
+            let e = self.entry(src, self.slots[l as usize].cursor)?;
             if useless(self, e.chunk) {
-                self.cursor[l as usize] += 1;
+                self.slots[l as usize].cursor += 1;
             } else if let Some(m) = self.better_elsewhere(l, dst, e.chunk, now) {
                 // Leave it to `m` and book the time it will take there.
-                self.cursor[l as usize] += 1;
-                let planned = &mut self.planned_until[m as usize];
-                *planned = (*planned).max(now) + self.serialization[m as usize];
+                self.slots[l as usize].cursor += 1;
+                let m = &mut self.slots[m as usize];
+                m.planned_until = m.planned_until.max(now) + m.serialization;
             } else {
                 break e;
             }
         };
-        let start = (self.cursor[l as usize] - self.trimmed[src as usize]) as usize;
-        let log = &self.log[src as usize];
+        let start = (self.slots[l as usize].cursor - self.inbox[src as usize].trimmed) as usize;
+        let log = &self.inbox[src as usize].log;
         // Rarest first (fewest NPUs hold it or have it coming), then at random.
         let (mut chosen, mut seen, mut rarest) = (start, 0u32, u32::MAX);
         for (i, c) in log.iter().enumerate().skip(start).take(TIE_WINDOW) {
@@ -378,7 +405,7 @@ impl State<'_> {
         // A chunk taken from further on stays in the log; its destination now holds it, so the
         // link passes over it later.
         if chosen == start {
-            self.cursor[l as usize] += 1;
+            self.slots[l as usize].cursor += 1;
         }
         Some(log[chosen])
     }
@@ -397,20 +424,23 @@ impl State<'_> {
                 .in_links(dst)
                 .iter()
                 .copied()
-                .filter(|&l| self.free[l as usize] && self.has_pending(l)),
+                .filter(|&l| self.slots[l as usize].free && self.has_pending(l)),
         );
         if links.is_empty() {
             return;
         }
         links.shuffle(rng);
-        links.sort_by_key(|&l| self.delay[l as usize]);
+        links.sort_by_key(|&l| self.slots[l as usize].delay);
         for &l in links.iter() {
             let Some(c) = self.pick(l, dst, now, rng) else {
                 continue;
             };
             let bytes = self.problem.chunk_bytes[c.chunk as usize];
+            let slot = &self.slots[l as usize];
             let (free_after, arrive_after) = if bytes == self.largest {
-                (self.serialization[l as usize], self.delay[l as usize])
+                (slot.serialization, slot.delay)
+            } else if bytes == self.smallest {
+                slot.smallest
             } else {
                 self.net.delays(l, bytes)
             };
@@ -422,8 +452,8 @@ impl State<'_> {
                 arrive: now + arrive_after,
             };
             self.claim(dst, c.chunk);
-            self.free[l as usize] = false;
-            let planned = &mut self.planned_until[l as usize];
+            self.slots[l as usize].free = false;
+            let planned = &mut self.slots[l as usize].planned_until;
             *planned = (*planned).max(now + free_after);
             match self.problem.unicast(c.chunk) {
                 Some(d) => {
@@ -457,7 +487,7 @@ impl State<'_> {
 fn delays_to_destinations(
     net: &Network,
     problem: &Problem,
-    delay: &[Time],
+    slots: &[LinkSlot],
 ) -> (Vec<u32>, Vec<Vec<u64>>) {
     use std::cmp::Reverse;
     let n = net.npus() as usize;
@@ -477,7 +507,7 @@ fn delays_to_destinations(
             }
             for &l in net.in_links(v) {
                 let u = net.links[l as usize].src;
-                let through = t + delay[l as usize].ps();
+                let through = t + slots[l as usize].delay.ps();
                 if through < dist[u as usize] {
                     dist[u as usize] = through;
                     heap.push(Reverse((through, u)));
@@ -501,15 +531,32 @@ pub(crate) fn run(
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
     let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
-    let (serialization, delay): (Vec<Time>, Vec<Time>) = (0..net.links.len() as u32)
-        .map(|l| net.delays(l, largest))
-        .unzip();
-    let has_faster_sibling = net
-        .links
-        .iter()
-        .zip(&delay)
-        .map(|(l, &own)| net.in_links(l.dst).iter().any(|&m| delay[m as usize] < own))
+    let smallest = problem.chunk_bytes.iter().copied().min().unwrap_or(0);
+    let mut slots: Vec<LinkSlot> = (0..net.links.len() as u32)
+        .map(|l| {
+            let (serialization, delay) = net.delays(l, largest);
+            let link = &net.links[l as usize];
+            LinkSlot {
+                src: link.src,
+                dst: link.dst,
+                cursor: 0,
+                free: true,
+                has_faster_sibling: false,
+                crosses: net.crosses[l as usize],
+                planned_until: Time::ZERO,
+                serialization,
+                delay,
+                smallest: net.delays(l, smallest),
+            }
+        })
         .collect();
+    for l in 0..slots.len() {
+        let own = slots[l].delay;
+        slots[l].has_faster_sibling = net
+            .in_links(slots[l].dst)
+            .iter()
+            .any(|&m| slots[m as usize].delay < own);
+    }
     let mut state = State {
         net,
         problem,
@@ -520,19 +567,13 @@ pub(crate) fn run(
         } else {
             Vec::new()
         },
-        log: vec![Vec::new(); n as usize],
-        trimmed: vec![0; n as usize],
-        cursor: vec![0; net.links.len()],
-        free: vec![true; net.links.len()],
-        has_faster_sibling,
+        inbox: vec![Inbox::default(); n as usize],
+        slots,
         holders: vec![0; chunks as usize],
-        planned_until: vec![Time::ZERO; net.links.len()],
-        serialization,
         largest,
-        delay,
+        smallest,
         events: Instants::default(),
         dirty: Vec::new(),
-        is_dirty: vec![false; n as usize],
         remaining: 0,
         sends: 0,
         makespan: Time::ZERO,
@@ -556,7 +597,7 @@ pub(crate) fn run(
         dest_index: Vec::new(),
     };
     if !problem.dest.is_empty() {
-        let (index, tables) = delays_to_destinations(net, problem, &state.delay);
+        let (index, tables) = delays_to_destinations(net, problem, &state.slots);
         state.dest_index = index;
         state.to_dest = tables;
     }
@@ -603,9 +644,9 @@ pub(crate) fn run(
             }
             match events[i] {
                 Event::LinkFree { link } => {
-                    state.free[link as usize] = true;
+                    state.slots[link as usize].free = true;
                     if state.has_pending(link) {
-                        state.mark_dirty(net.links[link as usize].dst);
+                        state.mark_dirty(state.slots[link as usize].dst);
                     }
                 }
                 Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
@@ -620,7 +661,7 @@ pub(crate) fn run(
                     state.prefetch_head(l);
                 }
             }
-            state.is_dirty[dst as usize] = false;
+            state.inbox[dst as usize].dirty = false;
             state.match_into(dst, now, &mut links, rng, sink);
         }
         dirty.clear();
