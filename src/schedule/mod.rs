@@ -119,9 +119,7 @@ pub struct Transfer {
 #[derive(Clone, Debug, Default)]
 pub struct Schedule {
     transfers: Vec<Transfer>,
-    /// CSR offsets into `deps`; empty while no transfer has dependencies.
-    dep_start: Vec<u32>,
-    deps: Vec<TransferIndex>,
+    deps: Deps,
     /// Piece ranges `lo..hi`, present once any transfer names one.
     pieces: Option<PieceRanges>,
     /// Operations, present once any transfer is a reduction.
@@ -138,6 +136,136 @@ pub struct Schedule {
     routes: Option<(Vec<u32>, Vec<NodeId>)>,
     /// The collective this schedule claims to implement, if any.
     pub collective: Option<Collective>,
+}
+
+/// Stands for no dependency in [`Deps::One`].
+const NO_DEP: TransferIndex = TransferIndex::MAX;
+
+/// Every transfer's dependencies. Most schedules (synthesized ones, rings, trees, pipelines) give
+/// each transfer at most one: those are kept as one index a transfer (4 bytes), and the offsets
+/// of the general form (4 bytes more) only appear once some transfer waits for several. On the
+/// largest synthesized meshes, memory per transfer is what limits the size.
+#[derive(Clone, Debug, Default)]
+enum Deps {
+    /// No transfer has a dependency.
+    #[default]
+    None,
+    /// Per transfer, its one dependency or [`NO_DEP`]; how many are not [`NO_DEP`].
+    One {
+        each: Vec<TransferIndex>,
+        count: usize,
+    },
+    /// CSR offsets per transfer into the list.
+    Many {
+        start: Vec<u32>,
+        list: Vec<TransferIndex>,
+    },
+}
+
+impl Deps {
+    /// Records transfer `index`'s dependencies (`index` is the number recorded so far).
+    fn push(&mut self, index: usize, deps: &[TransferIndex]) {
+        let fits_one = deps.len() <= 1 && deps.first() != Some(&NO_DEP);
+        if !fits_one {
+            self.make_many(index);
+        }
+        match self {
+            Deps::None if deps.is_empty() => {}
+            Deps::None => {
+                let mut each = vec![NO_DEP; index];
+                each.push(deps[0]);
+                *self = Deps::One { each, count: 1 };
+            }
+            Deps::One { each, count } => {
+                each.push(deps.first().copied().unwrap_or(NO_DEP));
+                *count += deps.len();
+            }
+            Deps::Many { start, list } => {
+                list.extend_from_slice(deps);
+                assert!(list.len() < u32::MAX as usize, "too many dependencies");
+                start.push(list.len() as u32);
+            }
+        }
+    }
+
+    /// Turns the first `transfers` entries into the general form.
+    #[cold]
+    fn make_many(&mut self, transfers: usize) {
+        let (start, list) = match self {
+            Deps::Many { .. } => return,
+            Deps::None => (vec![0; transfers + 1], Vec::new()),
+            Deps::One { each, count } => {
+                let mut start = Vec::with_capacity(transfers + 1);
+                let mut list = Vec::with_capacity(*count);
+                start.push(0);
+                for &d in each.iter() {
+                    if d != NO_DEP {
+                        list.push(d);
+                    }
+                    start.push(list.len() as u32);
+                }
+                (start, list)
+            }
+        };
+        *self = Deps::Many { start, list };
+    }
+
+    fn get(&self, index: usize) -> &[TransferIndex] {
+        match self {
+            Deps::None => &[],
+            Deps::One { each, .. } => match &each[index] {
+                &NO_DEP => &[],
+                d => std::slice::from_ref(d),
+            },
+            Deps::Many { start, list } => &list[start[index] as usize..start[index + 1] as usize],
+        }
+    }
+
+    /// The place `get(index)` reads first.
+    fn prefetch(&self, index: usize) {
+        match self {
+            Deps::None => {}
+            Deps::One { each, .. } => crate::memory::prefetch(&each[index]),
+            Deps::Many { start, .. } => crate::memory::prefetch(&start[index]),
+        }
+    }
+
+    /// Dependencies in all (each transfer's counted).
+    fn total(&self) -> usize {
+        match self {
+            Deps::None => 0,
+            Deps::One { count, .. } => *count,
+            Deps::Many { list, .. } => list.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// True when no transfer has more than one dependency.
+    fn at_most_one_each(&self) -> bool {
+        match self {
+            Deps::None | Deps::One { .. } => true,
+            Deps::Many { start, .. } => start.windows(2).all(|w| w[1] - w[0] <= 1),
+        }
+    }
+
+    /// The entries of transfers `rows`, as their own [`Deps`].
+    fn rows(&self, rows: &Range<usize>) -> Deps {
+        match self {
+            Deps::None => Deps::None,
+            Deps::One { each, .. } => {
+                let each = each[rows.clone()].to_vec();
+                let count = each.iter().filter(|&&d| d != NO_DEP).count();
+                Deps::One { each, count }
+            }
+            Deps::Many { start, list } => {
+                let (start, list) = csr_rows(start, list, rows);
+                Deps::Many { start, list }
+            }
+        }
+    }
 }
 
 /// Rows `rows` of a CSR list (per-row offsets `start` into `values`), offsets rebased to zero.
@@ -162,14 +290,16 @@ impl Schedule {
         }
     }
 
-    /// Room for `transfers` transfers with `deps` dependencies and piece ranges, allocated once:
-    /// for schedules of hundreds of millions of transfers, growing by doubling would briefly hold
-    /// old and new arrays together.
-    pub fn with_capacity_for_data(transfers: usize, deps: usize) -> Schedule {
+    /// Room for `transfers` transfers with at most one dependency each and piece ranges,
+    /// allocated once: for schedules of hundreds of millions of transfers, growing by doubling
+    /// would briefly hold old and new arrays together.
+    pub fn with_capacity_for_data(transfers: usize) -> Schedule {
         Schedule {
             transfers: Vec::with_capacity(transfers),
-            dep_start: Vec::with_capacity(transfers + 1),
-            deps: Vec::with_capacity(deps),
+            deps: Deps::One {
+                each: Vec::with_capacity(transfers),
+                count: 0,
+            },
             pieces: Some(PieceRanges::with_capacity(transfers)),
             ..Schedule::default()
         }
@@ -204,14 +334,7 @@ impl Schedule {
         let index = self.transfers.len();
         assert!(index < TransferIndex::MAX as usize, "schedule too large");
         self.transfers.push(transfer);
-        if !deps.is_empty() && self.dep_start.is_empty() {
-            self.dep_start.resize(index + 1, 0);
-        }
-        if !self.dep_start.is_empty() {
-            self.deps.extend_from_slice(deps);
-            assert!(self.deps.len() < u32::MAX as usize, "too many dependencies");
-            self.dep_start.push(self.deps.len() as u32);
-        }
+        self.deps.push(index, deps);
         if let Some(o) = &mut self.ops {
             o.push(Op::Copy);
         }
@@ -377,9 +500,7 @@ impl Schedule {
     pub fn prefetch(&self, index: TransferIndex) {
         let i = index as usize;
         crate::memory::prefetch(&self.transfers[i]);
-        if let Some(start) = self.dep_start.get(i) {
-            crate::memory::prefetch(start);
-        }
+        self.deps.prefetch(i);
         if let Some(pieces) = &self.pieces {
             pieces.prefetch(i);
         }
@@ -389,11 +510,13 @@ impl Schedule {
     }
 
     pub fn deps(&self, index: TransferIndex) -> &[TransferIndex] {
-        if self.dep_start.is_empty() {
-            return &[];
-        }
-        let i = index as usize;
-        &self.deps[self.dep_start[i] as usize..self.dep_start[i + 1] as usize]
+        self.deps.get(index as usize)
+    }
+
+    /// True when no transfer waits for more than one other: completing a transfer then makes
+    /// each of its dependents ready.
+    pub fn deps_at_most_one_each(&self) -> bool {
+        self.deps.at_most_one_each()
     }
 
     /// True when every dependency names an earlier transfer: then the schedule is acyclic and list
@@ -454,15 +577,9 @@ impl Schedule {
     /// schedule still being built, at the cost of a copy.
     pub(crate) fn excerpt(&self, rows: Range<usize>) -> Schedule {
         let clip = |len: usize| rows.start.min(len)..rows.end.min(len);
-        let (dep_start, deps) = if self.dep_start.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            csr_rows(&self.dep_start, &self.deps, &rows)
-        };
         Schedule {
             transfers: self.transfers[rows.clone()].to_vec(),
-            dep_start,
-            deps,
+            deps: self.deps.rows(&rows),
             pieces: self.pieces.as_ref().map(|p| PieceRanges {
                 lo: p.lo[clip(p.lo.len())].to_vec(),
                 hi: p.hi.as_ref().map(|hi| hi[clip(hi.len())].to_vec()),
@@ -565,21 +682,26 @@ impl Schedule {
     /// For each transfer, the transfers that depend on it (CSR: offsets, list).
     pub fn dependents(&self) -> (Vec<u32>, Vec<TransferIndex>) {
         let n = self.len();
+        // Counts, then each transfer's first place; filling moves it to the next one's first
+        // place, and a shift restores the offsets (no second array of n offsets at the peak).
         let mut start = vec![0u32; n + 1];
-        for &d in &self.deps {
-            start[d as usize + 1] += 1;
+        for t in 0..n {
+            for &d in self.deps.get(t) {
+                start[d as usize + 1] += 1;
+            }
         }
         for i in 0..n {
             start[i + 1] += start[i];
         }
-        let mut fill = start.clone();
-        let mut list = vec![0; self.deps.len()];
+        let mut list = vec![0; self.deps.total()];
         for t in 0..n as TransferIndex {
             for &d in self.deps(t) {
-                list[fill[d as usize] as usize] = t;
-                fill[d as usize] += 1;
+                list[start[d as usize] as usize] = t;
+                start[d as usize] += 1;
             }
         }
+        start.copy_within(0..n, 1);
+        start[0] = 0;
         (start, list)
     }
 }
@@ -587,6 +709,54 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependencies_keep_one_index_each_until_a_transfer_has_several() {
+        let t = Transfer {
+            src: 0,
+            dst: 1,
+            bytes: 1,
+        };
+        let expected: [&[TransferIndex]; 6] = [&[], &[0], &[], &[1], &[2, 3], &[4]];
+        let forms = ["none", "one", "one", "one", "many", "many"];
+        let mut s = Schedule::new();
+        for (i, deps) in expected.iter().enumerate() {
+            s.push(t, deps);
+            let form = match s.deps {
+                Deps::None => "none",
+                Deps::One { .. } => "one",
+                Deps::Many { .. } => "many",
+            };
+            assert_eq!(form, forms[i], "after {i}");
+            assert_eq!(s.deps_at_most_one_each(), i < 4);
+            for (j, deps) in expected.iter().enumerate().take(i + 1) {
+                assert_eq!(s.deps(j as TransferIndex), *deps, "transfer {j} after {i}");
+            }
+        }
+        let (start, list) = s.dependents();
+        let of = |d: usize| &list[start[d] as usize..start[d + 1] as usize];
+        let dependents: Vec<&[TransferIndex]> = (0..6).map(of).collect();
+        assert_eq!(dependents, [&[1][..], &[3], &[4], &[4], &[5], &[]]);
+        let part = s.excerpt(1..4);
+        assert_eq!(
+            (part.deps(0), part.deps(1), part.deps(2)),
+            (&[0][..], &[][..], &[1][..])
+        );
+    }
+
+    #[test]
+    fn a_dependency_on_the_largest_index_is_kept_for_the_check_to_refuse() {
+        let mut s = Schedule::new();
+        let t = Transfer {
+            src: 0,
+            dst: 1,
+            bytes: 1,
+        };
+        s.push(t, &[]);
+        s.push(t, &[TransferIndex::MAX]);
+        assert_eq!(s.deps(1), &[TransferIndex::MAX]);
+        assert!(s.has_deps());
+    }
 
     #[test]
     fn piece_ranges_store_single_pieces_compactly_and_any_range_exactly() {

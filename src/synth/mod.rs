@@ -718,7 +718,7 @@ fn stream_forward(
         &format!("a synthesized schedule of {expected} transfers"),
         "try fewer NPUs, or --no-validate",
     )?;
-    let mut schedule = Schedule::with_capacity_for_data(expected, expected);
+    let mut schedule = Schedule::with_capacity_for_data(expected);
     // The tap and the id of this schedule's stream, when the tap takes it.
     let tapping = options
         .tap
