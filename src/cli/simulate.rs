@@ -235,6 +235,7 @@ fn run_and_report(
         None => Ok(()),
     };
     let heartbeat = crate::report::Heartbeat::start("running");
+    spec.synth.progress = Some(heartbeat.steps());
     let outcome = experiment::execute_with(
         &topology,
         &spec,

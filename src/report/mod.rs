@@ -20,6 +20,9 @@ pub use utilization::{Utilization, BINS as UTILIZATION_BINS};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::schedule::{Schedule, TransferIndex};
 use crate::sim::SimResult;
@@ -478,14 +481,46 @@ pub(crate) fn save_figure(
     plot::save_svg(figure, &out.file(&format!("{stem}.svg")))
 }
 
+/// A progress line for a log: `progress: <label>: k/total <what> (p%), N s`, and the time the
+/// rest takes at `rate` steps a second when known.
+fn count_line(
+    label: &str,
+    what: &str,
+    done: u64,
+    total: u64,
+    elapsed: f64,
+    rate: Option<f64>,
+) -> String {
+    let left = rate.map_or(String::new(), |r| {
+        format!(
+            ", about {:.0} s left",
+            total.saturating_sub(done) as f64 / r
+        )
+    });
+    format!(
+        "progress: {label}: {done}/{total} {what} ({:.0}%), {elapsed:.1} s{left}",
+        100.0 * done as f64 / total.max(1) as f64
+    )
+}
+
 /// Progress as plain lines on stderr when it is not a terminal (a Slurm log, `2>log`), where a
-/// bar cannot be drawn: nothing for the first 2 s, then a line at most every 5 s.
+/// bar cannot be drawn: nothing for the first 2 s, then a line at most every 5 s, with the time
+/// left at the rate since the first report (the phase may begin well after the lines are made).
 pub struct ProgressLines {
     label: String,
     what: String,
-    started: std::time::Instant,
-    last: std::sync::Mutex<Option<std::time::Instant>>,
+    started: Instant,
+    last: std::sync::Mutex<Reported>,
     enabled: bool,
+}
+
+/// What [`ProgressLines`] remembers between reports.
+#[derive(Default)]
+struct Reported {
+    /// When the last line was printed.
+    printed: Option<Instant>,
+    /// The first report: its time and count.
+    first: Option<(Instant, u64)>,
 }
 
 impl ProgressLines {
@@ -494,8 +529,8 @@ impl ProgressLines {
         ProgressLines {
             label: label.to_string(),
             what: what.to_string(),
-            started: std::time::Instant::now(),
-            last: std::sync::Mutex::new(None),
+            started: Instant::now(),
+            last: std::sync::Mutex::new(Reported::default()),
             enabled: !std::io::stderr().is_terminal(),
         }
     }
@@ -505,22 +540,25 @@ impl ProgressLines {
         if !self.enabled {
             return;
         }
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         let elapsed = now.duration_since(self.started).as_secs_f64();
         let Ok(mut last) = self.last.lock() else {
             return;
         };
-        let due = match *last {
+        let (since, from) = *last.first.get_or_insert((now, done));
+        let due = match last.printed {
             None => elapsed >= 2.0,
             Some(t) => now.duration_since(t).as_secs_f64() >= 5.0,
         };
         if due && total > 0 {
-            *last = Some(now);
+            last.printed = Some(now);
+            let rate = done
+                .checked_sub(from)
+                .filter(|&d| d > 0)
+                .map(|d| d as f64 / now.duration_since(since).as_secs_f64().max(1e-9));
             eprintln!(
-                "progress: {}: {done}/{total} {} ({:.0}%), {elapsed:.1} s",
-                self.label,
-                self.what,
-                100.0 * done as f64 / total as f64
+                "{}",
+                count_line(&self.label, &self.what, done, total, elapsed, rate)
             );
         }
     }
@@ -563,58 +601,100 @@ impl Milestones {
     }
 }
 
+/// Steps of a phase, counted where they are done and read by a [`Heartbeat`]: a phase that learns
+/// its size late (the synthesizer's sends) [`Steps::begin`]s it, counts, and [`Steps::end`]s it.
+#[derive(Debug, Default)]
+pub struct Steps {
+    done: AtomicU64,
+    /// 0: nothing counted now.
+    total: AtomicU64,
+    /// What is counted, and since when.
+    what: std::sync::Mutex<Option<(String, Instant)>>,
+}
+
+impl Steps {
+    /// Starts counting `total` steps of `what` from zero.
+    pub fn begin(&self, what: &str, total: u64) {
+        if let Ok(mut w) = self.what.lock() {
+            *w = Some((what.to_string(), Instant::now()));
+        }
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+    }
+
+    /// Sets how many steps are done.
+    pub fn set(&self, done: u64) {
+        self.done.store(done, Ordering::Relaxed);
+    }
+
+    /// Counts one step done.
+    pub fn step(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Stops counting: the heartbeat says only the time again.
+    pub fn end(&self) {
+        self.total.store(0, Ordering::Relaxed);
+    }
+}
+
 /// While alive, and when stderr is not a terminal, prints `progress: <label>, N s` every 5 s
-/// after the first 2 s: the phases that count nothing (synthesis, tree packing, scheduling) are
-/// not silent in a log either. A counting heartbeat ([`Heartbeat::counting`]) also says how many
-/// steps are done, so a log shows life even while every step in flight is a long one.
+/// after the first 2 s: the phases that count nothing (tree packing, scheduling) are not silent
+/// in a log either. While its [`Steps`] count, it also says how many are done and about how long
+/// the rest will take at the rate so far: `progress: <label>: k/total <what> (p%), N s, about M s
+/// left`.
 pub struct Heartbeat {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    steps: Arc<Steps>,
 }
 
 impl Heartbeat {
     pub fn start(label: &str) -> Heartbeat {
-        Heartbeat::spawn(label.to_string(), None)
+        Heartbeat::spawn(label.to_string(), Arc::new(Steps::default()))
     }
 
-    /// A heartbeat over `total` steps of `what`: `progress: <label>: k/total <what> (p%), N s`.
-    /// [`Heartbeat::step`] counts one done.
+    /// A heartbeat over `total` steps of `what`; [`Heartbeat::step`] counts one done.
     pub fn counting(label: &str, what: &str, total: u64) -> Heartbeat {
-        Heartbeat::spawn(label.to_string(), Some((what.to_string(), total)))
+        let steps = Steps::default();
+        steps.begin(what, total);
+        Heartbeat::spawn(label.to_string(), Arc::new(steps))
     }
 
     /// Counts one step done (for a counting heartbeat).
     pub fn step(&self) {
-        self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.steps.step();
     }
 
-    fn spawn(label: String, steps: Option<(String, u64)>) -> Heartbeat {
+    /// The counter the heartbeat reads, for the code doing the steps.
+    pub fn steps(&self) -> Arc<Steps> {
+        Arc::clone(&self.steps)
+    }
+
+    fn spawn(label: String, steps: Arc<Steps>) -> Heartbeat {
         use std::io::IsTerminal;
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         if std::io::stderr().is_terminal() {
             return Heartbeat {
                 stop: None,
                 thread: None,
-                done,
+                steps,
             };
         }
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let counted = std::sync::Arc::clone(&done);
+        let counted = Arc::clone(&steps);
         let thread = std::thread::spawn(move || {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let mut wait = std::time::Duration::from_secs(2);
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                 let elapsed = started.elapsed().as_secs_f64();
-                match &steps {
-                    Some((what, total)) => {
-                        let k = counted.load(std::sync::atomic::Ordering::Relaxed);
-                        eprintln!(
-                            "progress: {label}: {k}/{total} {what} ({:.0}%), {elapsed:.0} s",
-                            100.0 * k as f64 / (*total).max(1) as f64
-                        );
-                    }
-                    None => eprintln!("progress: {label}, {elapsed:.0} s"),
+                let total = counted.total.load(Ordering::Relaxed);
+                let counting = counted.what.lock().ok().and_then(|w| w.clone());
+                if let Some((what, since)) = counting.filter(|_| total > 0) {
+                    let k = counted.done.load(Ordering::Relaxed).min(total);
+                    let rate = (k > 0).then(|| k as f64 / since.elapsed().as_secs_f64().max(1e-9));
+                    eprintln!("{}", count_line(&label, &what, k, total, elapsed, rate));
+                } else {
+                    eprintln!("progress: {label}, {elapsed:.0} s");
                 }
                 wait = std::time::Duration::from_secs(5);
             }
@@ -622,7 +702,7 @@ impl Heartbeat {
         Heartbeat {
             stop: Some(stop),
             thread: Some(thread),
-            done,
+            steps,
         }
     }
 }
@@ -653,6 +733,18 @@ pub(crate) fn progress_bar(len: u64, message: &str, what: &str) -> indicatif::Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_lines_say_the_time_left_at_the_rate_so_far() {
+        assert_eq!(
+            count_line("running", "sends", 25, 100, 10.0, Some(2.5)),
+            "progress: running: 25/100 sends (25%), 10.0 s, about 30 s left"
+        );
+        assert_eq!(
+            count_line("simulating", "transfers", 0, 8, 2.25, None),
+            "progress: simulating: 0/8 transfers (0%), 2.2 s"
+        );
+    }
 
     #[test]
     fn bandwidths_and_efficiency_follow_their_definitions() {

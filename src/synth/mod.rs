@@ -57,6 +57,8 @@ pub struct SynthOptions {
     pub ilp: IlpOptions,
     /// Where a large schedule's rows go while it is being synthesized (see [`ScheduleTap`]).
     pub tap: Option<Arc<dyn ScheduleTap>>,
+    /// Where a long synthesis counts the sends it has written (a log's progress lines).
+    pub progress: Option<Arc<crate::report::Steps>>,
 }
 
 /// Takes the rows of a schedule as the synthesizer writes them, so that a results file can be
@@ -85,6 +87,7 @@ impl Default for SynthOptions {
             method: Method::Greedy,
             ilp: IlpOptions::default(),
             tap: None,
+            progress: None,
         }
     }
 }
@@ -726,6 +729,10 @@ fn stream_forward(
         .and_then(|tap| Some((tap, tap.begin(expected, c)?)));
     // Rows [tapped, len) are written but not yet given to the tap.
     let mut tapped = 0;
+    let progress = options.progress.as_deref();
+    if let Some(steps) = progress {
+        steps.begin("sends", expected as u64);
+    }
     let mut emit = |s: &Send| {
         let link = net.links[s.link as usize];
         let transfer = Transfer {
@@ -737,6 +744,9 @@ fn stream_forward(
         let index = schedule.push_data(transfer, deps, (s.chunk, s.chunk + 1), Op::Copy);
         if let Some(route) = net.route(s.link) {
             schedule.set_route(index, route);
+        }
+        if let Some(steps) = progress.filter(|_| index.is_multiple_of(1 << 16)) {
+            steps.set(index as u64);
         }
         if let Some((tap, id)) = tapping {
             if schedule.len() - tapped == ROW_GROUP {
@@ -759,6 +769,9 @@ fn stream_forward(
         if schedule.len() > tapped {
             tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
         }
+    }
+    if let Some(steps) = progress {
+        steps.end();
     }
     schedule.collective = Some(c.clone());
     Ok(Synthesis {
