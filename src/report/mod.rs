@@ -606,20 +606,29 @@ impl Milestones {
 #[derive(Debug, Default)]
 pub struct Steps {
     done: AtomicU64,
-    /// 0: nothing counted now.
-    total: AtomicU64,
-    /// What is counted, and since when.
-    what: std::sync::Mutex<Option<(String, Instant)>>,
+    /// The phase being counted; None between phases.
+    phase: std::sync::Mutex<Option<Phase>>,
+}
+
+/// A phase [`Steps`] counts: what, how many, since when.
+#[derive(Clone, Debug)]
+struct Phase {
+    what: String,
+    total: u64,
+    since: Instant,
 }
 
 impl Steps {
     /// Starts counting `total` steps of `what` from zero.
     pub fn begin(&self, what: &str, total: u64) {
-        if let Ok(mut w) = self.what.lock() {
-            *w = Some((what.to_string(), Instant::now()));
-        }
         self.done.store(0, Ordering::Relaxed);
-        self.total.store(total, Ordering::Relaxed);
+        if let Ok(mut phase) = self.phase.lock() {
+            *phase = Some(Phase {
+                what: what.to_string(),
+                total,
+                since: Instant::now(),
+            });
+        }
     }
 
     /// Sets how many steps are done.
@@ -634,7 +643,9 @@ impl Steps {
 
     /// Stops counting: the heartbeat says only the time again.
     pub fn end(&self) {
-        self.total.store(0, Ordering::Relaxed);
+        if let Ok(mut phase) = self.phase.lock() {
+            *phase = None;
+        }
     }
 }
 
@@ -687,9 +698,8 @@ impl Heartbeat {
             let mut wait = std::time::Duration::from_secs(2);
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                 let elapsed = started.elapsed().as_secs_f64();
-                let total = counted.total.load(Ordering::Relaxed);
-                let counting = counted.what.lock().ok().and_then(|w| w.clone());
-                if let Some((what, since)) = counting.filter(|_| total > 0) {
+                let phase = counted.phase.lock().ok().and_then(|p| p.clone());
+                if let Some(Phase { what, total, since }) = phase {
                     let k = counted.done.load(Ordering::Relaxed).min(total);
                     let rate = (k > 0).then(|| k as f64 / since.elapsed().as_secs_f64().max(1e-9));
                     eprintln!("{}", count_line(&label, &what, k, total, elapsed, rate));
