@@ -258,6 +258,70 @@ impl<E: Copy> EventQueue<E> for RadixQueue<E> {
     }
 }
 
+/// A FIFO in a power-of-two buffer, indexed by masking: a lane's push and pop are on the engine's
+/// path of every event, where `VecDeque`'s wrap-around arithmetic for any capacity cost a
+/// comparison and a conditional move each.
+struct Ring<T> {
+    buf: Vec<T>,
+    head: usize,
+    len: usize,
+}
+
+impl<T> Default for Ring<T> {
+    fn default() -> Self {
+        Ring {
+            buf: Vec::new(),
+            head: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy> Ring<T> {
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    fn front(&self) -> Option<&T> {
+        (self.len > 0).then(|| &self.buf[self.head])
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, value: T) {
+        if self.len == self.buf.len() {
+            self.grow(value);
+        }
+        let mask = self.buf.len() - 1;
+        self.buf[(self.head + self.len) & mask] = value;
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let value = self.buf[self.head];
+        self.head = (self.head + 1) & (self.buf.len() - 1);
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// Doubles the buffer, the FIFO's items first in order; `fill` pads the unused slots.
+    #[cold]
+    fn grow(&mut self, fill: T) {
+        let capacity = (self.buf.len() * 2).max(64);
+        let mut buf = Vec::with_capacity(capacity);
+        let mask = self.buf.len().wrapping_sub(1);
+        buf.extend((0..self.len).map(|i| self.buf[(self.head + i) & mask]));
+        buf.resize(capacity, fill);
+        self.buf = buf;
+        self.head = 0;
+    }
+}
+
 /// Lanes a [`LaneQueue`] keeps: collectives push with a handful of distinct delays (each link
 /// kind's serialisation and arrival delays, zero), and a pop compares every lane's head.
 const LANES: usize = 8;
@@ -283,7 +347,7 @@ pub struct LaneQueue<E> {
     used: usize,
     delays: [u64; LANES],
     heads: [u64; LANES],
-    lanes: [VecDeque<(u64, E)>; LANES],
+    lanes: [Ring<(u64, E)>; LANES],
     /// Every pending event is in `radix` instead of the lanes.
     spilled: bool,
     radix: RadixQueue<E>,
@@ -297,7 +361,7 @@ impl<E> Default for LaneQueue<E> {
             used: 0,
             delays: [0; LANES],
             heads: [u64::MAX; LANES],
-            lanes: std::array::from_fn(|_| VecDeque::new()),
+            lanes: std::array::from_fn(|_| Ring::default()),
             spilled: false,
             radix: RadixQueue::default(),
             len: 0,
@@ -413,6 +477,30 @@ impl<E: Copy> EventQueue<E> for LaneQueue<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ring keeps FIFO order through wrap-arounds and through growing while wrapped.
+    #[test]
+    fn ring_is_a_fifo_across_wraps_and_growth() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let (mut ring, mut expected) = (Ring::default(), VecDeque::new());
+        for step in 0..20_000u32 {
+            // Pushes outnumber pops, so the buffer grows at assorted head positions.
+            if rng.random_bool(0.55) {
+                ring.push_back(step);
+                expected.push_back(step);
+            } else {
+                assert_eq!(ring.pop_front(), expected.pop_front());
+            }
+            assert_eq!(ring.front(), expected.front());
+            assert_eq!(ring.is_empty(), expected.is_empty());
+        }
+        assert!(ring.buf.len() > 64, "the ring never grew");
+        while let Some(v) = expected.pop_front() {
+            assert_eq!(ring.pop_front(), Some(v));
+        }
+        assert_eq!(ring.pop_front(), None);
+    }
 
     #[test]
     fn bucket_queue_matches_the_heap_on_a_random_load() {
