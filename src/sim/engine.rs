@@ -213,7 +213,9 @@ fn dequeue(head: &mut Run, later: &mut LaterRuns, fold: bool) -> TransferIndex {
 /// What a hop touches on its link, in one cache line: the first run of waiting messages (later
 /// runs wait in [`Engine::later_runs`], touched only where a run breaks), the messages held, the far
 /// end, the delays of the last message size sent (collectives send one size over and over;
-/// computing delays costs two floating-point divisions) and the link's counters.
+/// computing delays costs two floating-point divisions) and how many messages of that size it has
+/// sent since its totals were last brought up to date (the totals, in [`Engine::tallies`], then
+/// change only when the size does, not on every hop).
 #[repr(align(64))]
 struct LinkState {
     /// The first run of waiting transfers; `len` 0 when none waits.
@@ -224,12 +226,28 @@ struct LinkState {
     cached_bytes: u64,
     cached_free: Time,
     cached_arrive: Time,
-    /// Bytes carried (saturating).
-    bytes: u64,
-    /// Time spent serialising.
-    busy: Time,
+    /// Messages of `cached_bytes` sent and not yet in the link's [`Tally`].
+    untallied: u32,
     /// The most messages held at once.
     most_held: u32,
+}
+
+/// A link's totals: bytes carried (saturating) and time spent serialising.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    bytes: u64,
+    busy: Time,
+}
+
+impl Tally {
+    /// Adds `count` messages of `bytes` taking `free` each: the same saturated sums as adding
+    /// them one by one, since every term is non-negative.
+    fn add(&mut self, count: u32, bytes: u64, free: Time) {
+        self.bytes = self
+            .bytes
+            .saturating_add(bytes.saturating_mul(count as u64));
+        self.busy = self.busy + Time(free.ps().saturating_mul(count as u64));
+    }
 }
 
 /// The links of every explicitly routed transfer, and how far along its route each one is.
@@ -294,6 +312,8 @@ struct Engine<'a, Q> {
     links: Vec<LinkState>,
     /// The topology's links: bandwidth and latency, read when a message size is not the cached one.
     topology_links: &'a [Link],
+    /// Per link: its totals up to the messages its state has not tallied yet.
+    tallies: Vec<Tally>,
     /// Per link: since when a message has been waiting there.
     queued_since: Vec<Time>,
     /// Per link: the runs waiting behind the first one ([`LinkState::waiting`]).
@@ -382,8 +402,7 @@ fn run_engine<Q: EventQueue<Event>>(
                 cached_bytes: 0,
                 cached_free,
                 cached_arrive,
-                bytes: 0,
-                busy: Time::ZERO,
+                untallied: 0,
                 most_held: 0,
             }
         })
@@ -407,6 +426,7 @@ fn run_engine<Q: EventQueue<Event>>(
         options,
         links,
         topology_links: topology.links(),
+        tallies: vec![Tally::default(); link_count],
         queued_since: vec![Time::ZERO; link_count],
         later_runs: (0..link_count).map(|_| LaterRuns::default()).collect(),
         fold_runs: n <= RUN as usize,
@@ -437,8 +457,11 @@ fn run_engine<Q: EventQueue<Event>>(
         },
     };
     engine.run(observer)?;
-    engine.result.link_bytes = engine.links.iter().map(|l| l.bytes).collect();
-    engine.result.link_busy = engine.links.iter().map(|l| l.busy).collect();
+    for (state, tally) in engine.links.iter().zip(&mut engine.tallies) {
+        tally.add(state.untallied, state.cached_bytes, state.cached_free);
+    }
+    engine.result.link_bytes = engine.tallies.iter().map(|t| t.bytes).collect();
+    engine.result.link_busy = engine.tallies.iter().map(|t| t.busy).collect();
     engine.result.link_max_queue = engine.links.iter().map(|l| l.most_held).collect();
     check_range(topology, &engine.result)?;
     Ok(engine.result)
@@ -694,7 +717,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     fn transmit(&mut self, link: LinkId, t: TransferIndex, bytes: u64, dst: NodeId, now: Time) {
         let l = link as usize;
         let state = &mut self.links[l];
-        if bytes != state.cached_bytes {
+        if bytes != state.cached_bytes || state.untallied == u32::MAX {
+            self.tallies[l].add(state.untallied, state.cached_bytes, state.cached_free);
+            state.untallied = 0;
             let Link {
                 bandwidth, latency, ..
             } = self.topology_links[l];
@@ -702,6 +727,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 self.options.time_model.delays(bytes, bandwidth, latency);
             state.cached_bytes = bytes;
         }
+        state.untallied += 1;
         let (free, arrive) = (state.cached_free, state.cached_arrive);
         self.result.hops += 1;
         let last_hop = state.far_end == dst;
@@ -710,10 +736,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         } else {
             self.queue.push(now + arrive, Event::arrive(t, link));
         }
-        let state = &mut self.links[l];
         self.queue.push(now + free, Event::link_free(link));
-        state.bytes = state.bytes.saturating_add(bytes);
-        state.busy = state.busy + free;
         if self.options.record_busy_intervals && free > Time::ZERO {
             let intervals = &mut self.result.busy_intervals[l];
             match intervals.last_mut() {
@@ -864,6 +887,46 @@ mod tests {
             std::iter::from_fn(|| (head.len > 0).then(|| dequeue(&mut head, &mut later, false)))
                 .collect();
         assert_eq!(popped, pushed);
+    }
+
+    /// A link's bytes and busy time, tallied when the message size changes instead of per hop,
+    /// are the sums over the messages it carried: on a switch, an NPU's uplink carries what it
+    /// sends and its downlink what it receives, in sizes that change from message to message.
+    #[test]
+    fn link_totals_sum_every_message_they_carried() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let topology = crate::topology::TopologyOptions::new("switch:5")
+            .build()
+            .unwrap();
+        let npus = topology.npus();
+        let mut schedule = Schedule::new();
+        for _ in 0..400 {
+            let src = rng.random_range(0..npus);
+            let dst = (src + rng.random_range(1..npus)) % npus;
+            // Runs of one size, then another: the tally is flushed at every change.
+            let bytes = [1u64 << 16, 3 << 15, 1 << 18][rng.random_range(0..3)];
+            schedule.push_data(Transfer { src, dst, bytes }, &[], (0, 1), Op::Copy);
+        }
+        let options = SimOptions {
+            record_busy_intervals: true,
+            ..SimOptions::default()
+        };
+        let result = simulate(&topology, &schedule, &options, &mut ()).unwrap();
+        for (l, link) in topology.links().iter().enumerate() {
+            let carried: u64 = schedule
+                .transfers()
+                .iter()
+                .filter(|t| t.src == link.src || t.dst == link.dst)
+                .map(|t| t.bytes)
+                .sum();
+            assert_eq!(result.link_bytes[l], carried, "link {l}");
+            let busy = result.busy_intervals[l]
+                .iter()
+                .fold(Time::ZERO, |sum, &(from, to)| sum + (to - from));
+            assert_eq!(result.link_busy[l], busy, "link {l}");
+            assert!(carried > 0, "link {l} carried nothing");
+        }
     }
 
     /// A transfer that completes as its last hop starts (no arrival event) completes when the
