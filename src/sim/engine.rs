@@ -1,8 +1,7 @@
 //! The event-driven engine: link FIFOs, store-and-forward hops, dependency release.
 
-use std::collections::VecDeque;
-
 use super::queue::{EventQueue, LaneQueue};
+use super::waiting::{Middle, Waiting};
 use super::SimOptions;
 use crate::memory::prefetch;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
@@ -108,118 +107,16 @@ pub struct SimResult {
     pub hops: u64,
 }
 
-/// A run of consecutive transfer indices waiting at a link: generated schedules queue long runs
-/// on a link (a direct all-to-all puts an NPU's whole row on its uplink at once), and a run costs
-/// 8 bytes however long it is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Run {
-    first: TransferIndex,
-    len: u32,
-}
-
-impl Run {
-    /// Whether `t` directly follows the run and can join it.
-    #[inline(always)]
-    fn extends_to(self, t: TransferIndex) -> bool {
-        self.first as u64 + self.len as u64 == t as u64 && self.len < u32::MAX
-    }
-}
-
-/// The transfers waiting at a link behind its first run, 4 bytes a transfer with runs of
-/// consecutive indices folded: a word with [`RUN`] set says how many indices follow the one before
-/// it. Indices are below [`RUN`] when runs are folded (schedules of at most 2^31 transfers).
-#[derive(Default)]
-struct LaterRuns {
-    words: VecDeque<u32>,
-}
-
-const RUN: u32 = 1 << 31;
-
-/// Appends `t` to a link's FIFO of waiting transfers: its first run `head` (len 0: empty) and the
-/// runs after it, `later`; `fold` allows folding runs into `later`'s words.
-#[inline(always)]
-fn enqueue(head: &mut Run, later: &mut LaterRuns, t: TransferIndex, fold: bool) {
-    if head.len == 0 {
-        *head = Run { first: t, len: 1 };
-        return;
-    }
-    let words = &mut later.words;
-    let n = words.len();
-    if n == 0 {
-        if head.extends_to(t) {
-            head.len += 1;
-        } else {
-            words.push_back(t);
-        }
-        return;
-    }
-    if fold {
-        let back = words[n - 1];
-        if back & RUN == 0 {
-            if back + 1 == t {
-                words.push_back(RUN | 1);
-                return;
-            }
-        } else if words[n - 2] + (back & !RUN) + 1 == t && back != u32::MAX {
-            words[n - 1] = back + 1;
-            return;
-        }
-    }
-    words.push_back(t);
-}
-
-/// Appends the `len` transfers from `first` on to a link's FIFO (see [`enqueue`]): in one step
-/// where they join the last run.
-#[inline]
-fn enqueue_run(head: &mut Run, later: &mut LaterRuns, first: TransferIndex, len: u32, fold: bool) {
-    let end = first as u64 + len as u64;
-    enqueue(head, later, first, fold);
-    let mut t = first as u64 + 1;
-    if later.words.is_empty() {
-        // `first` ended up last in the first run, which the rest extends.
-        let joined = (end - t).min((u32::MAX - head.len) as u64);
-        head.len += joined as u32;
-        t += joined;
-    }
-    while t < end {
-        enqueue(head, later, t as TransferIndex, fold);
-        t += 1;
-    }
-}
-
-/// Takes the first transfer of a non-empty FIFO of waiting transfers (see [`enqueue`], which was
-/// given the same `fold`).
-#[inline(always)]
-fn dequeue(head: &mut Run, later: &mut LaterRuns, fold: bool) -> TransferIndex {
-    debug_assert!(head.len > 0, "dequeue from an empty link queue");
-    let t = head.first;
-    head.first = head.first.wrapping_add(1);
-    head.len -= 1;
-    if head.len == 0 {
-        if let Some(first) = later.words.pop_front() {
-            let mut len = 1;
-            if let Some(&w) = later.words.front() {
-                if fold && w & RUN != 0 {
-                    len += w & !RUN;
-                    later.words.pop_front();
-                }
-            }
-            *head = Run { first, len };
-        }
-    }
-    t
-}
-
-/// What a hop touches on its link, in one cache line: the first run of waiting messages (later
-/// runs wait in [`Engine::later_runs`], touched only where a run breaks), the messages held, the far
-/// end, the delays of the last message size sent (collectives send one size over and over;
+/// What a hop touches on its link, in one cache line: the first and last runs of waiting messages
+/// (the runs between wait in [`Engine::middles`], touched only where a run breaks), the messages
+/// held, the far end, the delays of the last message size sent (collectives send one size over and over;
 /// computing delays costs two floating-point divisions) and how many messages of that size it has
 /// sent since its totals were last brought up to date (the totals, in [`Engine::tallies`], then
 /// change only when the size does, not on every hop).
 #[repr(align(64))]
 struct LinkState {
-    /// The first run of waiting transfers; `len` 0 when none waits.
-    waiting: Run,
+    /// The transfers waiting, but for the runs in the link's [`Middle`].
+    waiting: Waiting,
     /// Messages at the link, the one being sent included: 0 when the link is free.
     held: u32,
     far_end: NodeId,
@@ -231,6 +128,9 @@ struct LinkState {
     /// The most messages held at once.
     most_held: u32,
 }
+
+// A hop touches one cache line of link state.
+const _: () = assert!(std::mem::size_of::<LinkState>() == 64);
 
 /// A link's totals: bytes carried (saturating) and time spent serialising.
 #[derive(Clone, Copy, Default)]
@@ -316,9 +216,9 @@ struct Engine<'a, Q> {
     tallies: Vec<Tally>,
     /// Per link: since when a message has been waiting there.
     queued_since: Vec<Time>,
-    /// Per link: the runs waiting behind the first one ([`LinkState::waiting`]).
-    later_runs: Vec<LaterRuns>,
-    /// Whether link queues fold runs of indices (every index below [`RUN`]).
+    /// Per link: the runs waiting between the first and the last ([`LinkState::waiting`]).
+    middles: Vec<Middle>,
+    /// Whether link queues fold runs of indices (every index below 2^31: see [`Middle`]).
     fold_runs: bool,
     queue: Q,
     /// Per transfer, how many of its dependencies have not completed; empty when no transfer has
@@ -396,7 +296,7 @@ fn run_engine<Q: EventQueue<Event>>(
         .map(|l| {
             let (cached_free, cached_arrive) = options.time_model.delays(0, l.bandwidth, l.latency);
             LinkState {
-                waiting: Run::default(),
+                waiting: Waiting::default(),
                 held: 0,
                 far_end: l.dst,
                 cached_bytes: 0,
@@ -428,8 +328,8 @@ fn run_engine<Q: EventQueue<Event>>(
         topology_links: topology.links(),
         tallies: vec![Tally::default(); link_count],
         queued_since: vec![Time::ZERO; link_count],
-        later_runs: (0..link_count).map(|_| LaterRuns::default()).collect(),
-        fold_runs: n <= RUN as usize,
+        middles: (0..link_count).map(|_| Middle::default()).collect(),
+        fold_runs: n <= 1 << 31,
         queue,
         unmet,
         dependents: if schedule.has_deps() {
@@ -580,13 +480,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         let state = &mut self.links[l];
         state.held += len - 1;
         state.most_held = state.most_held.max(state.held);
-        enqueue_run(
-            &mut state.waiting,
-            &mut self.later_runs[l],
-            first + 1,
-            len - 1,
-            self.fold_runs,
-        );
+        state
+            .waiting
+            .push_consecutive(&mut self.middles[l], first + 1, len - 1, self.fold_runs);
         // `queued_since` is already time zero.
     }
 
@@ -624,11 +520,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             }
             if i + D < batch.len() {
                 let link = first_links[(i + D) % (4 * D)];
-                if let Some(runs) = self.later_runs.get(link as usize) {
-                    let (front, back) = runs.words.as_slices();
-                    if let Some(last) = back.last().or(front.last()) {
-                        prefetch(last);
-                    }
+                if let Some(last) = self.middles.get(link as usize).and_then(Middle::back) {
+                    prefetch(last);
                 }
             }
             self.issue(t, now);
@@ -680,12 +573,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             self.transmit(link, t, bytes, dst, now);
             return;
         }
-        enqueue(
-            &mut state.waiting,
-            &mut self.later_runs[l],
-            t,
-            self.fold_runs,
-        );
+        state.waiting.push(&mut self.middles[l], t, self.fold_runs);
         if held == 2 {
             self.queued_since[l] = now;
         }
@@ -699,12 +587,12 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if state.held == 0 {
             return;
         }
-        let next = dequeue(&mut state.waiting, &mut self.later_runs[l], self.fold_runs);
+        let next = state.waiting.pop(&mut self.middles[l], self.fold_runs);
         // The one after it is sent when this one is done, a serialisation time from now: fetch
         // its record now (the look-ahead over the event queue sees nothing when every event has
         // its own time, and this load was half the engine's time then).
-        if state.held > 1 {
-            prefetch(&self.transfers[state.waiting.first as usize]);
+        if let Some(after) = state.waiting.front() {
+            prefetch(&self.transfers[after as usize]);
         }
         if state.held == 1 {
             self.result.link_queued[l] = self.result.link_queued[l] + (now - self.queued_since[l]);
@@ -821,72 +709,6 @@ mod tests {
             };
             assert_eq!(event.kind(), kind);
         }
-    }
-
-    #[test]
-    fn runs_enqueue_as_their_transfers_one_by_one() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        for fold in [true, false] {
-            for _ in 0..200 {
-                let (mut head, mut later) = (Run::default(), LaterRuns::default());
-                let mut expected = Vec::new();
-                for _ in 0..rng.random_range(1..8) {
-                    // Runs that often continue the last one, or start elsewhere.
-                    let first = match (expected.last(), rng.random_bool(0.5)) {
-                        (Some(&last), true) => last + 1,
-                        _ => rng.random_range(0..40),
-                    };
-                    let len = rng.random_range(1..6);
-                    enqueue_run(&mut head, &mut later, first, len, fold);
-                    expected.extend(first..first + len);
-                }
-                let mut popped = Vec::new();
-                while head.len > 0 {
-                    popped.push(dequeue(&mut head, &mut later, fold));
-                }
-                assert_eq!(popped, expected);
-            }
-        }
-    }
-
-    #[test]
-    fn waiting_runs_keep_fifo_order() {
-        for fold in [true, false] {
-            let (mut head, mut later) = (Run::default(), LaterRuns::default());
-            let pushed = [5, 6, 7, 3, 4, 9, 10, 11, 12, 2, 0, 1, 2];
-            for &t in &pushed {
-                enqueue(&mut head, &mut later, t, fold);
-            }
-            assert_eq!(head, Run { first: 5, len: 3 });
-            if fold {
-                assert_eq!(later.words.len(), 7, "3+1, 9+3, 2, 0+2");
-            }
-            let mut popped = Vec::new();
-            while head.len > 0 {
-                popped.push(dequeue(&mut head, &mut later, fold));
-                // Interleave pushes and pops: the queue stays FIFO.
-                if popped.len() == 4 {
-                    enqueue(&mut head, &mut later, 13, fold);
-                    enqueue(&mut head, &mut later, 14, fold);
-                }
-            }
-            let mut expected = pushed.to_vec();
-            expected.extend([13, 14]);
-            assert_eq!(popped, expected);
-            assert!(later.words.is_empty());
-        }
-        // Without folding (schedules past 2^31 transfers), indices with the top bit set are
-        // indices, not run lengths.
-        let (mut head, mut later) = (Run::default(), LaterRuns::default());
-        let pushed = [7, RUN + 4, 3, RUN | 1, RUN | 2, 9];
-        for &t in &pushed {
-            enqueue(&mut head, &mut later, t, false);
-        }
-        let popped: Vec<_> =
-            std::iter::from_fn(|| (head.len > 0).then(|| dequeue(&mut head, &mut later, false)))
-                .collect();
-        assert_eq!(popped, pushed);
     }
 
     /// A link's bytes and busy time, tallied when the message size changes instead of per hop,

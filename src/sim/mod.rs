@@ -8,6 +8,7 @@
 
 mod engine;
 mod queue;
+mod waiting;
 
 pub use engine::{
     simulate, simulate_checked, simulate_with_queue, Event, EventKind, Observer, SimResult,
