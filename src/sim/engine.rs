@@ -12,18 +12,19 @@ use crate::Error;
 /// What happens at an instant, packed into 8 bytes so that a queue entry (time and event) is 16:
 /// the queue moves every event a few times, and its traffic was the engine's largest cost.
 ///
-/// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the link it came over
-/// (bits 32-61), from which the node is the link's far end and the rest is the transfer's record.
+/// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the node it reached
+/// (bits 32-61: the handler needs nothing of the link it came over, whose state would be one more
+/// cache line to fetch); the rest is the transfer's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event(u64);
 
 /// An [`Event`] unpacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
-    /// A transfer's last byte crossed `link` and reached the link's far end.
+    /// A transfer's last byte crossed a link and reached `node`, the link's far end.
     Arrive {
         transfer: TransferIndex,
-        link: LinkId,
+        node: NodeId,
     },
     /// A link finished serialising its current message.
     LinkFree { link: LinkId },
@@ -33,7 +34,7 @@ pub enum EventKind {
     Issue,
 }
 
-/// Links an [`Event`] can name: 30 bits.
+/// Links, and nodes, an [`Event`] can name: 30 bits.
 pub const MAX_LINKS: usize = 1 << 30;
 
 impl Event {
@@ -44,8 +45,8 @@ impl Event {
     const ISSUE: u64 = 3;
 
     #[inline(always)]
-    pub fn arrive(transfer: TransferIndex, link: LinkId) -> Event {
-        Event(Self::ARRIVE << Self::KIND | (link as u64) << 32 | transfer as u64)
+    pub fn arrive(transfer: TransferIndex, node: NodeId) -> Event {
+        Event(Self::ARRIVE << Self::KIND | (node as u64) << 32 | transfer as u64)
     }
 
     #[inline(always)]
@@ -65,7 +66,10 @@ impl Event {
         let transfer = self.0 as u32;
         let link = (self.0 >> 32) as u32 & ((1 << 30) - 1);
         match self.0 >> Self::KIND {
-            Self::ARRIVE => EventKind::Arrive { transfer, link },
+            Self::ARRIVE => EventKind::Arrive {
+                transfer,
+                node: link,
+            },
             Self::LINK_FREE => EventKind::LinkFree { link },
             Self::COMPLETE => EventKind::Complete { transfer },
             _ => EventKind::Issue,
@@ -281,11 +285,12 @@ fn run_engine<Q: EventQueue<Event>>(
     observer: &mut dyn Observer,
     queue: Q,
 ) -> Result<SimResult, Error> {
-    if topology.links().len() > MAX_LINKS {
+    let (link_count, node_count) = (topology.links().len(), topology.nodes() as usize);
+    if link_count > MAX_LINKS || node_count > MAX_LINKS {
         return Err(Error::input(format!(
-            "{} has {} links; the simulator handles at most {MAX_LINKS}",
+            "{} has {link_count} links and {node_count} nodes; the simulator handles at most {MAX_LINKS} \
+             of each",
             topology.name(),
-            topology.links().len()
         )));
     }
     let router = Router::with_routing(topology, schedule.destinations(), options.routing)?;
@@ -307,7 +312,6 @@ fn run_engine<Q: EventQueue<Event>>(
             }
         })
         .collect();
-    let link_count = topology.links().len();
     let unmet = if schedule.has_deps() && !schedule.deps_at_most_one_each() {
         (0..n as TransferIndex)
             .map(|t| schedule.deps(t).len() as u32)
@@ -413,7 +417,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         while let Some((now, event)) = self.queue.pop() {
             self.result.events += 1;
             match event.kind() {
-                EventKind::Arrive { transfer, link } => self.arrive(transfer, link, now),
+                EventKind::Arrive { transfer, node } => self.arrive(transfer, node, now),
                 EventKind::LinkFree { link } => self.link_free(link, now),
                 EventKind::Complete { transfer } => self.complete(transfer, now),
                 EventKind::Issue => self.issue_ready(now),
@@ -622,7 +626,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if last_hop && self.completes_on_arrival {
             self.complete(t, now + arrive);
         } else {
-            self.queue.push(now + arrive, Event::arrive(t, link));
+            self.queue
+                .push(now + arrive, Event::arrive(t, state.far_end));
         }
         self.queue.push(now + free, Event::link_free(link));
         if self.options.record_busy_intervals && free > Time::ZERO {
@@ -634,8 +639,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         }
     }
 
-    fn arrive(&mut self, t: TransferIndex, link: LinkId, now: Time) {
-        let node = self.links[link as usize].far_end;
+    fn arrive(&mut self, t: TransferIndex, node: NodeId, now: Time) {
         let Transfer { dst, bytes, .. } = self.transfers[t as usize];
         if node != dst {
             self.forward(t, node, dst, bytes, now);
@@ -688,11 +692,11 @@ mod tests {
         let cases = [
             EventKind::Arrive {
                 transfer: u32::MAX,
-                link: (MAX_LINKS - 1) as LinkId,
+                node: (MAX_LINKS - 1) as NodeId,
             },
             EventKind::Arrive {
                 transfer: 0,
-                link: 0,
+                node: 0,
             },
             EventKind::LinkFree {
                 link: (MAX_LINKS - 1) as LinkId,
@@ -702,7 +706,7 @@ mod tests {
         ];
         for kind in cases {
             let event = match kind {
-                EventKind::Arrive { transfer, link } => Event::arrive(transfer, link),
+                EventKind::Arrive { transfer, node } => Event::arrive(transfer, node),
                 EventKind::LinkFree { link } => Event::link_free(link),
                 EventKind::Complete { transfer } => Event::complete(transfer),
                 EventKind::Issue => Event::ISSUE_ALL,
