@@ -12,19 +12,22 @@ use crate::Error;
 /// What happens at an instant, packed into 8 bytes so that a queue entry (time and event) is 16:
 /// the queue moves every event a few times, and its traffic was the engine's largest cost.
 ///
-/// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the node it reached
-/// (bits 32-61: the handler needs nothing of the link it came over, whose state would be one more
-/// cache line to fetch); the rest is the transfer's record.
+/// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the link it goes on
+/// to (bits 32-61, [`Event::AT_DESTINATION`] where it has arrived), worked out as the transfer
+/// starts the hop, its record at hand: an arrival that joins a busy link's queue then reads
+/// nothing but that link's state (where it read the transfer's record, then the link's, one miss
+/// behind the other).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event(u64);
 
 /// An [`Event`] unpacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
-    /// A transfer's last byte crossed a link and reached `node`, the link's far end.
+    /// A transfer's last byte crossed a link; its route goes on over `next` from there (None: it
+    /// reached its destination).
     Arrive {
         transfer: TransferIndex,
-        node: NodeId,
+        next: Option<LinkId>,
     },
     /// A link finished serialising its current message.
     LinkFree { link: LinkId },
@@ -34,8 +37,8 @@ pub enum EventKind {
     Issue,
 }
 
-/// Links, and nodes, an [`Event`] can name: 30 bits.
-pub const MAX_LINKS: usize = 1 << 30;
+/// Links an [`Event`] can name: 30 bits, one value taken by [`Event::AT_DESTINATION`].
+pub const MAX_LINKS: usize = (1 << 30) - 1;
 
 impl Event {
     const KIND: u32 = 62;
@@ -43,10 +46,13 @@ impl Event {
     const LINK_FREE: u64 = 1;
     const COMPLETE: u64 = 2;
     const ISSUE: u64 = 3;
+    /// An arrival's link field where the transfer has reached its destination.
+    const AT_DESTINATION: u32 = MAX_LINKS as u32;
 
     #[inline(always)]
-    pub fn arrive(transfer: TransferIndex, node: NodeId) -> Event {
-        Event(Self::ARRIVE << Self::KIND | (node as u64) << 32 | transfer as u64)
+    pub fn arrive(transfer: TransferIndex, next: Option<LinkId>) -> Event {
+        let next = next.unwrap_or(Self::AT_DESTINATION);
+        Event(Self::ARRIVE << Self::KIND | (next as u64) << 32 | transfer as u64)
     }
 
     #[inline(always)]
@@ -68,7 +74,7 @@ impl Event {
         match self.0 >> Self::KIND {
             Self::ARRIVE => EventKind::Arrive {
                 transfer,
-                node: link,
+                next: (link != Self::AT_DESTINATION).then_some(link),
             },
             Self::LINK_FREE => EventKind::LinkFree { link },
             Self::COMPLETE => EventKind::Complete { transfer },
@@ -285,11 +291,10 @@ fn run_engine<Q: EventQueue<Event>>(
     observer: &mut dyn Observer,
     queue: Q,
 ) -> Result<SimResult, Error> {
-    let (link_count, node_count) = (topology.links().len(), topology.nodes() as usize);
-    if link_count > MAX_LINKS || node_count > MAX_LINKS {
+    let link_count = topology.links().len();
+    if link_count > MAX_LINKS {
         return Err(Error::input(format!(
-            "{} has {link_count} links and {node_count} nodes; the simulator handles at most {MAX_LINKS} \
-             of each",
+            "{} has {link_count} links; the simulator handles at most {MAX_LINKS}",
             topology.name(),
         )));
     }
@@ -417,7 +422,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         while let Some((now, event)) = self.queue.pop() {
             self.result.events += 1;
             match event.kind() {
-                EventKind::Arrive { transfer, node } => self.arrive(transfer, node, now),
+                EventKind::Arrive { transfer, next } => self.arrive(transfer, next, now),
                 EventKind::LinkFree { link } => self.link_free(link, now),
                 EventKind::Complete { transfer } => self.complete(transfer, now),
                 EventKind::Issue => self.issue_ready(now),
@@ -564,16 +569,33 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
 
     /// Puts transfer `t`, now at `at`, on its next link (or that link's queue).
     fn forward(&mut self, t: TransferIndex, at: NodeId, dst: NodeId, bytes: u64, now: Time) {
-        let link = match self.routes.as_mut().and_then(|r| r.next(t)) {
+        let link = self.next_link(t, at, dst);
+        self.enter(link, t, Some((bytes, dst)), now);
+    }
+
+    /// The link transfer `t`, at `at`, takes next: its route's, or the router's choice.
+    #[inline(always)]
+    fn next_link(&mut self, t: TransferIndex, at: NodeId, dst: NodeId) -> LinkId {
+        match self.routes.as_mut().and_then(|r| r.next(t)) {
             Some(link) => link,
             None => self.router.next_link_of(t, at, dst),
-        };
+        }
+    }
+
+    /// Puts transfer `t` on `link`, or in the link's queue; `record` is its size and destination
+    /// when the caller has them (else they are read if the link is free).
+    #[inline(always)]
+    fn enter(&mut self, link: LinkId, t: TransferIndex, record: Option<(u64, NodeId)>, now: Time) {
         let l = link as usize;
         let state = &mut self.links[l];
         state.held += 1;
         let held = state.held;
         state.most_held = state.most_held.max(held);
         if held == 1 {
+            let (bytes, dst) = record.unwrap_or_else(|| {
+                let Transfer { bytes, dst, .. } = self.transfers[t as usize];
+                (bytes, dst)
+            });
             self.transmit(link, t, bytes, dst, now);
             return;
         }
@@ -622,12 +644,14 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         state.untallied += 1;
         let (free, arrive) = (state.cached_free, state.cached_arrive);
         self.result.hops += 1;
-        let last_hop = state.far_end == dst;
-        if last_hop && self.completes_on_arrival {
+        let far_end = state.far_end;
+        if far_end != dst {
+            let next = self.next_link(t, far_end, dst);
+            self.queue.push(now + arrive, Event::arrive(t, Some(next)));
+        } else if self.completes_on_arrival {
             self.complete(t, now + arrive);
         } else {
-            self.queue
-                .push(now + arrive, Event::arrive(t, state.far_end));
+            self.queue.push(now + arrive, Event::arrive(t, None));
         }
         self.queue.push(now + free, Event::link_free(link));
         if self.options.record_busy_intervals && free > Time::ZERO {
@@ -639,17 +663,16 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         }
     }
 
-    fn arrive(&mut self, t: TransferIndex, node: NodeId, now: Time) {
-        let Transfer { dst, bytes, .. } = self.transfers[t as usize];
-        if node != dst {
-            self.forward(t, node, dst, bytes, now);
+    fn arrive(&mut self, t: TransferIndex, next: Option<LinkId>, now: Time) {
+        if let Some(link) = next {
+            self.enter(link, t, None, now);
             return;
         }
         let mut extra = self.options.endpoint_delay;
         if self.schedule.op(t) == Op::Reduce {
             extra = extra + self.options.reduction_delay;
             if let Some(bw) = self.options.reduce_bandwidth {
-                extra = extra + bw.transmit_time(bytes);
+                extra = extra + bw.transmit_time(self.transfers[t as usize].bytes);
             }
         }
         if extra > Time::ZERO {
@@ -692,11 +715,15 @@ mod tests {
         let cases = [
             EventKind::Arrive {
                 transfer: u32::MAX,
-                node: (MAX_LINKS - 1) as NodeId,
+                next: Some((MAX_LINKS - 1) as LinkId),
             },
             EventKind::Arrive {
                 transfer: 0,
-                node: 0,
+                next: Some(0),
+            },
+            EventKind::Arrive {
+                transfer: 7,
+                next: None,
             },
             EventKind::LinkFree {
                 link: (MAX_LINKS - 1) as LinkId,
@@ -706,7 +733,7 @@ mod tests {
         ];
         for kind in cases {
             let event = match kind {
-                EventKind::Arrive { transfer, node } => Event::arrive(transfer, node),
+                EventKind::Arrive { transfer, next } => Event::arrive(transfer, next),
                 EventKind::LinkFree { link } => Event::link_free(link),
                 EventKind::Complete { transfer } => Event::complete(transfer),
                 EventKind::Issue => Event::ISSUE_ALL,
