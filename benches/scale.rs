@@ -3,7 +3,8 @@
 //! all-to-all read from a CSV schedule in the astra model, then a ring all-reduce on `ring:1024`
 //! (4 chunks) and Themis on the 3D networks of `configs/themis` (16 chunks), the engine on
 //! dependency-driven schedules. Prints the median wall time of several runs, the peak RSS (GNU
-//! time) and the engine's events per second and nanoseconds per hop. Run: `cargo bench --bench scale [-- N...]`, e.g.
+//! time) and the engine's events per second and nanoseconds per hop in the run of median engine
+//! time. Run: `cargo bench --bench scale [-- N...]`, e.g.
 //! `cargo bench --bench scale -- 2048 4096 8192`.
 //!
 //! `cargo bench --bench scale -- synth [64x64]` measures the synthesizer's targets instead: whole
@@ -16,9 +17,22 @@ use std::process::Command;
 
 const RUNS: usize = 5;
 
-/// Median seconds and peak RSS (MiB) of `RUNS` runs of the command.
-fn measure(args: &[String]) -> (f64, f64, String) {
+/// What `RUNS` runs of one command measured.
+struct Measured {
+    /// Median wall time, seconds.
+    secs: f64,
+    /// Peak RSS over the runs, MiB.
+    mib: f64,
+    /// The last line of the last run's output (a CSV row with `--format csv`).
+    last: String,
+    /// The engine line (events, hops, seconds, events/s) of the run with the median engine time.
+    engine: String,
+}
+
+/// Runs the command `RUNS` times under GNU time.
+fn measure(args: &[String]) -> Measured {
     let mut times = Vec::new();
+    let mut engines = Vec::new();
     let mut peak = 0.0f64;
     let mut last = String::new();
     for _ in 0..RUNS {
@@ -38,14 +52,39 @@ fn measure(args: &[String]) -> (f64, f64, String) {
         let mut f = line.split_whitespace();
         times.push(f.next().unwrap().parse::<f64>().unwrap());
         peak = peak.max(f.next().unwrap().parse::<f64>().unwrap() / 1024.0);
-        last = String::from_utf8_lossy(&out.stdout)
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        last = stdout.lines().last().unwrap_or("").to_string();
+        if let Some(engine) = stdout
             .lines()
-            .last()
-            .unwrap_or("")
-            .to_string();
+            .find(|l| l.trim_start().starts_with("engine"))
+        {
+            let engine = engine
+                .trim()
+                .trim_start_matches("engine")
+                .trim()
+                .to_string();
+            engines.push((engine_seconds(&engine), engine));
+        }
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (times[RUNS / 2], peak, last)
+    engines.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    Measured {
+        secs: times[RUNS / 2],
+        mib: peak,
+        last,
+        engine: engines
+            .get(engines.len() / 2)
+            .map_or_else(String::new, |e| e.1.clone()),
+    }
+}
+
+/// The seconds in an engine line ("50.3M events, 33.5M hops in 1.12 s: ...").
+fn engine_seconds(line: &str) -> f64 {
+    line.split(" in ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 fn write_jittered(path: &Path, n: u64) {
@@ -80,7 +119,12 @@ fn synth(extra: &[String]) {
         .split_whitespace()
         .map(String::from)
         .collect();
-        let (secs, mib, row) = measure(&args);
+        let Measured {
+            secs,
+            mib,
+            last: row,
+            ..
+        } = measure(&args);
         let time_ns = row.split(',').nth(6).unwrap_or("?");
         println!(
             "{topology} x{chunks} chunks: {secs:.2} s (target {target}, TACOS {reference}), \
@@ -113,11 +157,10 @@ fn main() {
         .split_whitespace()
         .map(String::from)
         .collect();
-        let (secs, mib, engine) = measure(&args);
-        let engine = engine.trim().trim_start_matches("engine").trim();
-        println!(
-            "switch:{n} all-to-all: {secs:.2} s, {mib:.0} MiB peak; last run's engine: {engine}"
-        );
+        let Measured {
+            secs, mib, engine, ..
+        } = measure(&args);
+        println!("switch:{n} all-to-all: {secs:.2} s, {mib:.0} MiB peak; median engine: {engine}");
     }
     let dir = std::env::temp_dir().join("collsim-bench-jitter");
     std::fs::create_dir_all(&dir).unwrap();
@@ -143,7 +186,12 @@ fn main() {
     .map(|s| s.to_string())
     .chain([file.to_string_lossy().into_owned()])
     .collect();
-    let (secs, mib, row) = measure(&args);
+    let Measured {
+        secs,
+        mib,
+        last: row,
+        ..
+    } = measure(&args);
     let time_ns = row.split(',').nth(6).unwrap_or("?");
     println!("switch:1024 jittered all-to-all from CSV (astra): {secs:.2} s, {mib:.0} MiB peak, collective {time_ns} ns");
     // The engine's speed on dependency-driven schedules: a ring all-reduce and Themis on the
@@ -166,8 +214,9 @@ fn main() {
     }
     for (name, command) in engines {
         let args: Vec<String> = command.split_whitespace().map(String::from).collect();
-        let (secs, mib, engine) = measure(&args);
-        let engine = engine.trim().trim_start_matches("engine").trim();
-        println!("{name}: {secs:.2} s, {mib:.0} MiB peak; last run's engine: {engine}");
+        let Measured {
+            secs, mib, engine, ..
+        } = measure(&args);
+        println!("{name}: {secs:.2} s, {mib:.0} MiB peak; median engine: {engine}");
     }
 }

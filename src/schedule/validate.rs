@@ -126,23 +126,50 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
 /// Too many (rank, piece) cells to hold at once: pieces that no transfer carries together are
 /// independent (a chunk of an all-reduce and the next), so check one group at a time.
 fn by_windows(mut v: Validator) -> Result<(), Error> {
-    let (schedule, pieces) = (v.schedule, v.pieces);
+    let (schedule, pieces) = (v.schedule, v.pieces as u32);
     let ranks = v.c.ranks() as u64;
-    let (windows, (start, list)) = piece_components(schedule, pieces as u32)?;
+    let (windows, window_at) = piece_windows(schedule, pieces);
     // Neighbouring groups share a pass while their cells fit the dense store.
+    let mut passes: Vec<(u32, u32)> = Vec::new();
+    let mut pass_of_window = vec![0u32; windows.len()];
     let mut i = 0;
     while i < windows.len() {
         let mut j = i + 1;
         while j < windows.len() && (windows[j].1 - windows[i].0) as u64 * ranks <= WINDOW_CELLS {
             j += 1;
         }
-        v.window = (windows[i].0, windows[j - 1].1);
-        let mut members = list[start[i] as usize..start[j] as usize].to_vec();
-        members.sort_unstable();
-        v.members = Some(members);
+        pass_of_window[i..j].fill(passes.len() as u32);
+        passes.push((windows[i].0, windows[j - 1].1));
+        i = j;
+    }
+    // Each pass's transfers in list order (offsets, then the list filled in index order); bad
+    // ranges, reported by the pass over everything, go with the first.
+    let pass_of = |t: TransferIndex| match schedule.pieces(t) {
+        Some((lo, hi)) if lo < hi && hi <= pieces => {
+            pass_of_window[window_at[lo as usize] as usize] as usize
+        }
+        _ => 0,
+    };
+    let n = schedule.len() as TransferIndex;
+    let mut start = vec![0u32; passes.len() + 1];
+    for t in 0..n {
+        start[pass_of(t) + 1] += 1;
+    }
+    for p in 0..passes.len() {
+        start[p + 1] += start[p];
+    }
+    let mut fill = start.clone();
+    let mut list = vec![0; n as usize];
+    for t in 0..n {
+        let p = pass_of(t);
+        list[fill[p] as usize] = t;
+        fill[p] += 1;
+    }
+    for (p, &window) in passes.iter().enumerate() {
+        v.window = window;
+        v.members = Some(list[start[p] as usize..start[p + 1] as usize].to_vec());
         v.extra.clear();
         v.run()?;
-        i = j;
     }
     Ok(())
 }
@@ -155,67 +182,49 @@ const DENSE_CELLS: u64 = 1 << 26;
 const WINDOW_CELLS: u64 = 1 << 19;
 
 /// Groups of pieces that transfers carry together (connected through overlapping piece ranges),
-/// as windows `lo..hi`, with the transfers of each group (CSR: offsets, transfer list).
-#[allow(clippy::type_complexity)]
-fn piece_components(
-    schedule: &Schedule,
-    pieces: u32,
-) -> Result<(Vec<(u32, u32)>, (Vec<u32>, Vec<TransferIndex>)), Error> {
-    let mut ranges: Vec<(u32, u32)> = (0..schedule.len() as TransferIndex)
-        .map(|t| schedule.pieces(t).unwrap_or((0, 0)))
-        .filter(|&(lo, hi)| lo < hi && hi <= pieces)
-        .collect();
-    ranges.sort_unstable();
-    let mut windows: Vec<(u32, u32)> = Vec::new();
-    for (lo, hi) in ranges {
-        match windows.last_mut() {
-            Some(w) if lo < w.1 => w.1 = w.1.max(hi),
-            _ => windows.push((lo, hi)),
-        }
-    }
-    // Pieces no transfer carries form windows too, so that the final check covers them.
-    let mut all = Vec::with_capacity(windows.len() * 2);
-    let mut next = 0;
-    for w in windows {
-        if w.0 > next {
-            all.push((next, w.0));
-        }
-        all.push(w);
-        next = w.1;
-    }
-    if next < pieces {
-        all.push((next, pieces));
-    }
-    let window_of = |t: TransferIndex| {
-        let (lo, _) = schedule.pieces(t).unwrap_or((0, 0));
-        all.partition_point(|w| w.1 <= lo)
-    };
-    let mut start = vec![0u32; all.len() + 1];
+/// as windows `lo..hi` that cover every piece in order, and the window of every piece. Linear in
+/// transfers and pieces: the furthest end of the ranges starting at each piece, swept in piece
+/// order, merges them as sorting the ranges would (the sort took a third of a ring all-reduce's
+/// validation).
+fn piece_windows(schedule: &Schedule, pieces: u32) -> (Vec<(u32, u32)>, Vec<u32>) {
+    // 0: no range starts at the piece (every range ends past its start).
+    let mut reach = vec![0u32; pieces as usize];
     for t in 0..schedule.len() as TransferIndex {
-        let (lo, hi) = schedule.pieces(t).unwrap_or((0, 0));
-        if lo >= hi || hi > pieces {
-            // Bad ranges are reported by the pass over everything; keep them in the first group.
-            start[1] += 1;
+        if let Some((lo, hi)) = schedule.pieces(t) {
+            if lo < hi && hi <= pieces {
+                let r = &mut reach[lo as usize];
+                *r = (*r).max(hi);
+            }
+        }
+    }
+    let mut windows: Vec<(u32, u32)> = Vec::new();
+    let mut next = 0;
+    for lo in 0..pieces {
+        let hi = reach[lo as usize];
+        if hi == 0 {
             continue;
         }
-        start[window_of(t) + 1] += 1;
+        match windows.last_mut() {
+            Some(w) if lo < w.1 => w.1 = w.1.max(hi),
+            _ => {
+                // Pieces no transfer carries form windows too, so that the final check covers
+                // them.
+                if lo > next {
+                    windows.push((next, lo));
+                }
+                windows.push((lo, hi));
+            }
+        }
+        next = windows.last().map_or(0, |w| w.1);
     }
-    for i in 0..all.len() {
-        start[i + 1] += start[i];
+    if next < pieces {
+        windows.push((next, pieces));
     }
-    let mut fill = start.clone();
-    let mut list = vec![0; schedule.len()];
-    for t in 0..schedule.len() as TransferIndex {
-        let (lo, hi) = schedule.pieces(t).unwrap_or((0, 0));
-        let w = if lo >= hi || hi > pieces {
-            0
-        } else {
-            window_of(t)
-        };
-        list[fill[w] as usize] = t;
-        fill[w] += 1;
+    let mut window_at = reach;
+    for (i, &(lo, hi)) in windows.iter().enumerate() {
+        window_at[lo as usize..hi as usize].fill(i as u32);
     }
-    Ok((all, (start, list)))
+    (windows, window_at)
 }
 
 /// The rank of every NPU of a collective, by NPU id (a table: looked up twice per transfer).
@@ -763,6 +772,60 @@ mod tests {
     use super::*;
     use crate::schedule::Transfer;
 
+    /// The linear sweep merges piece ranges as sorting them would: overlapping ranges share a
+    /// window, touching ones do not, uncarried pieces get windows of their own, and every piece
+    /// maps to the window that holds it.
+    #[test]
+    fn piece_windows_merge_ranges_as_sorting_them_would() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
+        for _ in 0..200 {
+            let pieces = rng.random_range(1..60u32);
+            let mut s = Schedule::new();
+            let mut ranges = Vec::new();
+            for _ in 0..rng.random_range(0..12) {
+                let lo = rng.random_range(0..pieces);
+                let hi = rng.random_range(lo + 1..=pieces.min(lo + 6));
+                ranges.push((lo, hi));
+                let transfer = Transfer {
+                    src: 0,
+                    dst: 1,
+                    bytes: 1,
+                };
+                s.push_data(transfer, &[], (lo, hi), Op::Copy);
+            }
+            ranges.sort_unstable();
+            let mut expected: Vec<(u32, u32)> = Vec::new();
+            for (lo, hi) in ranges {
+                match expected.last_mut() {
+                    Some(w) if lo < w.1 => w.1 = w.1.max(hi),
+                    _ => expected.push((lo, hi)),
+                }
+            }
+            let mut covering = Vec::new();
+            let mut next = 0;
+            for w in expected {
+                if w.0 > next {
+                    covering.push((next, w.0));
+                }
+                covering.push(w);
+                next = w.1;
+            }
+            if next < pieces {
+                covering.push((next, pieces));
+            }
+            let (windows, window_at) = piece_windows(&s, pieces);
+            assert_eq!(windows, covering);
+            for piece in 0..pieces {
+                let (lo, hi) = windows[window_at[piece as usize] as usize];
+                assert!(
+                    lo <= piece && piece < hi,
+                    "piece {piece} outside {lo}..{hi}"
+                );
+            }
+        }
+    }
+
     fn a2a(n: u32) -> (Schedule, Collective) {
         let c = Collective::new(
             CollectiveKind::AllToAll,
@@ -808,7 +871,7 @@ mod tests {
         };
         assert!(windowed(&s).is_ok());
         assert!(validate(&s, &claim, 9).is_ok());
-        assert!(piece_components(&s, claim.piece_count()).unwrap().0.len() >= 3);
+        assert!(piece_windows(&s, claim.piece_count()).0.len() >= 3);
         // Drop one transfer: both passes fail.
         let mut broken = Schedule::new();
         let shift = |d: TransferIndex| d - (d > 5) as TransferIndex;
