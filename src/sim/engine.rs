@@ -696,6 +696,9 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 *unmet == 0
             };
             if ready {
+                // Issued at this instant, in a batch that is often a handful: the batch's own
+                // look-ahead has nothing to look ahead over, so fetch the record now.
+                prefetch(&self.transfers[d as usize]);
                 self.ready.push(d);
                 if !self.issue_pending {
                     self.issue_pending = true;
