@@ -119,10 +119,10 @@ pub struct SimResult {
 
 /// What a hop touches on its link, in one cache line: the first and last runs of waiting messages
 /// (the runs between wait in [`Engine::middles`], touched only where a run breaks), the messages
-/// held, the far end, the delays of the last message size sent (collectives send one size over and over;
-/// computing delays costs two floating-point divisions) and how many messages of that size it has
-/// sent since its totals were last brought up to date (the totals, in [`Engine::tallies`], then
-/// change only when the size does, not on every hop).
+/// held, the far end, the delays of the last message size sent (collectives send one size over
+/// and over; computing delays costs two floating-point divisions) and how many messages of that
+/// size it has sent since its totals were last brought up to date (the totals, in
+/// [`Engine::tallies`], then change only when the size does, not on every hop).
 #[repr(align(64))]
 struct LinkState {
     /// The transfers waiting, but for the runs in the link's [`Middle`].
@@ -228,7 +228,7 @@ struct Engine<'a, Q> {
     queued_since: Vec<Time>,
     /// Per link: the runs waiting between the first and the last ([`LinkState::waiting`]).
     middles: Vec<Middle>,
-    /// Whether link queues fold runs of indices (every index below 2^31: see [`Middle`]).
+    /// Whether link queues fold runs of indices ([`Middle::folds`]).
     fold_runs: bool,
     queue: Q,
     /// Per transfer, how many of its dependencies have not completed; empty when no transfer has
@@ -338,7 +338,7 @@ fn run_engine<Q: EventQueue<Event>>(
         tallies: vec![Tally::default(); link_count],
         queued_since: vec![Time::ZERO; link_count],
         middles: (0..link_count).map(|_| Middle::default()).collect(),
-        fold_runs: n <= 1 << 31,
+        fold_runs: Middle::folds(n),
         queue,
         unmet,
         dependents: if schedule.has_deps() {

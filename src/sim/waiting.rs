@@ -67,6 +67,12 @@ pub(super) struct Middle {
 }
 
 impl Middle {
+    /// Whether the FIFOs of a schedule of `transfers` can fold runs into words: every index
+    /// below [`RUN`].
+    pub fn folds(transfers: usize) -> bool {
+        transfers <= RUN as usize
+    }
+
     /// The word written last, for fetching ahead of a push.
     pub fn back(&self) -> Option<&u32> {
         let (front, back) = self.words.as_slices();
