@@ -5,10 +5,10 @@
 
 use crate::Error;
 
-/// Bytes a run holds per transfer at least: the transfer itself (16 B), its dependency and piece
-/// entries (4 B each), and the simulator's list of dependents (8 B). A synthesized all-gather on
-/// a 64x64 mesh holds 33 B a transfer without validation, 45 B with it.
-pub const BYTES_PER_TRANSFER: u64 = 32;
+/// Bytes a run holds per transfer at least: the transfer's ends (8 B; its size is a byte or
+/// nothing while the schedule has few sizes), its dependency and piece entries (4 B each), and
+/// the simulator's list of dependents (8 B).
+pub const BYTES_PER_TRANSFER: u64 = 24;
 
 /// Bytes a topology holds per link at least: the link, its adjacency entries and routing state.
 pub const BYTES_PER_LINK: u64 = 64;

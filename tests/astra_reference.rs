@@ -118,7 +118,7 @@ fn run(case: &Case, record: bool) -> (Schedule, SimResult, Vec<(u32, u32)>) {
             )
             .unwrap();
             let s = algorithms::generate(Algorithm::Direct, &topology, &c).unwrap();
-            let pairs = s.transfers().iter().map(|t| (t.src, t.dst)).collect();
+            let pairs = s.all_ends().to_vec();
             (s, pairs)
         }
         "ring-allgather" => ring_allgather(case.npus, case.chunk),

@@ -7,7 +7,8 @@ use rayon::prelude::*;
 
 use super::collectives::{destination, direct_exchange};
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::{Op, Schedule, Transfer};
+use crate::schedule::{Op, Schedule, TransferSizes};
+use crate::topology::NodeId;
 use crate::Error;
 
 /// Direct schedule for `collective`. All-to-all issues, for each source rank, for each destination
@@ -17,7 +18,6 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
     let k = c.chunks;
     if c.kind == CollectiveKind::AllToAll {
         // Built without the data-flow builder: 67M transfers at 8192 NPUs, and no dependencies.
-        // Transfer `i` is worked out from its place alone, so both cores fill the arrays.
         let per_source = (n as u64 - 1) * k as u64;
         let transfers = n as u64 * per_source;
         crate::memory::ensure(
@@ -25,39 +25,27 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
             &format!("a direct all-to-all of {transfers} transfers"),
             "try fewer NPUs or a smaller --chunks",
         )?;
-        // A piece's size depends only on its place in its source's buffer (destination, chunk).
+        // A piece's size depends only on its place in its source's buffer (destination, chunk):
+        // a transfer stores its size's class among the buffer's few distinct sizes.
         let buffer = n * k;
         let sizes: Vec<u64> = (0..buffer).map(|j| c.piece_bytes(j, j + 1)).collect();
-        let transfer = |at: &Place| {
-            let dst = destination(at.src, n, staggered, at.ordinal);
-            let j = dst * k + at.chunk;
-            let t = Transfer {
-                src: c.npus[at.src as usize],
-                dst: c.npus[dst as usize],
-                bytes: sizes[j as usize],
-            };
-            (t, at.src * buffer + j)
+        let mut table = sizes.clone();
+        table.sort_unstable();
+        table.dedup();
+        let (ends, pieces, stored) = if table.len() <= 256 {
+            let class: Vec<u8> = sizes
+                .iter()
+                .map(|b| table.binary_search(b).expect("a listed size") as u8)
+                .collect();
+            let (ends, pieces, classes) =
+                all_to_all(c, staggered, transfers as usize, |j| class[j as usize]);
+            (ends, pieces, TransferSizes::from_classes(table, classes))
+        } else {
+            let (ends, pieces, each) =
+                all_to_all(c, staggered, transfers as usize, |j| sizes[j as usize]);
+            (ends, pieces, TransferSizes::from_each(each))
         };
-        let (mut list, mut pieces) = (Vec::new(), Vec::new());
-        // Rayon hands each thread runs of consecutive indices: a thread steps from the last
-        // place it built instead of dividing (a dozen 64-bit divisions a transfer, here and in
-        // `piece_bytes`, were most of the generation's time).
-        (0..transfers as usize)
-            .into_par_iter()
-            .map_init(
-                || None::<Place>,
-                |last, i| {
-                    let i = i as u64;
-                    let at = match *last {
-                        Some(prev) if prev.index + 1 == i => prev.next(n, k),
-                        _ => Place::at(i, n, k),
-                    };
-                    *last = Some(at);
-                    transfer(&at)
-                },
-            )
-            .unzip_into_vecs(&mut list, &mut pieces);
-        let mut s = Schedule::single_piece_copies(list, pieces);
+        let mut s = Schedule::single_piece_copies(ends, stored, pieces);
         s.collective = Some(c.clone());
         return Ok(s);
     }
@@ -100,6 +88,43 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
         CollectiveKind::AllToAll => unreachable!("handled above"),
     }
     Ok(b.finish())
+}
+
+/// A direct all-to-all's transfers: each one's ends, piece, and `size` of its place in its
+/// source's buffer (a size or its class), in list order. Transfer `i` is worked out from its
+/// place alone, so both cores fill the arrays; rayon hands each thread runs of consecutive
+/// indices, and a thread steps from the last place it built instead of dividing (a dozen 64-bit
+/// divisions a transfer, here and in `piece_bytes`, were most of the generation's time).
+fn all_to_all<S: Copy + Default + Send>(
+    c: &Collective,
+    staggered: bool,
+    transfers: usize,
+    size: impl Fn(u32) -> S + Sync,
+) -> (Vec<(NodeId, NodeId)>, Vec<u32>, Vec<S>) {
+    let (n, k) = (c.ranks(), c.chunks);
+    let buffer = n * k;
+    let mut ends = vec![(0, 0); transfers];
+    let mut pieces = vec![0; transfers];
+    let mut sizes = vec![S::default(); transfers];
+    const RUN: usize = 1 << 14;
+    ends.par_chunks_mut(RUN)
+        .zip(pieces.par_chunks_mut(RUN))
+        .zip(sizes.par_chunks_mut(RUN))
+        .enumerate()
+        .for_each(|(run, ((ends, pieces), sizes))| {
+            let mut at = Place::at((run * RUN) as u64, n, k);
+            for i in 0..ends.len() {
+                if i > 0 {
+                    at = at.next(n, k);
+                }
+                let dst = destination(at.src, n, staggered, at.ordinal);
+                let j = dst * k + at.chunk;
+                ends[i] = (c.npus[at.src as usize], c.npus[dst as usize]);
+                pieces[i] = at.src * buffer + j;
+                sizes[i] = size(j);
+            }
+        });
+    (ends, pieces, sizes)
 }
 
 /// Where transfer `index` of a direct all-to-all is in list order: its source, its destination's

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::{Schedule, TransferIndex};
-use crate::topology::Topology;
+use crate::topology::{NodeId, Topology};
 use crate::Error;
 
 impl Schedule {
@@ -15,18 +15,16 @@ impl Schedule {
         // piece ranges of more than one piece. The error is still the first bad transfer's.
         let waits = self.has_waits();
         let more = self.has_deps() || self.has_routes() || waits || self.has_piece_spans();
-        let endpoints_fine = |t: &super::Transfer| {
-            topology.is_active_npu(t.src)
-                && topology.is_active_npu(t.dst)
-                && (t.src != t.dst || waits)
+        let endpoints_fine = |&(src, dst): &(NodeId, NodeId)| {
+            topology.is_active_npu(src) && topology.is_active_npu(dst) && (src != dst || waits)
         };
         const PIECE: usize = 1 << 16;
         let first_error = self
-            .transfers()
+            .all_ends()
             .par_chunks(PIECE)
             .enumerate()
-            .find_map_first(|(piece, transfers)| {
-                transfers.iter().enumerate().find_map(|(j, t)| {
+            .find_map_first(|(piece, ends)| {
+                ends.iter().enumerate().find_map(|(j, t)| {
                     if endpoints_fine(t) && !more {
                         return None;
                     }

@@ -680,7 +680,7 @@ mod tests {
             }
             let back = load_schedule_file(&path).unwrap();
             assert_eq!(back.collective, s.collective);
-            assert_eq!(back.transfers(), s.transfers());
+            assert!(back.transfers().eq(s.transfers()));
             assert_eq!(back.deps(1), &[0]);
             assert_eq!(back.id(1), 9);
             assert_eq!(back.pieces(1), Some((0, 2)));

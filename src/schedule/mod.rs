@@ -1,15 +1,18 @@
 //! The schedule IR: a list of point-to-point transfers with dependencies.
 //!
 //! Every algorithm and the synthesizer produce a [`Schedule`]; the simulator consumes only this. The
-//! layout is compact because schedules reach tens of millions of transfers (an all-to-all on 8192
-//! NPUs): transfers are 16 bytes each, dependencies live in one CSR array, and the optional piece
-//! ranges, operations and file ids are stored only when some transfer has them.
+//! layout is compact because schedules reach hundreds of millions of transfers (an all-to-all on
+//! 8192 NPUs, an all-gather synthesized on a 160x160 mesh): a transfer's ends are 8 bytes, its size
+//! a byte while the schedule has few sizes, dependencies one index each until some transfer has
+//! several, and the optional piece ranges, operations and file ids are stored only when some
+//! transfer has them.
 
 mod check;
 mod io;
 mod msccl;
 mod parquet;
 mod paths;
+mod sizes;
 mod validate;
 
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
@@ -17,6 +20,7 @@ pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
 pub(crate) use parquet::{schedule_column, Column, ParquetFile};
 pub use parquet::{schedule_rows, write_schedule_parquet, ScheduleFile, ScheduleRows, ROW_GROUP};
 pub use paths::{pin_paths, PinnedPaths};
+pub use sizes::TransferSizes;
 pub use validate::validate;
 
 use std::ops::Range;
@@ -118,7 +122,9 @@ pub struct Transfer {
 /// A schedule: transfers in issue order, their dependencies, and what collective (if any) it claims.
 #[derive(Clone, Debug, Default)]
 pub struct Schedule {
-    transfers: Vec<Transfer>,
+    /// Per transfer, its source and destination.
+    ends: Vec<(NodeId, NodeId)>,
+    sizes: TransferSizes,
     deps: Deps,
     /// Piece ranges `lo..hi`, present once any transfer names one.
     pieces: Option<PieceRanges>,
@@ -285,7 +291,7 @@ impl Schedule {
 
     pub fn with_capacity(transfers: usize) -> Schedule {
         Schedule {
-            transfers: Vec::with_capacity(transfers),
+            ends: Vec::with_capacity(transfers),
             ..Schedule::default()
         }
     }
@@ -295,7 +301,8 @@ impl Schedule {
     /// would briefly hold old and new arrays together.
     pub fn with_capacity_for_data(transfers: usize) -> Schedule {
         Schedule {
-            transfers: Vec::with_capacity(transfers),
+            ends: Vec::with_capacity(transfers),
+            sizes: TransferSizes::with_capacity(transfers),
             deps: Deps::One {
                 each: Vec::with_capacity(transfers),
                 count: 0,
@@ -305,12 +312,17 @@ impl Schedule {
         }
     }
 
-    /// Independent copies of one piece each: transfer `i` carries piece `pieces[i]`, with no
-    /// dependencies (bulk-built schedules of tens of millions of transfers, e.g. all-to-all).
-    pub fn single_piece_copies(transfers: Vec<Transfer>, pieces: Vec<u32>) -> Schedule {
-        assert_eq!(transfers.len(), pieces.len(), "one piece per transfer");
+    /// Independent copies of one piece each: transfer `i` goes from `ends[i].0` to `ends[i].1`,
+    /// carries piece `pieces[i]` and has size `sizes`' `i`th, with no dependencies (bulk-built
+    /// schedules of tens of millions of transfers, e.g. all-to-all).
+    pub fn single_piece_copies(
+        ends: Vec<(NodeId, NodeId)>,
+        sizes: TransferSizes,
+        pieces: Vec<u32>,
+    ) -> Schedule {
+        assert_eq!(ends.len(), pieces.len(), "one piece per transfer");
         assert!(
-            transfers.len() < TransferIndex::MAX as usize,
+            ends.len() < TransferIndex::MAX as usize,
             "schedule too large"
         );
         let mut ranges = PieceRanges {
@@ -322,7 +334,8 @@ impl Schedule {
             ranges.hi = Some(ranges.lo.iter().map(|&lo| lo.wrapping_add(1)).collect());
         }
         Schedule {
-            transfers,
+            ends,
+            sizes,
             pieces: Some(ranges),
             ..Schedule::default()
         }
@@ -331,9 +344,10 @@ impl Schedule {
     /// Appends a transfer and returns its index. `deps` must name earlier or later indices of this
     /// schedule; [`Schedule::check`] verifies them.
     pub fn push(&mut self, transfer: Transfer, deps: &[TransferIndex]) -> TransferIndex {
-        let index = self.transfers.len();
+        let index = self.ends.len();
         assert!(index < TransferIndex::MAX as usize, "schedule too large");
-        self.transfers.push(transfer);
+        self.ends.push((transfer.src, transfer.dst));
+        self.sizes.push(index, transfer.bytes);
         self.deps.push(index, deps);
         if let Some(o) = &mut self.ops {
             o.push(Op::Copy);
@@ -353,7 +367,7 @@ impl Schedule {
     /// Gives the last transfer pushed an explicit route: the nodes it passes, from its src to its
     /// dst (checked against the topology by [`Schedule::check`]).
     pub fn set_route(&mut self, index: TransferIndex, route: &[NodeId]) {
-        let n = self.transfers.len();
+        let n = self.ends.len();
         assert_eq!(
             index as usize + 1,
             n,
@@ -385,7 +399,7 @@ impl Schedule {
         if routes.is_empty() {
             return;
         }
-        let n = self.transfers.len();
+        let n = self.ends.len();
         let (old_start, old_nodes) = self.routes.take().unwrap_or((vec![0; n + 1], Vec::new()));
         let added: usize = routes.iter().map(|(_, r)| r.len()).sum();
         let mut start = Vec::with_capacity(n + 1);
@@ -424,7 +438,7 @@ impl Schedule {
             },
             deps,
         );
-        let n = self.transfers.len();
+        let n = self.ends.len();
         self.waits.get_or_insert_with(|| vec![NOT_A_WAIT; n])[index as usize] = duration;
         index
     }
@@ -465,7 +479,7 @@ impl Schedule {
         if op == Op::Copy && self.ops.is_none() {
             return;
         }
-        let n = self.transfers.len();
+        let n = self.ends.len();
         self.ops.get_or_insert_with(|| vec![Op::Copy; n])[index as usize] = op;
     }
 
@@ -474,24 +488,61 @@ impl Schedule {
         if self.ids.is_none() && id == index as u64 {
             return;
         }
-        let n = self.transfers.len();
+        let n = self.ends.len();
         self.ids.get_or_insert_with(|| (0..n as u64).collect())[index as usize] = id;
     }
 
     pub fn len(&self) -> usize {
-        self.transfers.len()
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.transfers.is_empty()
+        self.ends.is_empty()
     }
 
-    pub fn transfers(&self) -> &[Transfer] {
-        &self.transfers
+    /// Every transfer, in list order.
+    pub fn transfers(&self) -> impl ExactSizeIterator<Item = Transfer> + '_ {
+        self.ends
+            .iter()
+            .enumerate()
+            .map(|(i, &(src, dst))| Transfer {
+                src,
+                dst,
+                bytes: self.sizes.get(i),
+            })
     }
 
+    #[inline(always)]
     pub fn transfer(&self, index: TransferIndex) -> Transfer {
-        self.transfers[index as usize]
+        let (src, dst) = self.ends[index as usize];
+        Transfer {
+            src,
+            dst,
+            bytes: self.sizes.get(index as usize),
+        }
+    }
+
+    /// Every transfer's source and destination, in list order.
+    pub fn all_ends(&self) -> &[(NodeId, NodeId)] {
+        &self.ends
+    }
+
+    /// A transfer's source and destination, without its size.
+    #[inline(always)]
+    pub fn ends(&self, index: TransferIndex) -> (NodeId, NodeId) {
+        self.ends[index as usize]
+    }
+
+    /// Bytes the schedule holds per transfer for sizes (0: one size; 1: a few; 8: many).
+    pub fn size_bytes_per_transfer(&self) -> usize {
+        self.sizes.bytes_per_transfer()
+    }
+
+    /// Hints the CPU to fetch what [`Schedule::transfer`] reads for `index`.
+    #[inline(always)]
+    pub fn prefetch_transfer(&self, index: TransferIndex) {
+        crate::memory::prefetch(&self.ends[index as usize]);
+        self.sizes.prefetch(index as usize);
     }
 
     /// Hints the CPU to fetch what the accessors read for `index` (transfer, dependency offsets,
@@ -499,7 +550,7 @@ impl Schedule {
     #[inline(always)]
     pub fn prefetch(&self, index: TransferIndex) {
         let i = index as usize;
-        crate::memory::prefetch(&self.transfers[i]);
+        self.prefetch_transfer(index);
         self.deps.prefetch(i);
         if let Some(pieces) = &self.pieces {
             pieces.prefetch(i);
@@ -568,7 +619,7 @@ impl Schedule {
 
     /// Total bytes over all transfers.
     pub fn total_bytes(&self) -> u64 {
-        self.transfers.iter().map(|t| t.bytes).sum()
+        self.sizes.total(self.len())
     }
 
     /// The transfers `rows` as a schedule of their own, copied slice by slice; dependencies keep
@@ -578,7 +629,8 @@ impl Schedule {
     pub(crate) fn excerpt(&self, rows: Range<usize>) -> Schedule {
         let clip = |len: usize| rows.start.min(len)..rows.end.min(len);
         Schedule {
-            transfers: self.transfers[rows.clone()].to_vec(),
+            ends: self.ends[rows.clone()].to_vec(),
+            sizes: self.sizes.rows(&rows),
             deps: self.deps.rows(&rows),
             pieces: self.pieces.as_ref().map(|p| PieceRanges {
                 lo: p.lo[clip(p.lo.len())].to_vec(),
@@ -600,12 +652,12 @@ impl Schedule {
     /// 4096-NPU all-to-all).
     pub fn destinations(&self) -> Vec<NodeId> {
         let seen = self
-            .transfers
+            .ends
             .par_chunks(1 << 16)
             .map(|piece| {
                 let mut seen: Vec<bool> = Vec::new();
-                for t in piece {
-                    let d = t.dst as usize;
+                for &(_, d) in piece {
+                    let d = d as usize;
                     if d >= seen.len() {
                         seen.resize(d + 1, false);
                     }
@@ -668,9 +720,9 @@ impl Schedule {
             self.routes.is_none(),
             "routed schedules stay on their network"
         );
-        for t in &mut self.transfers {
-            t.src = map[t.src as usize];
-            t.dst = map[t.dst as usize];
+        for (src, dst) in &mut self.ends {
+            *src = map[*src as usize];
+            *dst = map[*dst as usize];
         }
         if let Some(c) = &mut self.collective {
             for v in &mut c.npus {

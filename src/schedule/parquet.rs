@@ -723,11 +723,7 @@ mod tests {
             let back = crate::schedule::load_schedule_file(&path).unwrap();
             assert_eq!(back.len(), s.len());
             for t in 0..s.len() as TransferIndex {
-                assert_eq!(
-                    back.transfers()[t as usize],
-                    s.transfers()[t as usize],
-                    "row {t}"
-                );
+                assert_eq!(back.transfer(t), s.transfer(t), "row {t}");
                 assert_eq!(back.id(t), s.id(t), "row {t}");
                 assert_eq!(back.deps(t), s.deps(t), "row {t}");
                 assert_eq!(back.pieces(t), s.pieces(t), "row {t}");

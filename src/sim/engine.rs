@@ -215,7 +215,6 @@ impl Routes {
 
 struct Engine<'a, Q> {
     schedule: &'a Schedule,
-    transfers: &'a [Transfer],
     router: &'a Router<'a>,
     routes: Option<Routes>,
     options: &'a SimOptions,
@@ -327,7 +326,6 @@ fn run_engine<Q: EventQueue<Event>>(
     let recorded = |on: bool| if on { vec![Time::ZERO; n] } else { Vec::new() };
     let mut engine = Engine {
         schedule,
-        transfers: schedule.transfers(),
         router: &router,
         routes: schedule
             .has_routes()
@@ -461,7 +459,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                 self.issue(t, Time::ZERO);
                 continue;
             }
-            let Transfer { src, dst, .. } = self.transfers[t as usize];
+            let (src, dst) = self.schedule.ends(t);
             let link = self.router.next_link_of(t, src, dst);
             match &mut run {
                 Some((l, first, len)) if *l == link && *first + *len == t => *len += 1,
@@ -480,7 +478,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     /// Puts transfers `first..first + len`, just issued at time zero, on `link`: the first as
     /// [`Engine::forward`] puts any transfer, the rest behind it in one step.
     fn put_run(&mut self, (link, first, len): (LinkId, TransferIndex, u32)) {
-        let Transfer { src, dst, bytes } = self.transfers[first as usize];
+        let Transfer { src, dst, bytes } = self.schedule.transfer(first);
         self.forward(first, src, dst, bytes, Time::ZERO);
         if len == 1 {
             return;
@@ -511,7 +509,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         let mut first_links = [LinkId::MAX; 4 * D];
         for (i, &t) in batch.iter().enumerate() {
             if let Some(&ahead) = batch.get(i + 3 * D) {
-                prefetch(&self.transfers[ahead as usize]);
+                self.schedule.prefetch_transfer(ahead);
                 if let Some(routes) = &self.routes {
                     prefetch(&routes.start[ahead as usize]);
                     prefetch(&routes.taken[ahead as usize]);
@@ -541,7 +539,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
     /// The link transfer `t` is issued on (None for a local wait).
     #[inline(always)]
     fn first_link(&self, t: TransferIndex) -> Option<LinkId> {
-        let Transfer { src, dst, .. } = self.transfers[t as usize];
+        let (src, dst) = self.schedule.ends(t);
         (src != dst).then(|| self.peek_link(t, src, dst))
     }
 
@@ -563,7 +561,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             self.queue.push(now + duration, Event::complete(t));
             return;
         }
-        let transfer = self.transfers[t as usize];
+        let transfer = self.schedule.transfer(t);
         self.forward(t, transfer.src, transfer.dst, transfer.bytes, now);
     }
 
@@ -593,7 +591,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         state.most_held = state.most_held.max(held);
         if held == 1 {
             let (bytes, dst) = record.unwrap_or_else(|| {
-                let Transfer { bytes, dst, .. } = self.transfers[t as usize];
+                let Transfer { bytes, dst, .. } = self.schedule.transfer(t);
                 (bytes, dst)
             });
             self.transmit(link, t, bytes, dst, now);
@@ -618,12 +616,12 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         // its record now (the look-ahead over the event queue sees nothing when every event has
         // its own time, and this load was half the engine's time then).
         if let Some(after) = state.waiting.front() {
-            prefetch(&self.transfers[after as usize]);
+            self.schedule.prefetch_transfer(after);
         }
         if state.held == 1 {
             self.result.link_queued[l] = self.result.link_queued[l] + (now - self.queued_since[l]);
         }
-        let Transfer { bytes, dst, .. } = self.transfers[next as usize];
+        let Transfer { bytes, dst, .. } = self.schedule.transfer(next);
         self.transmit(link, next, bytes, dst, now);
     }
 
@@ -672,7 +670,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if self.schedule.op(t) == Op::Reduce {
             extra = extra + self.options.reduction_delay;
             if let Some(bw) = self.options.reduce_bandwidth {
-                extra = extra + bw.transmit_time(self.transfers[t as usize].bytes);
+                extra = extra + bw.transmit_time(self.schedule.transfer(t).bytes);
             }
         }
         if extra > Time::ZERO {
@@ -698,7 +696,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             if ready {
                 // Issued at this instant, in a batch that is often a handful: the batch's own
                 // look-ahead has nothing to look ahead over, so fetch the record now.
-                prefetch(&self.transfers[d as usize]);
+                self.schedule.prefetch_transfer(d);
                 self.ready.push(d);
                 if !self.issue_pending {
                     self.issue_pending = true;
@@ -772,7 +770,6 @@ mod tests {
         for (l, link) in topology.links().iter().enumerate() {
             let carried: u64 = schedule
                 .transfers()
-                .iter()
                 .filter(|t| t.src == link.src || t.dst == link.dst)
                 .map(|t| t.bytes)
                 .sum();
