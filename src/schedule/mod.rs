@@ -533,11 +533,6 @@ impl Schedule {
         self.ends[index as usize]
     }
 
-    /// Bytes the schedule holds per transfer for sizes (0: one size; 1: a few; 8: many).
-    pub fn size_bytes_per_transfer(&self) -> usize {
-        self.sizes.bytes_per_transfer()
-    }
-
     /// Hints the CPU to fetch what [`Schedule::transfer`] reads for `index`.
     #[inline(always)]
     pub fn prefetch_transfer(&self, index: TransferIndex) {

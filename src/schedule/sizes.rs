@@ -58,7 +58,8 @@ impl TransferSizes {
     }
 
     /// Sizes listed one per transfer, stored in the smallest form that holds them.
-    pub fn from_list(sizes: &[u64]) -> TransferSizes {
+    #[cfg(test)]
+    fn from_list(sizes: &[u64]) -> TransferSizes {
         let mut stored = TransferSizes::default();
         for (i, &bytes) in sizes.iter().enumerate() {
             stored.push(i, bytes);
@@ -158,8 +159,9 @@ impl TransferSizes {
         }
     }
 
-    /// Bytes held per transfer (0, 1 or 8), for memory estimates and tests.
-    pub fn bytes_per_transfer(&self) -> usize {
+    /// Bytes held per transfer (0, 1 or 8).
+    #[cfg(test)]
+    fn bytes_per_transfer(&self) -> usize {
         match &self.0 {
             Form::One { .. } => 0,
             Form::Classes { .. } => 1,
