@@ -30,7 +30,8 @@ pub(crate) const NONE: u32 = u32::MAX;
 /// How many chunks that reached a link's source together a random choice looks at.
 const TIE_WINDOW: usize = 64;
 
-/// How many events (or NPUs to match) ahead the event loop fetches link queue heads.
+/// How many events (or NPUs to match) ahead the event loop fetches what they read: twice this
+/// ahead the link queue heads and slots, this far ahead the claims those name.
 const PREFETCH_AHEAD: usize = 8;
 
 /// Which NPUs must end up holding a chunk.
@@ -374,6 +375,43 @@ impl State<'_> {
         }
     }
 
+    /// Hints the CPU to fetch the word of `npu`'s claims that says whether it has `chunk`: the
+    /// claims are a bit per NPU and chunk (100 MB on a 168x168 mesh), read at scattered places
+    /// as chunks arrive and links pick, a miss each where they are not fetched ahead.
+    fn prefetch_claim(&self, npu: u32, chunk: u32) {
+        let word = npu as usize * self.words + chunk as usize / 64;
+        if let Some(word) = self.claimed.get(word) {
+            crate::memory::prefetch(word);
+        }
+    }
+
+    /// Hints the CPU to fetch the link slots that an arrival of a chunk at `npu` reads.
+    fn prefetch_out_slots(&self, npu: u32) {
+        for &l in self.net.out_links(npu) {
+            crate::memory::prefetch(&self.slots[l as usize]);
+        }
+    }
+
+    /// Hints the CPU to fetch what an arrival of `chunk` at `npu` checks: whether each
+    /// neighbour it may pass the chunk to has it (the slots must be at hand, see
+    /// [`State::prefetch_out_slots`]).
+    fn prefetch_arrival(&self, npu: u32, chunk: u32) {
+        for &l in self.net.out_links(npu) {
+            self.prefetch_claim(self.slots[l as usize].dst, chunk);
+        }
+    }
+
+    /// Hints the CPU to fetch whether `dst` has the chunk at the head of each of its incoming
+    /// links' queues (the heads must be at hand, see [`State::prefetch_head`]).
+    fn prefetch_head_claims(&self, dst: u32) {
+        for &l in self.net.in_links(dst) {
+            let src = self.slots[l as usize].src;
+            if let Some(head) = self.entry(src, self.slots[l as usize].cursor) {
+                self.prefetch_claim(dst, head.chunk);
+            }
+        }
+    }
+
     fn has_pending(&self, l: u32) -> bool {
         let src = self.slots[l as usize].src;
         self.entry(src, self.slots[l as usize].cursor).is_some()
@@ -684,8 +722,13 @@ pub(crate) fn run(
     let mut links = Vec::new();
     while let Some((now, mut events)) = state.events.pop() {
         for i in 0..events.len() {
-            if let Some(&Event::LinkFree { link }) = events.get(i + PREFETCH_AHEAD) {
-                state.prefetch_head(link);
+            match events.get(i + 2 * PREFETCH_AHEAD) {
+                Some(&Event::LinkFree { link }) => state.prefetch_head(link),
+                Some(&Event::Arrive { npu, .. }) => state.prefetch_out_slots(npu),
+                None => {}
+            }
+            if let Some(&Event::Arrive { npu, chunk, .. }) = events.get(i + PREFETCH_AHEAD) {
+                state.prefetch_arrival(npu, chunk);
             }
             match events[i] {
                 Event::LinkFree { link } => {
@@ -701,10 +744,13 @@ pub(crate) fn run(
         state.events.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
         for (i, &dst) in dirty.iter().enumerate() {
-            if let Some(&ahead) = dirty.get(i + PREFETCH_AHEAD) {
+            if let Some(&ahead) = dirty.get(i + 2 * PREFETCH_AHEAD) {
                 for &l in net.in_links(ahead) {
                     state.prefetch_head(l);
                 }
+            }
+            if let Some(&ahead) = dirty.get(i + PREFETCH_AHEAD) {
+                state.prefetch_head_claims(ahead);
             }
             state.inbox[dst as usize].dirty = false;
             state.match_into(dst, now, &mut links, rng, sink);
