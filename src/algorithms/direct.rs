@@ -32,7 +32,7 @@ pub fn generate(c: &Collective, staggered: bool) -> Result<Schedule, Error> {
         let mut table = sizes.clone();
         table.sort_unstable();
         table.dedup();
-        let (ends, pieces, stored) = if table.len() <= 256 {
+        let (ends, pieces, stored) = if table.len() <= TransferSizes::MAX_CLASSES {
             let class: Vec<u8> = sizes
                 .iter()
                 .map(|b| table.binary_search(b).expect("a listed size") as u8)

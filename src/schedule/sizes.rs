@@ -2,9 +2,6 @@
 
 use std::ops::Range;
 
-/// The most distinct sizes kept as one-byte classes.
-const MAX_CLASSES: usize = 256;
-
 /// Every transfer's size in bytes. Schedules send a few sizes over and over (a collective's
 /// chunks; a buffer that does not divide evenly leaves two sizes a byte apart): those are kept as
 /// a one-byte class a transfer and a table, where a `u64` each was a third of a synthesized
@@ -34,14 +31,18 @@ impl Default for TransferSizes {
 }
 
 impl TransferSizes {
+    /// The most distinct sizes kept as one-byte classes.
+    pub const MAX_CLASSES: usize = 256;
+
     /// No sizes yet, `capacity` transfers expected.
     pub(super) fn with_capacity(capacity: usize) -> TransferSizes {
         TransferSizes(Form::One { bytes: 0, capacity })
     }
 
-    /// Sizes given as a table of distinct values and each transfer's index into it; more than
-    /// 256 values are stored one per transfer.
+    /// Sizes given as a table of at most [`Self::MAX_CLASSES`] distinct values and each
+    /// transfer's index into it.
     pub fn from_classes(table: Vec<u64>, class: Vec<u8>) -> TransferSizes {
+        assert!(table.len() <= Self::MAX_CLASSES, "at most 256 size classes");
         debug_assert!(class.iter().all(|&c| (c as usize) < table.len()));
         match table.len() {
             0 | 1 => TransferSizes(Form::One {
@@ -92,7 +93,7 @@ impl TransferSizes {
     }
 
     /// Records a size that the current form cannot hold: one size becomes classes, and classes
-    /// become one value each past [`MAX_CLASSES`].
+    /// become one value each past [`Self::MAX_CLASSES`].
     #[cold]
     fn widen(&mut self, index: usize, bytes: u64) {
         match &mut self.0 {
@@ -108,7 +109,7 @@ impl TransferSizes {
                     class,
                 };
             }
-            Form::Classes { table, class } if table.len() < MAX_CLASSES => {
+            Form::Classes { table, class } if table.len() < Self::MAX_CLASSES => {
                 class.push(table.len() as u8);
                 table.push(bytes);
             }
@@ -136,7 +137,7 @@ impl TransferSizes {
         match &self.0 {
             Form::One { bytes, .. } => bytes * n as u64,
             Form::Classes { table, class } => {
-                let mut counts = [0u64; MAX_CLASSES];
+                let mut counts = [0u64; Self::MAX_CLASSES];
                 class[..n].iter().for_each(|&c| counts[c as usize] += 1);
                 table.iter().zip(counts).map(|(b, k)| b * k).sum()
             }
