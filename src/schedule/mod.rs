@@ -502,14 +502,7 @@ impl Schedule {
 
     /// Every transfer, in list order.
     pub fn transfers(&self) -> impl ExactSizeIterator<Item = Transfer> + '_ {
-        self.ends
-            .iter()
-            .enumerate()
-            .map(|(i, &(src, dst))| Transfer {
-                src,
-                dst,
-                bytes: self.sizes.get(i),
-            })
+        (0..self.len() as TransferIndex).map(|i| self.transfer(i))
     }
 
     #[inline(always)]

@@ -293,13 +293,19 @@ impl State<'_> {
         }
     }
 
+    /// The index in `claimed` of the word holding `npu`'s bit for `chunk`.
+    fn claim_word(&self, npu: u32, chunk: u32) -> usize {
+        npu as usize * self.words + chunk as usize / 64
+    }
+
     fn claimed(&self, npu: u32, chunk: u32) -> bool {
-        self.claimed[npu as usize * self.words + chunk as usize / 64] >> (chunk % 64) & 1 == 1
+        self.claimed[self.claim_word(npu, chunk)] >> (chunk % 64) & 1 == 1
     }
 
     fn claim(&mut self, npu: u32, chunk: u32) {
         self.holders[chunk as usize] += 1;
-        self.claimed[npu as usize * self.words + chunk as usize / 64] |= 1 << (chunk % 64);
+        let word = self.claim_word(npu, chunk);
+        self.claimed[word] |= 1 << (chunk % 64);
         if self.net.clusters > 1 {
             let c = self.net.cluster[npu as usize] as usize;
             self.cluster_claimed[c * self.words + chunk as usize / 64] |= 1 << (chunk % 64);
@@ -379,8 +385,7 @@ impl State<'_> {
     /// claims are a bit per NPU and chunk (100 MB on a 168x168 mesh), read at scattered places
     /// as chunks arrive and links pick, a miss each where they are not fetched ahead.
     fn prefetch_claim(&self, npu: u32, chunk: u32) {
-        let word = npu as usize * self.words + chunk as usize / 64;
-        if let Some(word) = self.claimed.get(word) {
+        if let Some(word) = self.claimed.get(self.claim_word(npu, chunk)) {
             crate::memory::prefetch(word);
         }
     }
