@@ -401,3 +401,112 @@ fn the_command_writes_the_schedule_and_rejects_bad_requests() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A schedule simulated as it is synthesized (never held) measures what the whole-schedule
+/// engine measures on the same schedule: the collective time and every link's bytes, busy time,
+/// waiting time and longest queue; and it passes the in-order validation. Meshes and tori of
+/// uneven sides and speeds, sizes that split into uneven chunks, an endpoint delay, more than
+/// one chunk per NPU, and a broadcast.
+#[test]
+fn the_in_order_simulation_measures_what_the_engine_measures() {
+    use collsim::synth::InOrderRun;
+    let cases = [
+        ("mesh:8x8", "50GB/s", "500ns", 1 << 26, 1, Time::ZERO),
+        ("mesh:5x7", "25GB/s", "1us", (1 << 24) + 7, 2, Time::ZERO),
+        (
+            "torus:4x4x4",
+            "100GB/s",
+            "300ns",
+            1 << 28,
+            1,
+            Time::from_ns(200),
+        ),
+        ("mesh:3x4x2", "50GB/s", "0ns", 123_456_789, 3, Time::ZERO),
+        ("ring:9", "40GB/s", "2us", 1 << 22, 4, Time::from_ns(50)),
+    ];
+    for (spec, bandwidth, latency, size, chunks, endpoint_delay) in cases {
+        let t = topo(spec, bandwidth, latency);
+        let c = Collective::new(
+            CollectiveKind::AllGather,
+            t.active_npus(),
+            size,
+            chunks,
+            None,
+        )
+        .unwrap();
+        let sim = SimOptions {
+            endpoint_delay,
+            ..SimOptions::default()
+        };
+        let held = synthesize(&t, std::slice::from_ref(&c), &SynthOptions::default()).unwrap();
+        assert!(held.simulated.is_none(), "{spec}");
+        let engine = simulate(&t, &held.schedules[0], &sim, &mut ()).unwrap();
+        let options = SynthOptions {
+            simulate_in_order: Some(InOrderRun {
+                sim: sim.clone(),
+                validate: true,
+            }),
+            ..SynthOptions::default()
+        };
+        let streamed = synthesize(&t, std::slice::from_ref(&c), &options).unwrap();
+        assert!(streamed.schedules.is_empty(), "{spec}: nothing held");
+        assert_eq!(streamed.estimate, held.estimate, "{spec}: the same plan");
+        let in_order = streamed.simulated.expect("simulated in order");
+        assert_eq!(in_order.transfers, held.schedules[0].len(), "{spec}");
+        let r = in_order.result;
+        assert_eq!(r.finish, engine.finish, "{spec}");
+        assert_eq!(r.link_bytes, engine.link_bytes, "{spec}");
+        assert_eq!(r.link_busy, engine.link_busy, "{spec}");
+        assert_eq!(r.link_queued, engine.link_queued, "{spec}");
+        assert_eq!(r.link_max_queue, engine.link_max_queue, "{spec}");
+        assert_eq!(r.hops, engine.hops, "{spec}");
+    }
+}
+
+/// Without files, `synthesize` simulates (and validates) the schedule as it plans it and says so;
+/// its summary is the one of the schedule built, validated and simulated whole (with `--out`).
+#[test]
+fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
+    let dir = std::env::temp_dir().join(format!("collsim-in-order-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "synthesize",
+            "-t",
+            "torus:6x5",
+            "-c",
+            "all-gather",
+            "-s",
+            "30MiB",
+        ];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_collsim"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for extra in [&[][..], &["--no-validate"]] {
+        let text = run(extra);
+        assert!(text.contains("in order as synthesized"), "{text}");
+    }
+    // The summary rows without the synthesis's wall time.
+    let row = |text: String| {
+        let mut lines = text.lines();
+        let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+        let values: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+        header
+            .into_iter()
+            .zip(values)
+            .filter(|(h, _)| h != "synthesis_ms")
+            .collect::<Vec<_>>()
+    };
+    let held = run(&["--format", "csv", "--out", dir.to_str().unwrap()]);
+    assert_eq!(row(run(&["--format", "csv"])), row(held));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -234,6 +234,14 @@ fn run_and_report(
         }
         None => Ok(()),
     };
+    // A synthesized schedule that nothing else needs (no files) is simulated and validated as it
+    // is planned, never held.
+    if synthesized && !writes_out && args.msccl.is_none() && args.routing != RoutingArg::Pinned {
+        spec.synth.simulate_in_order = Some(crate::synth::InOrderRun {
+            sim: spec.options.clone(),
+            validate: spec.validate,
+        });
+    }
     let heartbeat = crate::report::Heartbeat::start("running");
     spec.synth.progress = Some(heartbeat.steps());
     let outcome = experiment::execute_with(

@@ -117,6 +117,9 @@ pub struct RunOutcome {
     pub simulation: std::time::Duration,
     /// What the synthesizer's integer programs did (tacos-ilp, taccl-like).
     pub ilp: Vec<IlpReport>,
+    /// True where the schedule was simulated as the synthesizer planned it and never held
+    /// (`schedule` is empty, `simulation` zero): see [`synth::InOrderRun`].
+    pub in_order: bool,
 }
 
 /// The schedules of a run: one per collective, or one file.
@@ -131,6 +134,9 @@ struct Produced {
     chunks: Option<u32>,
     /// The synthesizer's tap stream that received the one schedule's rows.
     streamed: Option<u64>,
+    /// The schedule's simulation, where the synthesizer simulated it as it planned it (`parts`
+    /// is then empty).
+    simulated: Option<synth::InOrderSimulation>,
 }
 
 fn produce(
@@ -165,6 +171,7 @@ fn produce(
                 synthesis_ms: None,
                 chunks: None,
                 streamed: None,
+                simulated: None,
             }
         }
         ScheduleSource::File(path) => {
@@ -204,6 +211,7 @@ fn produce(
                 synthesis_ms: None,
                 chunks: None,
                 streamed: None,
+                simulated: None,
             }
         }
         ScheduleSource::Algorithm(algorithm) if algorithm.synthesis().is_some() => {
@@ -222,6 +230,7 @@ fn produce(
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: None,
                 streamed: synthesis.streamed,
+                simulated: synthesis.simulated,
             }
         }
         ScheduleSource::Algorithm(Algorithm::ForestColl) => {
@@ -242,6 +251,7 @@ fn produce(
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: chosen,
                 streamed: None,
+                simulated: None,
             }
         }
         ScheduleSource::Algorithm(algorithm) => {
@@ -257,6 +267,7 @@ fn produce(
                 synthesis_ms: None,
                 chunks: None,
                 streamed: None,
+                simulated: None,
             }
         }
     })
@@ -289,13 +300,27 @@ pub fn execute_with(
         .map(|c| c.resolve(topology))
         .collect::<Result<Vec<_>, _>>()?;
     let mut produced = produce(topology, spec, &collectives)?;
+    if let Some(simulated) = produced.simulated.take() {
+        return summarise(
+            topology,
+            spec,
+            &collectives,
+            produced,
+            Schedule::default(),
+            (simulated.result, std::time::Duration::ZERO),
+            Some(simulated.transfers),
+        );
+    }
     let streamed = produced.streamed;
     // One collective: its schedule is simulated and validated as it is. Several: each part is
     // validated against its own collective and the parts are simulated together.
     let (mut schedule, parts) = if produced.parts.len() == 1 {
         (produced.parts.pop().expect("one part"), Vec::new())
     } else {
-        (Schedule::concat(&produced.parts), produced.parts)
+        (
+            Schedule::concat(&produced.parts),
+            std::mem::take(&mut produced.parts),
+        )
     };
     schedule.check(topology)?;
     let pinned = spec.options.routing == Routing::Pinned;
@@ -344,11 +369,35 @@ pub fn execute_with(
         (validation.and(side), result.map(|r| (r, simulation)))
     });
     validation?;
-    let (result, simulation) = result?;
+    let result = result?;
     drop(parts);
+    summarise(
+        topology,
+        spec,
+        &collectives,
+        produced,
+        schedule,
+        result,
+        None,
+    )
+}
+
+/// The outcome of a run whose schedule simulated to `result` in the wall time beside it; or,
+/// where `in_order` counts the transfers simulated as they were synthesized, of a schedule never
+/// held (`schedule` is empty).
+fn summarise(
+    topology: &Topology,
+    spec: &RunSpec,
+    collectives: &[Collective],
+    produced: Produced,
+    schedule: Schedule,
+    (result, simulation): (SimResult, std::time::Duration),
+    in_order: Option<usize>,
+) -> Result<RunOutcome, Error> {
+    let transfers = in_order.unwrap_or(schedule.len());
     let claims: Vec<Collective> = match &schedule.collective {
         Some(c) => vec![c.clone()],
-        None => collectives.clone(),
+        None => collectives.to_vec(),
     };
     let bound = claims
         .iter()
@@ -356,10 +405,10 @@ pub fn execute_with(
         .max();
     let single = (claims.len() == 1).then(|| &claims[0]);
     // The user's collectives where there are some: algorithms may claim finer chunks.
-    let asked = if collectives.is_empty() {
+    let asked: &[Collective] = if collectives.is_empty() {
         &claims
     } else {
-        &collectives
+        collectives
     };
     let same = |f: &dyn Fn(&Collective) -> u64| {
         let first = asked.first().map(f)?;
@@ -389,7 +438,7 @@ pub fn execute_with(
         collective_time: result.finish,
         busbw_factor: single.map(|c| c.kind.busbw_factor(c.ranks())),
         bound,
-        transfers: schedule.len(),
+        transfers,
         synthesis_ms: produced.synthesis_ms,
         seed: match spec.source {
             // TACOS-ILP starts from the greedy's plan, which the seed fixes.
@@ -414,6 +463,7 @@ pub fn execute_with(
         estimate: produced.estimate,
         ilp: produced.ilp,
         simulation,
+        in_order: in_order.is_some(),
     })
 }
 
@@ -421,6 +471,12 @@ impl RunOutcome {
     /// The engine's speed on this run: "67.1M events, 33.5M hops in 2.71 s: 24.8M events/s,
     /// 80.8 ns a hop".
     pub fn engine_speed(&self) -> String {
+        if self.in_order {
+            return format!(
+                "in order as synthesized: {} transfers, never held",
+                count(self.summary.transfers as f64)
+            );
+        }
         let seconds = self.simulation.as_secs_f64().max(1e-9);
         let (events, hops) = (self.result.events as f64, self.result.hops as f64);
         let wall = match seconds {

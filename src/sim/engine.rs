@@ -376,7 +376,7 @@ fn run_engine<Q: EventQueue<Event>>(
 
 /// Times saturate at [`Time::MAX`] and byte counts at `u64::MAX` instead of wrapping; a run that
 /// reached either is refused, naming what overflowed.
-fn check_range(topology: &Topology, result: &SimResult) -> Result<(), Error> {
+pub(super) fn check_range(topology: &Topology, result: &SimResult) -> Result<(), Error> {
     if !result.finish.fits() {
         return Err(Error::input(
             "the simulated time passes the largest collsim represents (2^64 ps, about 213 \

@@ -7,6 +7,7 @@
 //! The engine knows nothing of algorithms: it consumes the schedule IR only.
 
 mod engine;
+mod in_order;
 mod queue;
 mod waiting;
 
@@ -14,6 +15,7 @@ pub use engine::{
     simulate, simulate_checked, simulate_with_queue, Event, EventKind, Observer, SimResult,
     MAX_LINKS,
 };
+pub use in_order::InOrder;
 pub use queue::{BucketQueue, EventQueue, HeapQueue, LaneQueue, RadixQueue};
 
 use crate::units::{Bandwidth, Time};

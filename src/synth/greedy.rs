@@ -607,6 +607,21 @@ fn delays_to_destinations(
     (index, tables)
 }
 
+/// What the chunk logs hold a send at their peak, measured: an NPU's log keeps what its
+/// slowest outgoing link has not gone past, and grows with the mesh (2 B a send on a 64x64
+/// mesh's all-gather, 5 on 96x96, 6 on 200x200).
+const LOG_BYTES_PER_SEND: u64 = 6;
+
+/// Bytes a run of the greedy on `problem` holds at its peak, about: the claims (a bit per NPU
+/// and chunk), the link slots and the chunk logs.
+pub(crate) fn bytes_for(net: &Network, problem: &Problem) -> u64 {
+    let (n, chunks) = (net.npus() as u64, problem.chunks() as u64);
+    let sends = n.saturating_mul(chunks);
+    n * chunks.div_ceil(64) * 8
+        + net.links.len() as u64 * std::mem::size_of::<LinkSlot>() as u64
+        + sends.saturating_mul(LOG_BYTES_PER_SEND)
+}
+
 /// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` in
 /// issue order (by start time). Returns the time the last chunk arrives.
 pub(crate) fn run(

@@ -59,6 +59,32 @@ pub struct SynthOptions {
     pub tap: Option<Arc<dyn ScheduleTap>>,
     /// Where a long synthesis counts the sends it has written (a log's progress lines).
     pub progress: Option<Arc<crate::report::Steps>>,
+    /// Simulate the one schedule as its sends are planned instead of holding it, where the run
+    /// needs nothing else of it (no validation, no files): see [`InOrderRun`].
+    pub simulate_in_order: Option<InOrderRun>,
+}
+
+/// Simulating a synthesized schedule send by send as the greedy plans it ([`sim::InOrder`]),
+/// without holding it: what lets an all-gather past the memory's reach (a 200x200 mesh has 1.6
+/// billion transfers, 38 GB held) run at all, and saves the whole-schedule simulation's time
+/// elsewhere (it measures the same, a test checks). Taken for one forward collective on networks
+/// whose synthesis links are topology links (meshes, tori); elsewhere, or where the simulation
+/// refuses the plan, the schedule is built and simulated whole as usual.
+#[derive(Clone, Debug)]
+pub struct InOrderRun {
+    /// The simulation's options (no per-transfer records).
+    pub sim: SimOptions,
+    /// Validate the schedule the same way ([`crate::schedule::InOrderCheck`]) against the
+    /// collective it claims.
+    pub validate: bool,
+}
+
+/// What the in-order simulation of a synthesized schedule measured ([`InOrderRun`]).
+#[derive(Debug)]
+pub struct InOrderSimulation {
+    pub result: sim::SimResult,
+    /// Transfers simulated: the schedule's length, though it was never held.
+    pub transfers: usize,
 }
 
 /// Takes the rows of a schedule as the synthesizer writes them, so that a results file can be
@@ -88,6 +114,7 @@ impl Default for SynthOptions {
             ilp: IlpOptions::default(),
             tap: None,
             progress: None,
+            simulate_in_order: None,
         }
     }
 }
@@ -119,6 +146,9 @@ pub struct Synthesis {
     pub ilp: Vec<IlpReport>,
     /// The [`ScheduleTap`] stream that received every row of the one schedule, if any.
     pub streamed: Option<u64>,
+    /// The schedule's simulation, where it was simulated as it was synthesized (its
+    /// `schedules` are then empty): see [`InOrderRun`].
+    pub simulated: Option<InOrderSimulation>,
 }
 
 /// Which way a collective's chunks travel.
@@ -483,8 +513,8 @@ fn with_chunking(
             .unwrap_or(Time::ZERO),
     };
     let search = |net: &Network| match &fixed {
-        Some(refined) => synthesize_on(net, refined, options, deadline),
-        None => refine_by_estimate(net, bound, &cut, options),
+        Some(refined) => synthesize_on(topology, net, refined, options, deadline),
+        None => refine_by_estimate(topology, net, bound, &cut, options),
     };
     // Clusters keep chunks from entering a group twice; where a group spreads poorly inside (a
     // line of a mesh) that costs more than it saves. Which wins can turn with X (2 x 16 MI250
@@ -508,17 +538,18 @@ fn with_chunking(
 /// sub-chunks still halves the fill and drain time (a 4x4 mesh with 50 and 200 GiB/s lines
 /// gains 0.8% from X = 16 to 32, half its gap).
 fn refine_by_estimate(
+    topology: &Topology,
     net: &Network,
     bound: Time,
     cut: &dyn Fn(u32) -> Option<Vec<Collective>>,
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
     let whole = cut(1).expect("one way always fits");
-    let mut best = synthesize_on(net, &whole, options, Deadline(None))?;
+    let mut best = synthesize_on(topology, net, &whole, options, Deadline(None))?;
     let mut x = 2;
     while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best.estimate.ps() as f64 {
         let Some(refined) = cut(x) else { break };
-        let finer = synthesize_on(net, &refined, options, Deadline(None))?;
+        let finer = synthesize_on(topology, net, &refined, options, Deadline(None))?;
         let (now, before) = (finer.estimate.ps() as f64, best.estimate.ps() as f64);
         let enough = (0.01 * before).min((before - bound.ps() as f64) / 4.0);
         if before - now < enough {
@@ -531,6 +562,7 @@ fn refine_by_estimate(
 }
 
 fn synthesize_on(
+    topology: &Topology,
     net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
@@ -542,7 +574,7 @@ fn synthesize_on(
     let mut reports = Vec::new();
     if greedy && reverse_parts.is_empty() && collectives.len() == 1 {
         let (forward, _) = problem(net, collectives, Direction::Forward, &zero)?;
-        return stream_forward(net, &forward, &collectives[0], options);
+        return stream_forward(topology, net, &forward, &collectives[0], options);
     }
     let transposed = net.transposed();
     let (reverse_sends, reverse_time) = if reverse_parts.is_empty() {
@@ -702,12 +734,16 @@ fn synthesize_on(
         estimate: reverse_time.max(forward_time),
         ilp: reports,
         streamed: None,
+        simulated: None,
     })
 }
 
 /// One forward collective, written straight into its schedule as the best trial is re-run: no
 /// plan is held in memory, so the largest all-gathers fit (a 128x128 mesh has 268M transfers).
+/// Or, where the run asks for it and the schedule would not fit ([`InOrderRun`]), simulated send
+/// by send without being held at all.
 fn stream_forward(
+    topology: &Topology,
     net: &Network,
     p: &Problem,
     c: &Collective,
@@ -716,11 +752,33 @@ fn stream_forward(
     // Every NPU but the first holder receives every chunk once; each send but the first hops
     // depends on one earlier send.
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
-    crate::memory::ensure(
-        crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER),
-        &format!("a synthesized schedule of {expected} transfers"),
-        "try fewer NPUs, or --no-validate",
-    )?;
+    let needed = crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER);
+    let what = format!("a synthesized schedule of {expected} transfers");
+    let in_order = in_order_applies(topology, net);
+    if let Some(run) = options.simulate_in_order.as_ref().filter(|_| in_order) {
+        let mut held = greedy::bytes_for(net, p) + sim::InOrder::bytes_for(expected as u64);
+        if run.validate {
+            held += crate::schedule::InOrderCheck::bytes_for(c, expected as u64);
+        }
+        crate::memory::ensure(held, &what, "try fewer NPUs")?;
+        match simulate_forward(topology, net, p, c, options, run, expected)? {
+            Ok(synthesis) => return Ok(synthesis),
+            // A plan the in-order simulation cannot follow is built and simulated whole, where
+            // it fits: the same seed plans it again.
+            Err(refusal) if crate::memory::ensure(needed, &what, "").is_err() => {
+                return Err(refusal)
+            }
+            Err(_) => {}
+        }
+    }
+    let advice = match in_order {
+        true => {
+            "try fewer NPUs, or run without validation, --out and --msccl: the schedule is then \
+             simulated as it is synthesized, never held"
+        }
+        false => "try fewer NPUs",
+    };
+    crate::memory::ensure(needed, &what, advice)?;
     let mut schedule = Schedule::with_capacity_for_data(expected);
     // The tap and the id of this schedule's stream, when the tap takes it.
     let tapping = options
@@ -755,16 +813,7 @@ fn stream_forward(
             }
         }
     };
-    let estimate = match best_trial(net, p, options, Direction::Forward)? {
-        (_, Some((sends, time))) => {
-            sends.iter().for_each(&mut emit);
-            time
-        }
-        (k, None) => {
-            let mut rng = greedy::trial_rng(options.seed, stream(Direction::Forward, k));
-            greedy::run(net, p, &mut rng, &mut emit)?
-        }
-    };
+    let estimate = replay_best(net, p, options, &mut emit)?;
     if let Some((tap, id)) = tapping {
         if schedule.len() > tapped {
             tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
@@ -779,5 +828,131 @@ fn stream_forward(
         estimate,
         ilp: Vec::new(),
         streamed: tapping.map(|(_, id)| id),
+        simulated: None,
     })
+}
+
+/// Runs the best forward trial again (or replays its kept plan), handing `emit` every send in
+/// issue order. Returns the trial's completion time.
+fn replay_best(
+    net: &Network,
+    p: &Problem,
+    options: &SynthOptions,
+    emit: &mut dyn FnMut(&Send),
+) -> Result<Time, Error> {
+    Ok(match best_trial(net, p, options, Direction::Forward)? {
+        (_, Some((sends, time))) => {
+            sends.iter().for_each(emit);
+            time
+        }
+        (k, None) => {
+            let mut rng = greedy::trial_rng(options.seed, stream(Direction::Forward, k));
+            greedy::run(net, p, &mut rng, emit)?
+        }
+    })
+}
+
+/// Sends handed to the in-order simulation at once, and blocks that may wait for it: enough to
+/// make the handover's cost per send small, few enough to hold (24 B a send).
+const IN_ORDER_BLOCK: usize = 1 << 16;
+const IN_ORDER_BLOCKS_AHEAD: usize = 8;
+
+/// Whether the in-order simulation can take this network's sends: each crosses one topology link
+/// (no unwound switches, no split paths) chosen by dimension order as the simulator would.
+fn in_order_applies(topology: &Topology, net: &Network) -> bool {
+    topology.uses_dimension_routing()
+        && net.links.iter().all(|l| {
+            l.path.is_none()
+                && l.relay.is_none()
+                && topology
+                    .link_between(net.nodes[l.src as usize], net.nodes[l.dst as usize])
+                    .is_some()
+        })
+}
+
+/// [`stream_forward`]'s schedule simulated send by send as the greedy plans it, never held; the
+/// inner error is the simulation's refusal of a plan it cannot follow.
+fn simulate_forward(
+    topology: &Topology,
+    net: &Network,
+    p: &Problem,
+    c: &Collective,
+    options: &SynthOptions,
+    run: &InOrderRun,
+    expected: usize,
+) -> Result<Result<Synthesis, Error>, Error> {
+    let mut simulation = sim::InOrder::new(topology, &run.sim, expected as u64)?;
+    let mut check = match run.validate {
+        true => Some(crate::schedule::InOrderCheck::new(c, expected as u64)?),
+        false => None,
+    };
+    let progress = options.progress.as_deref();
+    if let Some(steps) = progress {
+        steps.begin("sends, simulated as planned", expected as u64);
+    }
+    // The greedy runs on one core: the simulation takes its sends in blocks on the other.
+    let (blocks, received) = std::sync::mpsc::sync_channel::<Vec<Send>>(IN_ORDER_BLOCKS_AHEAD);
+    let (estimate, simulated) = std::thread::scope(|scope| {
+        let simulating = &mut simulation;
+        let mut checking = check.as_mut();
+        let consumer = scope.spawn(move || -> Result<(), Error> {
+            for block in received {
+                for s in &block {
+                    let link = net.links[s.link as usize];
+                    let (src, dst) = (net.nodes[link.src as usize], net.nodes[link.dst as usize]);
+                    let bytes = p.chunk_bytes[s.chunk as usize];
+                    let dep = (s.via != NONE).then_some(s.via as u64);
+                    if let Some(check) = checking.as_deref_mut() {
+                        check.push(src, dst, s.chunk, bytes, dep)?;
+                    }
+                    simulating.push(src, dst, bytes, dep, Op::Copy)?;
+                }
+            }
+            Ok(())
+        });
+        let mut planned = 0u64;
+        let mut block = Vec::with_capacity(IN_ORDER_BLOCK);
+        let mut emit = |s: &Send| {
+            block.push(*s);
+            planned += 1;
+            if block.len() == IN_ORDER_BLOCK {
+                // A refused plan closes the channel; the greedy still finishes its trial.
+                let _ = blocks.send(std::mem::replace(
+                    &mut block,
+                    Vec::with_capacity(IN_ORDER_BLOCK),
+                ));
+                if let Some(steps) = progress {
+                    steps.set(planned);
+                }
+            }
+        };
+        let estimate = replay_best(net, p, options, &mut emit);
+        let _ = blocks.send(block);
+        drop(blocks);
+        let simulated = consumer
+            .join()
+            .expect("the in-order simulation does not panic");
+        (estimate, simulated)
+    });
+    let estimate = estimate?;
+    if let Some(steps) = progress {
+        steps.end();
+    }
+    if let Err(refusal) = simulated {
+        return Ok(Err(refusal));
+    }
+    if let Some(check) = &check {
+        check.finish()?;
+    }
+    let transfers = simulation.len() as usize;
+    Ok(Ok(Synthesis {
+        schedules: Vec::new(),
+        estimate,
+        ilp: Vec::new(),
+        streamed: None,
+        simulated: Some(InOrderSimulation {
+            result: simulation.finish()?,
+            transfers,
+        }),
+    }))
 }
