@@ -607,9 +607,9 @@ fn delays_to_destinations(
     (index, tables)
 }
 
-/// What the chunk logs hold a send at their peak, measured: an NPU's log keeps what its
-/// slowest outgoing link has not gone past, and grows with the mesh (2 B a send on a 64x64
-/// mesh's all-gather, 5 on 96x96, 6 on 200x200).
+/// What the chunk logs hold a send at their peak, with a margin: an NPU's log keeps what its
+/// slowest outgoing link has not gone past (measured on all-gathers: 2 B a send on a 64x64
+/// mesh, 5 on 96x96, 4 on 200x200, whose whole run peaked at 7.8 GB).
 const LOG_BYTES_PER_SEND: u64 = 6;
 
 /// Bytes a run of the greedy on `problem` holds at its peak, about: the claims (a bit per NPU

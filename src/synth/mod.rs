@@ -888,7 +888,11 @@ fn simulate_forward(
     };
     let progress = options.progress.as_deref();
     if let Some(steps) = progress {
-        steps.begin("sends, simulated as planned", expected as u64);
+        let what = match run.validate {
+            true => "sends, simulated and validated as planned",
+            false => "sends, simulated as planned",
+        };
+        steps.begin(what, expected as u64);
     }
     // The greedy runs on one core: the simulation takes its sends in blocks on the other.
     let (blocks, received) = std::sync::mpsc::sync_channel::<Vec<Send>>(IN_ORDER_BLOCKS_AHEAD);
