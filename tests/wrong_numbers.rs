@@ -24,10 +24,13 @@ fn with_paths<'a>(line: &'a str, paths: &[&'a str]) -> Vec<&'a str> {
         .collect()
 }
 
-/// Runs `args` and asserts exit 2 with exactly one line on stderr, an `error:` line holding
-/// every one of `words`; returns that line.
+/// A refusal comes before anything runs: a command still going after this long ran instead.
+const REFUSED_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs `args` and asserts exit 2 within [`REFUSED_WITHIN`] with exactly one line on stderr, an
+/// `error:` line holding every one of `words`; returns that line.
 fn refused(args: &[&str], words: &[&str]) -> String {
-    let out = collsim(args);
+    let out = refused_in_time(args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
@@ -38,6 +41,33 @@ fn refused(args: &[&str], words: &[&str]) -> String {
     }
     assert!(out.stdout.is_empty(), "{args:?} printed a result");
     lines[0].to_string()
+}
+
+/// Runs `args`, killing the command if it has not ended within [`REFUSED_WITHIN`].
+fn refused_in_time(args: &[&str]) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("collsim runs");
+    let started = std::time::Instant::now();
+    while child
+        .try_wait()
+        .expect("collsim can be waited for")
+        .is_none()
+    {
+        if started.elapsed() > REFUSED_WITHIN {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} was still running after {REFUSED_WITHIN:?} instead of refusing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collsim's output can be read")
 }
 
 #[test]
