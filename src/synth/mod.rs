@@ -773,8 +773,8 @@ fn stream_forward(
     }
     let advice = match in_order {
         true => {
-            "try fewer NPUs, or run without validation, --out and --msccl: the schedule is then \
-             simulated as it is synthesized, never held"
+            "try fewer NPUs, or run without --out, --msccl and --routing pinned: the schedule is \
+             then simulated and validated as it is synthesized, never held"
         }
         false => "try fewer NPUs",
     };
