@@ -14,9 +14,54 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::topology::NodeId;
 use crate::Error;
 
-/// Deliveries kept for dependencies, as a power of two (8 B each): as many as the in-order
-/// simulation keeps completion times.
+/// Transfers back that a dependency may reach, as a power of two: 2^26. A synthesized
+/// all-gather's sends depend on sends a few rounds of the whole network back (about 8M on a
+/// 200x200 mesh).
 const WINDOW_BITS: u32 = 26;
+
+/// What the in-order passes keep of the last transfers of a stream (completion times,
+/// deliveries) for the transfers that depend on them: the last `min(expected, 2^26)` rounded up
+/// to a power of two, so that memory stays bounded however long the schedule.
+pub struct RecentTransfers<T> {
+    values: Vec<T>,
+    mask: u64,
+}
+
+impl<T: Copy> RecentTransfers<T> {
+    fn window(expected: u64) -> u64 {
+        expected.max(1).next_power_of_two().min(1 << WINDOW_BITS)
+    }
+
+    /// Bytes kept for a stream of `expected` transfers.
+    pub fn bytes_for(expected: u64) -> u64 {
+        Self::window(expected) * std::mem::size_of::<T>() as u64
+    }
+
+    /// Room for a stream of `expected` transfers, every slot `fill`.
+    pub fn new(expected: u64, fill: T) -> RecentTransfers<T> {
+        let window = Self::window(expected);
+        RecentTransfers {
+            values: vec![fill; window as usize],
+            mask: window - 1,
+        }
+    }
+
+    /// How many transfers back the values reach.
+    pub fn reach(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Transfer `d`'s value as transfer `t` sees it: None unless `d` is among the `reach`
+    /// transfers before `t`.
+    pub fn get(&self, t: u64, d: u64) -> Option<T> {
+        (d < t && t - d <= self.mask).then(|| self.values[(d & self.mask) as usize])
+    }
+
+    /// Keeps transfer `t`'s value.
+    pub fn set(&mut self, t: u64, value: T) {
+        self.values[(t & self.mask) as usize] = value;
+    }
+}
 
 const NOT_A_RANK: u32 = u32::MAX;
 
@@ -29,22 +74,16 @@ pub struct InOrderCheck {
     words: usize,
     /// Per rank, a bit per piece: held.
     held: Vec<u64>,
-    /// (destination rank, piece) of transfer `i` at `i & mask`.
-    delivered: Vec<(u32, u32)>,
-    mask: u64,
+    /// (destination rank, piece) of the last transfers.
+    delivered: RecentTransfers<(u32, u32)>,
     count: u64,
-}
-
-/// Deliveries kept for a schedule of `expected` transfers.
-fn window(expected: u64) -> u64 {
-    expected.max(1).next_power_of_two().min(1 << WINDOW_BITS)
 }
 
 impl InOrderCheck {
     /// Bytes the validation of `claim` in `expected` transfers holds.
     pub fn bytes_for(claim: &Collective, expected: u64) -> u64 {
         let words = claim.piece_count().div_ceil(64) as u64;
-        window(expected) * 8 + claim.ranks() as u64 * words * 8
+        RecentTransfers::<(u32, u32)>::bytes_for(expected) + claim.ranks() as u64 * words * 8
     }
 
     /// A validation that `claim` is implemented by at most `expected` transfers to come.
@@ -70,15 +109,13 @@ impl InOrderCheck {
         }
         let pieces = claim.piece_count();
         let words = pieces.div_ceil(64) as usize;
-        let window = window(expected);
         let mut check = InOrderCheck {
             claim: claim.clone(),
             rank_of,
             pieces,
             words,
             held: vec![0; claim.ranks() as usize * words],
-            delivered: vec![(NOT_A_RANK, 0); window as usize],
-            mask: window - 1,
+            delivered: RecentTransfers::new(expected, (NOT_A_RANK, 0)),
             count: 0,
         };
         for p in 0..pieces {
@@ -153,16 +190,16 @@ impl InOrderCheck {
         }
         let brought = match dep {
             None => self.first_holder(piece) == from,
-            Some(d) if d < t && t - d <= self.mask => {
-                self.delivered[(d & self.mask) as usize] == (from, piece)
-            }
-            Some(d) => {
-                return Err(Error::input(format!(
-                    "transfer {t} depends on transfer {d}: the in-order validation needs every \
-                     dependency among the {} transfers before it",
-                    self.mask + 1
-                )))
-            }
+            Some(d) => match self.delivered.get(t, d) {
+                Some(delivery) => delivery == (from, piece),
+                None => {
+                    return Err(Error::input(format!(
+                        "transfer {t} depends on transfer {d}: the in-order validation needs \
+                         every dependency among the {} transfers before it",
+                        self.delivered.reach()
+                    )))
+                }
+            },
         };
         if !brought || !self.has(from, piece) {
             return Err(Error::input(format!(
@@ -177,7 +214,7 @@ impl InOrderCheck {
             )));
         }
         self.set(to, piece);
-        self.delivered[(t & self.mask) as usize] = (to, piece);
+        self.delivered.set(t, (to, piece));
         self.count += 1;
         Ok(())
     }

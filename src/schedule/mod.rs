@@ -16,7 +16,7 @@ mod paths;
 mod sizes;
 mod validate;
 
-pub use in_order::InOrderCheck;
+pub use in_order::{InOrderCheck, RecentTransfers};
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
 pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
 pub(crate) use parquet::{schedule_column, Column, ParquetFile};

@@ -13,15 +13,10 @@
 use std::collections::VecDeque;
 
 use super::{SimOptions, SimResult};
-use crate::schedule::Op;
-use crate::topology::{LinkId, NodeId, Router, Topology};
+use crate::schedule::{Op, RecentTransfers};
+use crate::topology::{NodeId, Router, Topology};
 use crate::units::Time;
 use crate::Error;
-
-/// Completion times kept for dependencies, as a power of two: 2^26 transfers (512 MiB). A
-/// synthesized all-gather's sends depend on sends a few rounds of the whole network back (about
-/// 8M on a 200x200 mesh).
-const WINDOW_BITS: u32 = 26;
 
 /// What the in-order simulation knows of one link.
 #[derive(Clone, Debug, Default)]
@@ -44,22 +39,16 @@ pub struct InOrder<'t> {
     router: Router<'t>,
     options: SimOptions,
     links: Vec<LinkClock>,
-    /// Completion time of transfer `i` at `i & mask`, for the last `mask + 1` transfers.
-    completed: Vec<Time>,
-    mask: u64,
+    /// Completion times of the last transfers.
+    completed: RecentTransfers<Time>,
     count: u64,
     result: SimResult,
-}
-
-/// Completion times kept for a schedule of `expected` transfers.
-fn window(expected: u64) -> u64 {
-    expected.max(1).next_power_of_two().min(1 << WINDOW_BITS)
 }
 
 impl<'t> InOrder<'t> {
     /// Bytes the simulation of `expected` transfers holds beyond the topology's links.
     pub fn bytes_for(expected: u64) -> u64 {
-        window(expected) * std::mem::size_of::<Time>() as u64
+        RecentTransfers::<Time>::bytes_for(expected)
     }
 
     /// A simulation of at most `expected` transfers (the window is no larger) on `topology`.
@@ -80,7 +69,6 @@ impl<'t> InOrder<'t> {
             ));
         }
         let link_count = topology.links().len();
-        let window = window(expected);
         let links = topology
             .links()
             .iter()
@@ -97,8 +85,7 @@ impl<'t> InOrder<'t> {
             router: Router::with_routing(topology, [], options.routing)?,
             options: options.clone(),
             links,
-            completed: vec![Time::ZERO; window as usize],
-            mask: window - 1,
+            completed: RecentTransfers::new(expected, Time::ZERO),
             count: 0,
             result: SimResult {
                 link_bytes: vec![0; link_count],
@@ -133,28 +120,29 @@ impl<'t> InOrder<'t> {
         let t = self.count;
         let ready = match dep {
             None => Time::ZERO,
-            Some(d) if d < t && t - d <= self.mask => self.completed[(d & self.mask) as usize],
-            Some(d) if d >= t => {
-                return Err(Error::input(format!(
-                    "transfer {t} depends on transfer {d}, which comes after it: the in-order \
-                     simulation needs every dependency first"
-                )))
-            }
-            Some(d) => {
-                return Err(Error::input(format!(
-                    "transfer {t} depends on transfer {d}, further back than the {} completion \
-                     times the in-order simulation keeps",
-                    self.mask + 1
-                )))
-            }
+            Some(d) => match self.completed.get(t, d) {
+                Some(done) => done,
+                None if d >= t => {
+                    return Err(Error::input(format!(
+                        "transfer {t} depends on transfer {d}, which comes after it: the \
+                         in-order simulation needs every dependency first"
+                    )))
+                }
+                None => {
+                    return Err(Error::input(format!(
+                        "transfer {t} depends on transfer {d}, further back than the {} \
+                         completion times the in-order simulation keeps",
+                        self.completed.reach()
+                    )))
+                }
+            },
         };
-        let link: LinkId = if src == dst {
+        if src == dst {
             return Err(Error::input(format!(
                 "transfer {t} is a local wait: the in-order simulation takes one-hop transfers only"
             )));
-        } else {
-            self.router.next_link_of(t as u32, src, dst)
-        };
+        }
+        let link = self.router.next_link_of(t as u32, src, dst);
         let l = link as usize;
         let spec = self.topology.link(link);
         if spec.dst != dst {
@@ -206,7 +194,7 @@ impl<'t> InOrder<'t> {
                 done = done + bw.transmit_time(bytes);
             }
         }
-        self.completed[(t & self.mask) as usize] = done;
+        self.completed.set(t, done);
         self.result.finish = self.result.finish.max(done);
         self.result.hops += 1;
         self.count += 1;

@@ -59,8 +59,8 @@ pub struct SynthOptions {
     pub tap: Option<Arc<dyn ScheduleTap>>,
     /// Where a long synthesis counts the sends it has written (a log's progress lines).
     pub progress: Option<Arc<crate::report::Steps>>,
-    /// Simulate the one schedule as its sends are planned instead of holding it, where the run
-    /// needs nothing else of it (no validation, no files): see [`InOrderRun`].
+    /// Simulate (and validate) the one schedule as its sends are planned instead of holding it,
+    /// where the run needs nothing else of it (no files): see [`InOrderRun`].
     pub simulate_in_order: Option<InOrderRun>,
 }
 
@@ -740,8 +740,8 @@ fn synthesize_on(
 
 /// One forward collective, written straight into its schedule as the best trial is re-run: no
 /// plan is held in memory, so the largest all-gathers fit (a 128x128 mesh has 268M transfers).
-/// Or, where the run asks for it and the schedule would not fit ([`InOrderRun`]), simulated send
-/// by send without being held at all.
+/// Or, where the run asks for it ([`InOrderRun`]) and the network allows, simulated (and
+/// validated) send by send without being held at all.
 fn stream_forward(
     topology: &Topology,
     net: &Network,
