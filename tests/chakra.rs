@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use collsim::workload::chakra::{AttributeProto, ChakraNode, GlobalMetadata, Value};
-use common::{collsim, scratch};
+use common::{collsim, scratch, stdout_of};
 use prost::Message;
 
 fn repo(path: &str) -> String {
@@ -25,18 +25,7 @@ fn train(workload: &str, topology: &str, extra: &[&str]) -> Vec<String> {
         "csv",
     ];
     args.extend_from_slice(extra);
-    let out = collsim(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(String::from)
-        .collect()
+    stdout_of(&args).lines().skip(1).map(String::from).collect()
 }
 
 /// Every shipped workload, written as traces and trained from them, gives the breakdown of the

@@ -2,7 +2,8 @@
 //! and the simulator, validity of every collective it builds, determinism, faults, switches and
 //! several collectives at once.
 
-use std::process::Command;
+mod common;
+use common::{collsim, first_row, stdout_of};
 
 use collsim::algorithms::Algorithm;
 use collsim::collective::{Collective, CollectiveKind};
@@ -305,12 +306,6 @@ fn several_collectives_run_together() {
 fn the_command_writes_the_schedule_and_rejects_bad_requests() {
     let dir = std::env::temp_dir().join(format!("collsim-synth-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let collsim = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_collsim"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let out = collsim(&[
         "synthesize",
         "-t",
@@ -480,16 +475,7 @@ fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
             "30MiB",
         ];
         args.extend_from_slice(extra);
-        let out = Command::new(env!("CARGO_BIN_EXE_collsim"))
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        stdout_of(&args)
     };
     for extra in [&[][..], &["--no-validate"]] {
         let text = run(extra);
@@ -497,14 +483,10 @@ fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
     }
     // The summary rows without the synthesis's wall time.
     let row = |text: String| {
-        let mut lines = text.lines();
-        let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
-        let values: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
-        header
-            .into_iter()
-            .zip(values)
-            .filter(|(h, _)| h != "synthesis_ms")
-            .collect::<Vec<_>>()
+        let mut row = first_row(&text);
+        row.remove("synthesis_ms")
+            .expect("the summary has synthesis_ms");
+        row
     };
     let held = run(&["--format", "csv", "--out", dir.to_str().unwrap()]);
     assert_eq!(row(run(&["--format", "csv"])), row(held));

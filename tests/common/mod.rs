@@ -21,17 +21,23 @@ pub fn scratch(prefix: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// Runs the collsim binary with `args`, asserts it succeeded (showing its stderr if not) and
+/// returns what it printed.
+pub fn stdout_of(args: &[&str]) -> String {
+    let out = collsim(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Runs `simulate --format csv` with `args` and returns the summary row by column.
 pub fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
     let mut all = vec!["simulate", "--format", "csv"];
     all.extend_from_slice(args);
-    let out = collsim(&all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    first_row(&String::from_utf8(out.stdout).unwrap())
+    first_row(&stdout_of(&all))
 }
 
 /// The first row of a CSV text (a header and rows, as summary.csv), by column.
