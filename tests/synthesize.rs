@@ -431,11 +431,28 @@ fn the_in_order_simulation_measures_what_the_engine_measures() {
         .unwrap();
         let sim = SimOptions {
             endpoint_delay,
+            record_busy_intervals: true,
             ..SimOptions::default()
         };
         let held = synthesize(&t, std::slice::from_ref(&c), &SynthOptions::default()).unwrap();
         assert!(held.simulated.is_none(), "{spec}");
-        let engine = simulate(&t, &held.schedules[0], &sim, &mut ()).unwrap();
+        let recorded = SimOptions {
+            record_transfers: true,
+            ..sim.clone()
+        };
+        let engine = simulate(&t, &held.schedules[0], &recorded, &mut ()).unwrap();
+        // Each transfer's issue and completion time, as the in-order simulation returns them.
+        let schedule = &held.schedules[0];
+        let mut direct = collsim::sim::InOrder::new(&t, &sim, schedule.len() as u64).unwrap();
+        for i in 0..schedule.len() as u32 {
+            let x = schedule.transfer(i);
+            let dep = schedule.deps(i).first().map(|&d| u64::from(d));
+            let times = direct
+                .push(x.src, x.dst, x.bytes, dep, schedule.op(i))
+                .unwrap();
+            let engine_times = (engine.issued[i as usize], engine.completed[i as usize]);
+            assert_eq!(times, engine_times, "{spec}: transfer {i}");
+        }
         let options = SynthOptions {
             simulate_in_order: Some(InOrderRun {
                 sim: sim.clone(),
@@ -455,6 +472,7 @@ fn the_in_order_simulation_measures_what_the_engine_measures() {
         assert_eq!(r.link_queued, engine.link_queued, "{spec}");
         assert_eq!(r.link_max_queue, engine.link_max_queue, "{spec}");
         assert_eq!(r.hops, engine.hops, "{spec}");
+        assert_eq!(r.busy_intervals, engine.busy_intervals, "{spec}");
     }
 }
 
@@ -490,5 +508,69 @@ fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
     };
     let held = run(&["--format", "csv", "--out", dir.to_str().unwrap()]);
     assert_eq!(row(run(&["--format", "csv"])), row(held));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With `--out`, where the tables are Parquet, the schedule is simulated in order as well, its
+/// schedule and transfers tables written as it is planned: the results folder is the one of the
+/// same schedule built, simulated and written whole (`--msccl` makes the run hold it), file for
+/// file, but for the synthesis's wall time in the summary.
+#[test]
+fn results_folders_are_written_in_order_as_planned() {
+    let dir = std::env::temp_dir().join(format!("collsim-in-order-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (in_order, held) = (dir.join("in-order"), dir.join("held"));
+    let xml = dir.join("schedule.xml");
+    let run = |out: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "synthesize",
+            "-t",
+            "mesh:5x6",
+            "-c",
+            "all-gather",
+            "-s",
+            "30MiB",
+            "--chunks",
+            "2",
+            "--endpoint-delay",
+            "100ns",
+            "--table-format",
+            "parquet",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        stdout_of(&args)
+    };
+    assert!(run(&in_order, &[]).contains("in order as synthesized"));
+    let text = run(&held, &["--msccl", xml.to_str().unwrap()]);
+    assert!(!text.contains("in order as synthesized"), "{text}");
+    let mut files: Vec<String> = std::fs::read_dir(&held)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    for name in [
+        "schedule.parquet",
+        "transfers.parquet",
+        "links.csv",
+        "utilization.csv",
+    ] {
+        assert!(files.iter().any(|f| f == name), "{name} in {files:?}");
+    }
+    for name in files.iter().filter(|f| *f != "summary.csv") {
+        let (a, b) = (in_order.join(name), held.join(name));
+        assert!(
+            std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+            "{name} differs"
+        );
+    }
+    let summary = |folder: &std::path::Path| {
+        let text = std::fs::read_to_string(folder.join("summary.csv")).unwrap();
+        let mut row = first_row(&text);
+        row.remove("synthesis_ms");
+        row
+    };
+    assert_eq!(summary(&in_order), summary(&held));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -210,11 +210,15 @@ fn run_and_report(
     // A large synthesized schedule is written as the synthesizer makes it; otherwise while it
     // simulates (the largest file of the folder: after the run it took longer than the
     // simulation).
+    // Where the schedule is also simulated as it is made, its transfers' table is written so too.
     let streamed = match &mut out {
         Some(folder) if synthesized => {
             let path = folder.file(experiment::SCHEDULE_PARQUET);
+            let transfers = tables
+                .transfers
+                .then(|| folder.file(experiment::TRANSFERS_PARQUET));
             spec.synth.tap = Some(std::sync::Arc::new(experiment::ScheduleStream::new(
-                path, tables,
+                path, transfers, tables,
             )));
             true
         }
@@ -234,9 +238,9 @@ fn run_and_report(
         }
         None => Ok(()),
     };
-    // A synthesized schedule that nothing else needs (no files) is simulated and validated as it
-    // is planned, never held.
-    if synthesized && !writes_out && args.msccl.is_none() && args.routing != RoutingArg::Pinned {
+    // A synthesized schedule that nothing else needs whole (its files are streamed) is simulated
+    // and validated as it is planned, never held.
+    if synthesized && args.msccl.is_none() && args.routing != RoutingArg::Pinned {
         spec.synth.simulate_in_order = Some(crate::synth::InOrderRun {
             sim: spec.options.clone(),
             validate: spec.validate,
@@ -259,7 +263,18 @@ fn run_and_report(
         let name = format!("collsim-{}-{}", outcome.summary.algorithm, claim.kind);
         write_msccl(&outcome.schedule, claim, &name, path)?;
     }
-    if let Some(out) = out {
+    if let Some(mut out) = out {
+        // Written as it was simulated; or else (the tap may have begun it) written below.
+        let tables = match outcome.in_order {
+            true => experiment::Tables {
+                transfers: false,
+                ..tables
+            },
+            false => {
+                out.discard(experiment::TRANSFERS_PARQUET);
+                tables
+            }
+        };
         let metric = match args.heatmap {
             HeatmapArg::Bytes => HeatMetric::Bytes,
             HeatmapArg::Busy => HeatMetric::Busy,

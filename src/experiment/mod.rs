@@ -301,6 +301,14 @@ pub fn execute_with(
         .collect::<Result<Vec<_>, _>>()?;
     let mut produced = produce(topology, spec, &collectives)?;
     if let Some(simulated) = produced.simulated.take() {
+        // The synthesizer handed the tap its rows and their times as it simulated them.
+        if let Some(tap) = spec.synth.tap.as_deref() {
+            if !tap.finish(produced.streamed)? {
+                return Err(Error::Internal(
+                    "a schedule simulated in order reached no results file".into(),
+                ));
+            }
+        }
         return summarise(
             topology,
             spec,
@@ -579,6 +587,8 @@ pub fn write_outputs(
 
 /// The name of a large schedule's file in a results folder.
 pub const SCHEDULE_PARQUET: &str = "schedule.parquet";
+/// The name of a large run's per-transfer table in a results folder.
+pub const TRANSFERS_PARQUET: &str = "transfers.parquet";
 
 /// Writes `schedule` into `out` as `schedule.parquet` or `schedule.json`, as `tables` says for
 /// its size: a schedule collsim made, so that it can be simulated again. Meant to run beside the
@@ -608,7 +618,7 @@ fn write_tables_and_figures(
             report::write_transfers_parquet(
                 &outcome.schedule,
                 &outcome.result,
-                &out.file("transfers.parquet"),
+                &out.file(TRANSFERS_PARQUET),
             )?;
         } else {
             report::write_transfers_csv(

@@ -1,7 +1,8 @@
 //! `schedule.parquet` written while the synthesizer makes the schedule: on two cores the
 //! synthesis leaves one idle, and writing a 16.8M-transfer schedule beside the validator and the
 //! simulator instead slowed both (a 64x64 mesh all-gather with `--out` took 1.4x its time
-//! without).
+//! without). Where the schedule is simulated as it is made, its rows come with their simulated
+//! times and `transfers.parquet` is written the same way.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -10,7 +11,9 @@ use std::thread::JoinHandle;
 
 use super::Tables;
 use crate::collective::Collective;
+use crate::report::{TransfersFile, LEADING_TRANSFER_COLUMNS};
 use crate::schedule::{ScheduleFile, ScheduleRows};
+use crate::sim::TransferTimes;
 use crate::synth::ScheduleTap;
 use crate::Error;
 
@@ -18,10 +21,12 @@ use crate::Error;
 const QUEUED_ROW_GROUPS: usize = 2;
 
 /// A [`ScheduleTap`] writing the schedules it is given to `path` as Parquet, when `tables` says a
-/// schedule of their size is written as Parquet.
+/// schedule of their size is written as Parquet; and rows that come with simulated times to
+/// `transfers` as `transfers.parquet`, when given.
 #[derive(Debug)]
 pub struct ScheduleStream {
     path: PathBuf,
+    transfers: Option<PathBuf>,
     tables: Tables,
     state: Mutex<State>,
 }
@@ -36,7 +41,7 @@ struct State {
 #[derive(Debug)]
 struct Active {
     id: u64,
-    rows: SyncSender<ScheduleRows>,
+    rows: SyncSender<(ScheduleRows, Option<TransferTimes>)>,
     writer: JoinHandle<Result<(), Error>>,
 }
 
@@ -51,9 +56,10 @@ impl Active {
 }
 
 impl ScheduleStream {
-    pub fn new(path: PathBuf, tables: Tables) -> ScheduleStream {
+    pub fn new(path: PathBuf, transfers: Option<PathBuf>, tables: Tables) -> ScheduleStream {
         ScheduleStream {
             path,
+            transfers,
             tables,
             state: Mutex::new(State::default()),
         }
@@ -75,12 +81,31 @@ impl ScheduleTap for ScheduleStream {
             return None;
         }
         state.begun += 1;
-        let (sender, receiver) = sync_channel::<ScheduleRows>(QUEUED_ROW_GROUPS);
+        let (sender, receiver) =
+            sync_channel::<(ScheduleRows, Option<TransferTimes>)>(QUEUED_ROW_GROUPS);
         let (path, claim) = (self.path.clone(), claim.clone());
+        let transfers_path = self.transfers.clone();
         let writer = std::thread::spawn(move || {
             let mut file = ScheduleFile::create(Some(&claim), &path)?;
-            for rows in receiver {
-                file.write(rows, false)?;
+            let mut transfers = None;
+            for (rows, times) in receiver {
+                let columns = ScheduleRows::into_columns(rows, false);
+                if let (Some(times), Some(path)) = (times, &transfers_path) {
+                    if transfers.is_none() {
+                        transfers = Some(TransfersFile::create(path)?);
+                    }
+                    let leading = columns[..LEADING_TRANSFER_COLUMNS].to_vec();
+                    transfers.as_mut().expect("created above").write(
+                        leading,
+                        &times.issued,
+                        &times.completed,
+                        false,
+                    )?;
+                }
+                file.write_columns(columns, false)?;
+            }
+            if let Some(transfers) = transfers {
+                transfers.close()?;
             }
             file.close()
         });
@@ -92,11 +117,11 @@ impl ScheduleTap for ScheduleStream {
         Some(state.begun)
     }
 
-    fn rows(&self, stream: u64, rows: ScheduleRows) {
+    fn rows(&self, stream: u64, rows: ScheduleRows, times: Option<TransferTimes>) {
         let state = self.state();
         if let Some(active) = state.active.as_ref().filter(|a| a.id == stream) {
             // A writer that failed has hung up; its error comes out at `finish`.
-            let _ = active.rows.send(rows);
+            let _ = active.rows.send((rows, times));
         }
     }
 
@@ -152,7 +177,11 @@ mod tests {
             )
             .unwrap();
             let streamed = dir.join(format!("{shape}-streamed.parquet"));
-            let stream = Arc::new(ScheduleStream::new(streamed.clone(), parquet_always()));
+            let stream = Arc::new(ScheduleStream::new(
+                streamed.clone(),
+                None,
+                parquet_always(),
+            ));
             let options = SynthOptions {
                 tap: Some(stream.clone()),
                 ..SynthOptions::default()
@@ -181,7 +210,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("collsim-stream-last-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let c = Collective::new(CollectiveKind::AllGather, (0..4).collect(), 64, 1, None).unwrap();
-        let stream = ScheduleStream::new(dir.join("s.parquet"), parquet_always());
+        let stream = ScheduleStream::new(dir.join("s.parquet"), None, parquet_always());
         let first = stream.begin(12, &c).unwrap();
         let second = stream.begin(12, &c).unwrap();
         assert_ne!(first, second);
@@ -194,6 +223,7 @@ mod tests {
         assert!(stream.finish(Some(third)).unwrap());
         let by_size = ScheduleStream::new(
             dir.join("t.parquet"),
+            None,
             Tables {
                 transfers: true,
                 format: None,

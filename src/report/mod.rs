@@ -9,7 +9,7 @@ mod training;
 mod utilization;
 
 pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
-pub use parquet::write_transfers_parquet;
+pub use parquet::{write_transfers_parquet, TransfersFile, LEADING_TRANSFER_COLUMNS};
 pub use plot::{BarChart, LinePlot, Series};
 pub use training::{
     breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,

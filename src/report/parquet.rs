@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::schedule::{schedule_column, Column, ParquetFile, Schedule, TransferIndex, ROW_GROUP};
 use crate::sim::SimResult;
+use crate::units::Time;
 use crate::Error;
 
 const SCHEMA: &str = "message transfers {
@@ -26,28 +27,55 @@ pub fn write_transfers_parquet(
     result: &SimResult,
     path: &Path,
 ) -> Result<(), Error> {
-    let mut file = ParquetFile::create(path, SCHEMA, None)?;
-    let ns = |t: crate::units::Time| t.ps() as f64 / 1e3;
+    let mut file = TransfersFile::create(path)?;
     for start in (0..schedule.len()).step_by(ROW_GROUP) {
         let rows = start as TransferIndex..(start + ROW_GROUP).min(schedule.len()) as TransferIndex;
-        let columns = (0..6)
+        let leading = (0..LEADING_TRANSFER_COLUMNS)
             .into_par_iter()
-            .map(|column| match column {
-                // id, src, dst, bytes: the first columns of `schedule.parquet`.
-                0..4 => schedule_column(schedule, None, rows.clone(), column),
-                4 => Column::Double(
-                    rows.clone()
-                        .map(|i| ns(result.issued[i as usize]))
-                        .collect(),
-                ),
-                _ => Column::Double(
-                    rows.clone()
-                        .map(|i| ns(result.completed[i as usize]))
-                        .collect(),
-                ),
-            })
+            .map(|column| schedule_column(schedule, None, rows.clone(), column))
             .collect();
-        file.write_row_group(columns, true)?;
+        let range = start..start + (rows.end - rows.start) as usize;
+        file.write(
+            leading,
+            &result.issued[range.clone()],
+            &result.completed[range],
+            true,
+        )?;
     }
     file.close()
+}
+
+/// Columns `transfers.parquet` shares with `schedule.parquet`, which come first in both: id,
+/// src, dst, bytes.
+pub const LEADING_TRANSFER_COLUMNS: usize = 4;
+
+/// `transfers.parquet` written a row group at a time, where the transfers are simulated as
+/// they are made and never held (see `synth::InOrderRun`).
+pub struct TransfersFile(ParquetFile);
+
+impl TransfersFile {
+    pub fn create(path: &Path) -> Result<TransfersFile, Error> {
+        ParquetFile::create(path, SCHEMA, None).map(TransfersFile)
+    }
+
+    /// Appends rows: their [`LEADING_TRANSFER_COLUMNS`] columns as `schedule.parquet` has them, and when each was
+    /// issued and completed; encoded on all cores when `parallel`.
+    pub(crate) fn write(
+        &mut self,
+        leading: Vec<Column>,
+        issued: &[Time],
+        completed: &[Time],
+        parallel: bool,
+    ) -> Result<(), Error> {
+        let ns =
+            |times: &[Time]| Column::Double(times.iter().map(|t| t.ps() as f64 / 1e3).collect());
+        let mut columns = leading;
+        columns.extend([ns(issued), ns(completed)]);
+        self.0.write_row_group(columns, parallel)
+    }
+
+    /// Writes the footer.
+    pub fn close(self) -> Result<(), Error> {
+        self.0.close()
+    }
 }

@@ -57,6 +57,11 @@ impl<T: Copy> RecentTransfers<T> {
         (d < t && t - d <= self.mask).then(|| self.values[(d & self.mask) as usize])
     }
 
+    /// Fetches transfer `d`'s slot into the cache ahead of its [`RecentTransfers::get`].
+    pub fn prefetch(&self, d: u64) {
+        crate::memory::prefetch(&self.values[(d & self.mask) as usize]);
+    }
+
     /// Keeps transfer `t`'s value.
     pub fn set(&mut self, t: u64, value: T) {
         self.values[(t & self.mask) as usize] = value;
@@ -156,6 +161,22 @@ impl InOrderCheck {
             _ => Err(Error::input(format!(
                 "transfer {t}: {role} NPU {npu} is not a participant of the collective"
             ))),
+        }
+    }
+
+    /// Fetches what [`InOrderCheck::push`] of the same transfer will read into the cache: the
+    /// transfers are handed over in blocks, so this runs a few transfers ahead of the checks,
+    /// whose reads are scattered over the ranks' pieces and the window (most of their time).
+    pub fn prefetch(&self, src: NodeId, dst: NodeId, piece: u32, dep: Option<u64>) {
+        if let Some(d) = dep {
+            self.delivered.prefetch(d);
+        }
+        for npu in [src, dst] {
+            if let Some(&rank) = self.rank_of.get(npu as usize).filter(|&&r| r != NOT_A_RANK) {
+                if let Some(word) = self.held.get(self.bit(rank, piece).0) {
+                    crate::memory::prefetch(word);
+                }
+            }
         }
     }
 

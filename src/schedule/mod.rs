@@ -20,7 +20,9 @@ pub use in_order::{InOrderCheck, RecentTransfers};
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
 pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
 pub(crate) use parquet::{schedule_column, Column, ParquetFile};
-pub use parquet::{schedule_rows, write_schedule_parquet, ScheduleFile, ScheduleRows, ROW_GROUP};
+pub use parquet::{
+    schedule_rows, write_schedule_parquet, CopyRows, ScheduleFile, ScheduleRows, ROW_GROUP,
+};
 pub use paths::{pin_paths, PinnedPaths};
 pub use sizes::TransferSizes;
 pub use validate::validate;

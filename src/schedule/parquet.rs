@@ -28,6 +28,7 @@ use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
 use super::io::{Assembler, Claim, TransferIds};
 use super::{Op, Schedule, Transfer, TransferIndex};
 use crate::collective::Collective;
+use crate::topology::NodeId;
 use crate::units::Time;
 use crate::Error;
 
@@ -49,7 +50,7 @@ const SCHEMA: &str = "message schedule {
 }";
 
 /// Values and levels of one column of one row group.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Levels {
     def: Vec<i16>,
     rep: Vec<i16>,
@@ -88,6 +89,7 @@ impl Levels {
 
 /// One column of one row group, gathered and ready to encode: the values of its physical type
 /// and its levels.
+#[derive(Clone)]
 pub(crate) enum Column {
     Int32(Vec<i32>, Levels),
     Int64(Vec<i64>, Levels),
@@ -275,17 +277,15 @@ impl ScheduleFile {
     /// Appends the rows gathered by [`schedule_rows`], encoded on all cores when `parallel`,
     /// else on the calling thread (beside a synthesis that has the other core).
     pub fn write(&mut self, rows: ScheduleRows, parallel: bool) -> Result<(), Error> {
-        let columns = match rows.0 {
-            Rows::Columns(columns) => columns,
-            Rows::Excerpt { first, rows } => {
-                let all = 0..rows.len() as TransferIndex;
-                let column = |k| schedule_column(&rows, Some(first), all.clone(), k);
-                match parallel {
-                    true => (0..COLUMNS).into_par_iter().map(column).collect(),
-                    false => (0..COLUMNS).map(column).collect(),
-                }
-            }
-        };
+        self.write_columns(rows.into_columns(parallel), parallel)
+    }
+
+    /// Appends rows gathered by [`ScheduleRows::into_columns`].
+    pub(crate) fn write_columns(
+        &mut self,
+        columns: Vec<Column>,
+        parallel: bool,
+    ) -> Result<(), Error> {
         self.0.write_row_group(columns, parallel)
     }
 
@@ -297,6 +297,114 @@ impl ScheduleFile {
 
 /// Rows of a schedule, owned: a row group of `schedule.parquet`.
 pub struct ScheduleRows(Rows);
+
+impl ScheduleRows {
+    /// The rows gathered into the columns of `schedule.parquet`, on all cores when `parallel`.
+    pub(crate) fn into_columns(self, parallel: bool) -> Vec<Column> {
+        match self.0 {
+            Rows::Columns(columns) => columns,
+            Rows::Excerpt { first, rows } => {
+                let all = 0..rows.len() as TransferIndex;
+                let column = |k| schedule_column(&rows, Some(first), all.clone(), k);
+                match parallel {
+                    true => (0..COLUMNS).into_par_iter().map(column).collect(),
+                    false => (0..COLUMNS).map(column).collect(),
+                }
+            }
+        }
+    }
+}
+
+/// Rows of copies of one piece each with at most one dependency, gathered straight into the
+/// columns of `schedule.parquet` as they are made, by a producer that never holds the schedule
+/// (the in-order simulation of a synthesized all-gather): the rows [`schedule_rows`] gathers
+/// from a held schedule of the same transfers, without building one.
+pub struct CopyRows {
+    /// Position of the first row in the schedule (ids are positions).
+    first: u64,
+    src: Vec<i32>,
+    dst: Vec<i32>,
+    bytes: Vec<i64>,
+    deps: (Vec<i64>, Levels),
+    pieces: Vec<i32>,
+    /// The levels of every row's piece range and op: always present.
+    present: Vec<i16>,
+    /// The levels of every row's route and wait: always an empty list and a null.
+    absent: Vec<i16>,
+}
+
+impl CopyRows {
+    /// Rows from position `first` on, with room for `capacity`.
+    pub fn new(first: u64, capacity: usize) -> CopyRows {
+        CopyRows {
+            first,
+            src: Vec::with_capacity(capacity),
+            dst: Vec::with_capacity(capacity),
+            bytes: Vec::with_capacity(capacity),
+            deps: (Vec::with_capacity(capacity), Levels::default()),
+            pieces: Vec::with_capacity(capacity),
+            present: Vec::with_capacity(capacity),
+            absent: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Position of the row the next push makes.
+    pub fn next(&self) -> u64 {
+        self.first + self.len() as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.src.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.src.is_empty()
+    }
+
+    /// The next row: a copy of `piece` (`bytes`) from `src` to `dst`, after the transfer at
+    /// position `dep` if any.
+    pub fn push(&mut self, src: NodeId, dst: NodeId, bytes: u64, dep: Option<u64>, piece: u32) {
+        self.src.push(src as i32);
+        self.dst.push(dst as i32);
+        self.bytes.push(bytes as i64);
+        let (values, levels) = &mut self.deps;
+        levels.list(values, dep.map(|d| d as i64));
+        self.pieces.push(piece as i32);
+        self.present.push(1);
+        self.absent.push(0);
+    }
+
+    /// The rows, in the columns of `schedule.parquet`.
+    pub fn into_rows(self) -> ScheduleRows {
+        let n = self.src.len();
+        let present = || Levels {
+            def: self.present.clone(),
+            rep: Vec::new(),
+        };
+        let hi = self.pieces.iter().map(|p| p + 1).collect();
+        let empty_list = Levels {
+            def: self.absent.clone(),
+            rep: self.absent.clone(),
+        };
+        let null = Levels {
+            def: self.absent,
+            rep: Vec::new(),
+        };
+        let ids = (self.first as i64..(self.first + n as u64) as i64).collect();
+        ScheduleRows(Rows::Columns(vec![
+            Column::int64(ids),
+            Column::int32(self.src),
+            Column::int32(self.dst),
+            Column::int64(self.bytes),
+            Column::Int64(self.deps.0, self.deps.1),
+            Column::Int32(self.pieces, present()),
+            Column::Int32(hi, present()),
+            Column::Ops(vec![Op::Copy; n], present()),
+            Column::Int32(Vec::new(), empty_list),
+            Column::Int64(Vec::new(), null),
+        ]))
+    }
+}
 
 enum Rows {
     /// Gathered into the file's columns.
@@ -689,6 +797,42 @@ mod tests {
         }
         file.close().unwrap();
         std::fs::read(path).unwrap()
+    }
+
+    /// Copies gathered as they are made ([`CopyRows`]) make the file that gathering the same
+    /// transfers from a held schedule makes, row group by row group: dependencies in earlier
+    /// groups, none, sizes that differ.
+    #[test]
+    fn copies_gathered_as_made_write_what_the_schedule_writes() {
+        let mut s = Schedule::default();
+        let mut made = vec![CopyRows::new(0, 4)];
+        for i in 0..11u32 {
+            let (src, dst, bytes) = (i % 4, (i + 1) % 4, 100 + u64::from(i % 3));
+            let dep = i.checked_sub(3).filter(|_| i % 2 == 1);
+            s.push_data(
+                Transfer { src, dst, bytes },
+                dep.as_slice(),
+                (i % 5, i % 5 + 1),
+                Op::Copy,
+            );
+            let rows = made.last_mut().unwrap();
+            rows.push(src, dst, bytes, dep.map(u64::from), i % 5);
+            if rows.len() == 4 {
+                let next = rows.next();
+                made.push(CopyRows::new(next, 4));
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("collsim-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("made.parquet");
+        let mut file = ScheduleFile::create(None, &path).unwrap();
+        for rows in made.into_iter().filter(|r| !r.is_empty()) {
+            file.write(rows.into_rows(), false).unwrap();
+        }
+        file.close().unwrap();
+        let written = std::fs::read(&path).unwrap();
+        assert!(written == write_in_groups(&s, &dir.join("held.parquet"), 4, false));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Row groups copied as excerpts (how a synthesizer hands them over) make the file that

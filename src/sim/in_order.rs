@@ -14,12 +14,14 @@ use std::collections::VecDeque;
 
 use super::{SimOptions, SimResult};
 use crate::schedule::{Op, RecentTransfers};
-use crate::topology::{NodeId, Router, Topology};
+use crate::topology::{LinkId, NodeId, Router, Topology};
 use crate::units::Time;
 use crate::Error;
 
-/// What the in-order simulation knows of one link.
+/// What the in-order simulation knows of one link, its tallies included: everything a transfer
+/// touches on its link in two cache lines (fetched ahead, [`InOrder::prefetch`]), in this order.
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 struct LinkClock {
     /// When the link finishes the last transfer put on it.
     free_at: Time,
@@ -27,10 +29,17 @@ struct LinkClock {
     last_ready: Time,
     /// The end of the last interval during which a transfer waited for it.
     queued_until: Time,
-    /// Link-free times of the transfers put on it that may still be on it (for its longest queue).
-    held: VecDeque<Time>,
     /// (bytes, link-free delay, arrival delay) of the last size sent.
     cached: (u64, Time, Time),
+    /// Bytes carried, the most transfers on it at once, time busy and time a transfer waited
+    /// for it: the link's entries of the [`SimResult`], moved there by [`InOrder::finish`].
+    bytes: u64,
+    max_queue: u32,
+    /// The second cache line from here.
+    busy: Time,
+    queued: Time,
+    /// Link-free times of the transfers put on it that may still be on it (for its longest queue).
+    held: VecDeque<Time>,
 }
 
 /// A schedule's simulation, fed one transfer at a time (see the module's documentation).
@@ -52,17 +61,14 @@ impl<'t> InOrder<'t> {
     }
 
     /// A simulation of at most `expected` transfers (the window is no larger) on `topology`.
-    /// Transfer-level records and busy intervals are not kept: their size is the schedule's.
+    /// Busy intervals are kept when `options` asks (their size is the links' gaps); per-transfer
+    /// times are not (their size is the schedule's): [`InOrder::push`] returns them instead, for
+    /// the caller to write as it goes.
     pub fn new(
         topology: &'t Topology,
         options: &SimOptions,
         expected: u64,
     ) -> Result<InOrder<'t>, Error> {
-        if options.record_transfers || options.record_busy_intervals {
-            return Err(Error::Internal(
-                "the in-order simulation keeps no per-transfer records".into(),
-            ));
-        }
         if !topology.uses_dimension_routing() {
             return Err(Error::Internal(
                 "the in-order simulation routes by dimension order only".into(),
@@ -92,6 +98,10 @@ impl<'t> InOrder<'t> {
                 link_busy: vec![Time::ZERO; link_count],
                 link_max_queue: vec![0; link_count],
                 link_queued: vec![Time::ZERO; link_count],
+                busy_intervals: match options.record_busy_intervals {
+                    true => vec![Vec::new(); link_count],
+                    false => Vec::new(),
+                },
                 ..SimResult::default()
             },
         })
@@ -108,7 +118,8 @@ impl<'t> InOrder<'t> {
     }
 
     /// Simulates the next transfer: `bytes` from `src` to the neighbouring `dst`, after transfer
-    /// `dep` (an index among those pushed before) has completed, or from time zero.
+    /// `dep` (an index among those pushed before) has completed, or from time zero. Returns when
+    /// it was issued (ready) and when it completed, as the engine records them.
     pub fn push(
         &mut self,
         src: NodeId,
@@ -116,7 +127,65 @@ impl<'t> InOrder<'t> {
         bytes: u64,
         dep: Option<u64>,
         op: Op,
-    ) -> Result<(), Error> {
+    ) -> Result<(Time, Time), Error> {
+        let link = self.link_of(self.count, src, dst)?;
+        self.push_on(link, bytes, dep, op)
+    }
+
+    /// The link transfer `t` (`src` to the neighbouring `dst`) takes, as the engine routes it;
+    /// refused unless that link reaches `dst`.
+    pub fn link_of(&self, t: u64, src: NodeId, dst: NodeId) -> Result<LinkId, Error> {
+        if src == dst {
+            return Err(Error::input(format!(
+                "transfer {t} is a local wait: the in-order simulation takes one-hop transfers only"
+            )));
+        }
+        let link = self.router.next_link_of(t as u32, src, dst);
+        if self.topology.link(link).dst != dst {
+            return Err(Error::input(format!(
+                "transfer {t} ({src} -> {dst}) crosses more than one link: the in-order \
+                 simulation takes one-hop transfers only"
+            )));
+        }
+        Ok(link)
+    }
+
+    /// Fetches the state [`InOrder::push_on`] reads first into the cache: `link`'s clock and
+    /// `dep`'s completion time. Meant a few transfers ahead, then [`InOrder::prefetch_tail`]:
+    /// the links of a large network and the window are scattered over memory, and waiting for
+    /// them was most of the simulation's time.
+    pub fn prefetch(&self, link: LinkId, dep: Option<u64>) {
+        let clock = &self.links[link as usize];
+        crate::memory::prefetch(clock);
+        crate::memory::prefetch(&clock.busy);
+        if let Some(d) = dep {
+            self.completed.prefetch(d);
+        }
+    }
+
+    /// Fetches the ends of `link`'s queue and busy intervals, once its clock is in the cache.
+    pub fn prefetch_tail(&self, link: LinkId) {
+        if let Some(front) = self.links[link as usize].held.front() {
+            crate::memory::prefetch(front);
+        }
+        if let Some(last) = self
+            .result
+            .busy_intervals
+            .get(link as usize)
+            .and_then(|i| i.last())
+        {
+            crate::memory::prefetch(last);
+        }
+    }
+
+    /// [`InOrder::push`] of the next transfer, on `link` as [`InOrder::link_of`] gave it.
+    pub fn push_on(
+        &mut self,
+        link: LinkId,
+        bytes: u64,
+        dep: Option<u64>,
+        op: Op,
+    ) -> Result<(Time, Time), Error> {
         let t = self.count;
         let ready = match dep {
             None => Time::ZERO,
@@ -137,22 +206,11 @@ impl<'t> InOrder<'t> {
                 }
             },
         };
-        if src == dst {
-            return Err(Error::input(format!(
-                "transfer {t} is a local wait: the in-order simulation takes one-hop transfers only"
-            )));
-        }
-        let link = self.router.next_link_of(t as u32, src, dst);
         let l = link as usize;
-        let spec = self.topology.link(link);
-        if spec.dst != dst {
-            return Err(Error::input(format!(
-                "transfer {t} ({src} -> {dst}) crosses more than one link: the in-order \
-                 simulation takes one-hop transfers only"
-            )));
-        }
         let clock = &mut self.links[l];
         if ready < clock.last_ready {
+            let spec = self.topology.link(link);
+            let (src, dst) = (spec.src, spec.dst);
             return Err(Error::input(format!(
                 "transfer {t} becomes ready at {ready} on link {src} -> {dst}, before a transfer \
                  listed ahead of it there ({}): the in-order simulation needs each link's \
@@ -161,6 +219,7 @@ impl<'t> InOrder<'t> {
             )));
         }
         if clock.cached.0 != bytes {
+            let spec = self.topology.link(link);
             let (free, arrive) =
                 self.options
                     .time_model
@@ -173,7 +232,7 @@ impl<'t> InOrder<'t> {
         // in order of both.
         let waited_from = ready.max(clock.queued_until);
         if start > waited_from {
-            self.result.link_queued[l] = self.result.link_queued[l] + (start - waited_from);
+            clock.queued = clock.queued + (start - waited_from);
         }
         clock.queued_until = clock.queued_until.max(start);
         // Transfers on the link when this one joins: those that free it later, itself included.
@@ -181,12 +240,23 @@ impl<'t> InOrder<'t> {
             clock.held.pop_front();
         }
         clock.held.push_back(start + free);
-        let held = &mut self.result.link_max_queue[l];
-        *held = (*held).max(clock.held.len() as u32);
+        clock.max_queue = clock.max_queue.max(clock.held.len() as u32);
         clock.last_ready = ready;
         clock.free_at = start + free;
-        self.result.link_bytes[l] = self.result.link_bytes[l].saturating_add(bytes);
-        self.result.link_busy[l] = self.result.link_busy[l] + free;
+        clock.bytes = clock.bytes.saturating_add(bytes);
+        clock.busy = clock.busy + free;
+        if let Some(intervals) = self
+            .result
+            .busy_intervals
+            .get_mut(l)
+            .filter(|_| free > Time::ZERO)
+        {
+            // Back-to-back intervals merged, as the engine records them.
+            match intervals.last_mut() {
+                Some(last) if last.1 == start => last.1 = start + free,
+                _ => intervals.push((start, start + free)),
+            }
+        }
         let mut done = start + arrive + self.options.endpoint_delay;
         if op == Op::Reduce {
             done = done + self.options.reduction_delay;
@@ -198,12 +268,19 @@ impl<'t> InOrder<'t> {
         self.result.finish = self.result.finish.max(done);
         self.result.hops += 1;
         self.count += 1;
-        Ok(())
+        Ok((ready, done))
     }
 
     /// The simulation's result once every transfer has been pushed. It processed no events
     /// (`events` is 0); `hops` counts the transfers.
-    pub fn finish(self) -> Result<SimResult, Error> {
+    pub fn finish(mut self) -> Result<SimResult, Error> {
+        let r = &mut self.result;
+        for (l, clock) in self.links.iter().enumerate() {
+            r.link_bytes[l] = clock.bytes;
+            r.link_busy[l] = clock.busy;
+            r.link_queued[l] = clock.queued;
+            r.link_max_queue[l] = clock.max_queue;
+        }
         super::engine::check_range(self.topology, &self.result)?;
         Ok(self.result)
     }

@@ -65,6 +65,15 @@ impl TimeModel {
     }
 }
 
+/// When each of a run of transfers was issued and completed: what `transfers.csv` and
+/// `.parquet` report beside the schedule's rows, handed over a block at a time where the
+/// schedule is simulated as it is made ([`InOrder`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransferTimes {
+    pub issued: Vec<Time>,
+    pub completed: Vec<Time>,
+}
+
 /// Optional costs and what to record.
 #[derive(Clone, Debug, Default)]
 pub struct SimOptions {

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::{schedule_rows, Op, Schedule, ScheduleRows, Transfer, ROW_GROUP};
+use crate::schedule::{schedule_rows, CopyRows, Op, Schedule, ScheduleRows, Transfer, ROW_GROUP};
 use crate::sim::{self, SimOptions};
 use crate::topology::Topology;
 use crate::units::Time;
@@ -60,7 +60,7 @@ pub struct SynthOptions {
     /// Where a long synthesis counts the sends it has written (a log's progress lines).
     pub progress: Option<Arc<crate::report::Steps>>,
     /// Simulate (and validate) the one schedule as its sends are planned instead of holding it,
-    /// where the run needs nothing else of it (no files): see [`InOrderRun`].
+    /// handing its rows and their simulated times to the tap, if any: see [`InOrderRun`].
     pub simulate_in_order: Option<InOrderRun>,
 }
 
@@ -68,8 +68,9 @@ pub struct SynthOptions {
 /// without holding it: what lets an all-gather past the memory's reach (a 200x200 mesh has 1.6
 /// billion transfers, 38 GB held) run at all, and saves the whole-schedule simulation's time
 /// elsewhere (it measures the same, a test checks). Taken for one forward collective on networks
-/// whose synthesis links are topology links (meshes, tori); elsewhere, or where the simulation
-/// refuses the plan, the schedule is built and simulated whole as usual.
+/// whose synthesis links are topology links (meshes, tori), and where there is a [`ScheduleTap`],
+/// when it takes the rows (as Parquet: it then writes the transfers' times too); elsewhere, or
+/// where the simulation refuses the plan, the schedule is built and simulated whole as usual.
 #[derive(Clone, Debug)]
 pub struct InOrderRun {
     /// The simulation's options (no per-transfer records).
@@ -95,8 +96,9 @@ pub trait ScheduleTap: std::marker::Send + Sync + std::fmt::Debug {
     /// A schedule of `rows` transfers claiming `claim` begins: the id of its stream, or `None`
     /// when the tap does not want it. Ends any stream begun before.
     fn begin(&self, rows: usize, claim: &Collective) -> Option<u64>;
-    /// The next rows of stream `stream`, in order.
-    fn rows(&self, stream: u64, rows: ScheduleRows);
+    /// The next rows of stream `stream`, in order, with their simulated times where the
+    /// schedule is simulated as it is made ([`InOrderRun`]).
+    fn rows(&self, stream: u64, rows: ScheduleRows, times: Option<sim::TransferTimes>);
     /// After synthesis: completes `kept`, the stream of the schedule kept, if it is the one in
     /// progress (true), or else abandons whatever was begun (false: the caller writes the
     /// schedule itself).
@@ -761,14 +763,21 @@ fn stream_forward(
             held += crate::schedule::InOrderCheck::bytes_for(c, expected as u64);
         }
         crate::memory::ensure(held, &what, "try fewer NPUs")?;
-        match simulate_forward(topology, net, p, c, options, run, expected)? {
-            Ok(synthesis) => return Ok(synthesis),
-            // A plan the in-order simulation cannot follow is built and simulated whole, where
-            // it fits: the same seed plans it again.
-            Err(refusal) if crate::memory::ensure(needed, &what, "").is_err() => {
-                return Err(refusal)
+        // A tap that declines the rows (a schedule small enough for JSON) needs it held.
+        let tapping = match options.tap.as_deref() {
+            None => Some(None),
+            Some(tap) => tap.begin(expected, c).map(|id| Some((tap, id))),
+        };
+        if let Some(tapping) = tapping {
+            match simulate_forward(topology, net, p, c, options, run, expected, tapping)? {
+                Ok(synthesis) => return Ok(synthesis),
+                // A plan the in-order simulation cannot follow is built and simulated whole,
+                // where it fits: the same seed plans it again.
+                Err(refusal) if crate::memory::ensure(needed, &what, "").is_err() => {
+                    return Err(refusal)
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
         }
     }
     let advice = match in_order {
@@ -808,7 +817,7 @@ fn stream_forward(
         }
         if let Some((tap, id)) = tapping {
             if schedule.len() - tapped == ROW_GROUP {
-                tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
+                tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()), None);
                 tapped = schedule.len();
             }
         }
@@ -816,7 +825,7 @@ fn stream_forward(
     let estimate = replay_best(net, p, options, &mut emit)?;
     if let Some((tap, id)) = tapping {
         if schedule.len() > tapped {
-            tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()));
+            tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()), None);
         }
     }
     if let Some(steps) = progress {
@@ -856,6 +865,9 @@ fn replay_best(
 /// make the handover's cost per send small, few enough to hold (24 B a send).
 const IN_ORDER_BLOCK: usize = 1 << 16;
 const IN_ORDER_BLOCKS_AHEAD: usize = 8;
+/// How many transfers ahead of its simulation a transfer's state is fetched (twice that for the
+/// first of two dependent fetches).
+const IN_ORDER_AHEAD: usize = 8;
 
 /// Whether the in-order simulation can take this network's sends: each crosses one topology link
 /// (no unwound switches, no split paths) chosen by dimension order as the simulator would.
@@ -870,8 +882,10 @@ fn in_order_applies(topology: &Topology, net: &Network) -> bool {
         })
 }
 
-/// [`stream_forward`]'s schedule simulated send by send as the greedy plans it, never held; the
-/// inner error is the simulation's refusal of a plan it cannot follow.
+/// [`stream_forward`]'s schedule simulated send by send as the greedy plans it, never held, its
+/// rows and their times handed to `tapping`'s stream if any; the inner error is the
+/// simulation's refusal of a plan it cannot follow.
+#[allow(clippy::too_many_arguments)]
 fn simulate_forward(
     topology: &Topology,
     net: &Network,
@@ -880,6 +894,7 @@ fn simulate_forward(
     options: &SynthOptions,
     run: &InOrderRun,
     expected: usize,
+    tapping: Option<(&dyn ScheduleTap, u64)>,
 ) -> Result<Result<Synthesis, Error>, Error> {
     let mut simulation = sim::InOrder::new(topology, &run.sim, expected as u64)?;
     let mut check = match run.validate {
@@ -900,17 +915,50 @@ fn simulate_forward(
         let simulating = &mut simulation;
         let mut checking = check.as_mut();
         let consumer = scope.spawn(move || -> Result<(), Error> {
+            let mut rows = tapping.map(|_| TappedRows::new(0));
+            let ends = |s: &Send| {
+                let link = net.links[s.link as usize];
+                (net.nodes[link.src as usize], net.nodes[link.dst as usize])
+            };
+            let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
+            let mut links = Vec::with_capacity(IN_ORDER_BLOCK);
             for block in received {
-                for s in &block {
-                    let link = net.links[s.link as usize];
-                    let (src, dst) = (net.nodes[link.src as usize], net.nodes[link.dst as usize]);
+                // The links first (no memory waits), so that the state of each transfer can be
+                // fetched a few transfers ahead of its turn.
+                let first = simulating.len();
+                links.clear();
+                for (i, s) in block.iter().enumerate() {
+                    let (src, dst) = ends(s);
+                    links.push((simulating.link_of(first + i as u64, src, dst)?, src, dst));
+                }
+                for (i, s) in block.iter().enumerate() {
+                    if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
+                        let (link, src, dst) = links[i + 2 * IN_ORDER_AHEAD];
+                        simulating.prefetch(link, dep_of(ahead));
+                        if let Some(check) = checking.as_deref() {
+                            check.prefetch(src, dst, ahead.chunk, dep_of(ahead));
+                        }
+                    }
+                    if let Some(&(link, _, _)) = links.get(i + IN_ORDER_AHEAD) {
+                        simulating.prefetch_tail(link);
+                    }
+                    let (link, src, dst) = links[i];
                     let bytes = p.chunk_bytes[s.chunk as usize];
-                    let dep = (s.via != NONE).then_some(s.via as u64);
+                    let dep = dep_of(s);
                     if let Some(check) = checking.as_deref_mut() {
                         check.push(src, dst, s.chunk, bytes, dep)?;
                     }
-                    simulating.push(src, dst, bytes, dep, Op::Copy)?;
+                    let times = simulating.push_on(link, bytes, dep, Op::Copy)?;
+                    if let (Some(rows), Some((tap, id))) = (&mut rows, tapping) {
+                        rows.push(Transfer { src, dst, bytes }, s, times);
+                        if rows.times.issued.len() == ROW_GROUP {
+                            rows.hand_over(tap, id);
+                        }
+                    }
                 }
+            }
+            if let (Some(rows), Some((tap, id))) = (&mut rows, tapping) {
+                rows.hand_over(tap, id);
             }
             Ok(())
         });
@@ -953,10 +1001,45 @@ fn simulate_forward(
         schedules: Vec::new(),
         estimate,
         ilp: Vec::new(),
-        streamed: None,
+        streamed: tapping.map(|(_, id)| id),
         simulated: Some(InOrderSimulation {
             result: simulation.finish()?,
             transfers,
         }),
     }))
+}
+
+/// Rows simulated in order and not yet handed to the tap, with their times: a row group at most.
+struct TappedRows {
+    rows: CopyRows,
+    times: sim::TransferTimes,
+}
+
+impl TappedRows {
+    fn new(first: u64) -> TappedRows {
+        TappedRows {
+            rows: CopyRows::new(first, ROW_GROUP),
+            times: sim::TransferTimes {
+                issued: Vec::with_capacity(ROW_GROUP),
+                completed: Vec::with_capacity(ROW_GROUP),
+            },
+        }
+    }
+
+    fn push(&mut self, transfer: Transfer, s: &Send, (issued, completed): (Time, Time)) {
+        let dep = (s.via != NONE).then_some(s.via as u64);
+        let Transfer { src, dst, bytes } = transfer;
+        self.rows.push(src, dst, bytes, dep, s.chunk);
+        self.times.issued.push(issued);
+        self.times.completed.push(completed);
+    }
+
+    /// Gives the rows held to `tap`'s stream `id`, if there are any.
+    fn hand_over(&mut self, tap: &dyn ScheduleTap, id: u64) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let full = std::mem::replace(self, TappedRows::new(self.rows.next()));
+        tap.rows(id, full.rows.into_rows(), Some(full.times));
+    }
 }
