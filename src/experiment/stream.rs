@@ -86,23 +86,26 @@ impl ScheduleTap for ScheduleStream {
         let (path, claim) = (self.path.clone(), claim.clone());
         let transfers_path = self.transfers.clone();
         let writer = std::thread::spawn(move || {
+            // Behind the synthesis, which plans every row and is the run's critical path.
+            crate::priority::run_behind();
             let mut file = ScheduleFile::create(Some(&claim), &path)?;
             let mut transfers = None;
             for (rows, times) in receiver {
-                let columns = ScheduleRows::into_columns(rows, false);
+                let encoded = file.encode(rows.into_columns(false), false)?;
                 if let (Some(times), Some(path)) = (times, &transfers_path) {
                     if transfers.is_none() {
                         transfers = Some(TransfersFile::create(path)?);
                     }
-                    let leading = columns[..LEADING_TRANSFER_COLUMNS].to_vec();
-                    transfers.as_mut().expect("created above").write(
+                    // The transfers' first columns are the schedule's: encoded once.
+                    let leading = encoded[..LEADING_TRANSFER_COLUMNS].to_vec();
+                    transfers.as_mut().expect("created above").write_encoded(
                         leading,
                         &times.issued,
                         &times.completed,
                         false,
                     )?;
                 }
-                file.write_columns(columns, false)?;
+                file.append(encoded)?;
             }
             if let Some(transfers) = transfers {
                 transfers.close()?;

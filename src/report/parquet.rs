@@ -7,7 +7,9 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::schedule::{schedule_column, Column, ParquetFile, Schedule, TransferIndex, ROW_GROUP};
+use crate::schedule::{
+    schedule_column, Column, EncodedColumn, ParquetFile, Schedule, TransferIndex, ROW_GROUP,
+};
 use crate::sim::SimResult;
 use crate::units::Time;
 use crate::Error;
@@ -58,8 +60,8 @@ impl TransfersFile {
         ParquetFile::create(path, SCHEMA, None).map(TransfersFile)
     }
 
-    /// Appends rows: their [`LEADING_TRANSFER_COLUMNS`] columns as `schedule.parquet` has them, and when each was
-    /// issued and completed; encoded on all cores when `parallel`.
+    /// Appends rows: their [`LEADING_TRANSFER_COLUMNS`] columns as `schedule.parquet` has
+    /// them, and when each was issued and completed; encoded on all cores when `parallel`.
     pub(crate) fn write(
         &mut self,
         leading: Vec<Column>,
@@ -67,11 +69,24 @@ impl TransfersFile {
         completed: &[Time],
         parallel: bool,
     ) -> Result<(), Error> {
+        let leading = self.0.encode(leading, 0, parallel)?;
+        self.write_encoded(leading, issued, completed, parallel)
+    }
+
+    /// [`TransfersFile::write`] with the leading columns encoded already, as `schedule.parquet`
+    /// encoded them (the same columns: encoded once for both files).
+    pub(crate) fn write_encoded(
+        &mut self,
+        mut leading: Vec<EncodedColumn>,
+        issued: &[Time],
+        completed: &[Time],
+        parallel: bool,
+    ) -> Result<(), Error> {
         let ns =
             |times: &[Time]| Column::Double(times.iter().map(|t| t.ps() as f64 / 1e3).collect());
-        let mut columns = leading;
-        columns.extend([ns(issued), ns(completed)]);
-        self.0.write_row_group(columns, parallel)
+        let times = vec![ns(issued), ns(completed)];
+        leading.extend(self.0.encode(times, LEADING_TRANSFER_COLUMNS, parallel)?);
+        self.0.append_row_group(leading)
     }
 
     /// Writes the footer.

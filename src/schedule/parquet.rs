@@ -172,25 +172,34 @@ impl ParquetFile {
         })
     }
 
-    /// Appends one row group: `columns` in schema order, all of the same rows, encoded on all
-    /// cores when `parallel`, else on the calling thread.
-    pub(crate) fn write_row_group(
-        &mut self,
+    /// `columns`, the schema's columns from number `first` on, encoded (on all cores when
+    /// `parallel`) for a row group of this file (or of another file whose columns there are the same: tables that share their first
+    /// columns encode them once).
+    pub(crate) fn encode(
+        &self,
         columns: Vec<Column>,
+        first: usize,
         parallel: bool,
-    ) -> Result<(), Error> {
-        let path = self.path.clone();
-        let fail = |e| parquet_error(&path, e);
-        let schema = self.writer.schema_descr().columns().to_vec();
+    ) -> Result<Vec<EncodedColumn>, Error> {
+        let schema = self.writer.schema_descr().columns()[first..].to_vec();
         let props = self.writer.properties().clone();
-        let encode = |(column, descr)| encode_column(column, descr, props.clone());
+        let encode = |(column, descr)| {
+            encode_column(column, descr, props.clone())
+                .map(|(bytes, close)| EncodedColumn { bytes, close })
+        };
         let encoded: parquet::errors::Result<Vec<_>> = match parallel {
             true => columns.into_par_iter().zip(schema).map(encode).collect(),
             false => columns.into_iter().zip(schema).map(encode).collect(),
         };
-        let encoded = encoded.map_err(fail)?;
+        encoded.map_err(|e| parquet_error(&self.path, e))
+    }
+
+    /// Appends one row group of encoded columns, in schema order.
+    pub(crate) fn append_row_group(&mut self, encoded: Vec<EncodedColumn>) -> Result<(), Error> {
+        let path = self.path.clone();
+        let fail = |e| parquet_error(&path, e);
         let mut group = self.writer.next_row_group().map_err(fail)?;
-        for (bytes, close) in encoded {
+        for EncodedColumn { bytes, close } in encoded {
             group.append_column(&bytes, close).map_err(fail)?;
         }
         group.close().map_err(fail)?;
@@ -205,6 +214,13 @@ impl ParquetFile {
             .map(drop)
             .map_err(|e| parquet_error(&path, e))
     }
+}
+
+/// One column of one row group, encoded and compressed, ready to append.
+#[derive(Clone)]
+pub(crate) struct EncodedColumn {
+    bytes: Bytes,
+    close: ColumnCloseResult,
 }
 
 /// `column` encoded and compressed into memory as a column chunk of `descr`.
@@ -277,16 +293,22 @@ impl ScheduleFile {
     /// Appends the rows gathered by [`schedule_rows`], encoded on all cores when `parallel`,
     /// else on the calling thread (beside a synthesis that has the other core).
     pub fn write(&mut self, rows: ScheduleRows, parallel: bool) -> Result<(), Error> {
-        self.write_columns(rows.into_columns(parallel), parallel)
+        let encoded = self.encode(rows.into_columns(parallel), parallel)?;
+        self.append(encoded)
     }
 
-    /// Appends rows gathered by [`ScheduleRows::into_columns`].
-    pub(crate) fn write_columns(
-        &mut self,
+    /// Rows gathered by [`ScheduleRows::into_columns`], encoded for [`ScheduleFile::append`].
+    pub(crate) fn encode(
+        &self,
         columns: Vec<Column>,
         parallel: bool,
-    ) -> Result<(), Error> {
-        self.0.write_row_group(columns, parallel)
+    ) -> Result<Vec<EncodedColumn>, Error> {
+        self.0.encode(columns, 0, parallel)
+    }
+
+    /// Appends the row group [`ScheduleFile::encode`] made.
+    pub(crate) fn append(&mut self, encoded: Vec<EncodedColumn>) -> Result<(), Error> {
+        self.0.append_row_group(encoded)
     }
 
     /// Writes the footer.
@@ -325,12 +347,10 @@ pub struct CopyRows {
     src: Vec<i32>,
     dst: Vec<i32>,
     bytes: Vec<i64>,
-    deps: (Vec<i64>, Levels),
+    deps: Vec<i64>,
+    /// Per row, 1 with a dependency, else 0 (the deps column's levels).
+    has_dep: Vec<i16>,
     pieces: Vec<i32>,
-    /// The levels of every row's piece range and op: always present.
-    present: Vec<i16>,
-    /// The levels of every row's route and wait: always an empty list and a null.
-    absent: Vec<i16>,
 }
 
 impl CopyRows {
@@ -341,10 +361,9 @@ impl CopyRows {
             src: Vec::with_capacity(capacity),
             dst: Vec::with_capacity(capacity),
             bytes: Vec::with_capacity(capacity),
-            deps: (Vec::with_capacity(capacity), Levels::default()),
+            deps: Vec::with_capacity(capacity),
+            has_dep: Vec::with_capacity(capacity),
             pieces: Vec::with_capacity(capacity),
-            present: Vec::with_capacity(capacity),
-            absent: Vec::with_capacity(capacity),
         }
     }
 
@@ -363,45 +382,42 @@ impl CopyRows {
 
     /// The next row: a copy of `piece` (`bytes`) from `src` to `dst`, after the transfer at
     /// position `dep` if any.
+    #[inline]
     pub fn push(&mut self, src: NodeId, dst: NodeId, bytes: u64, dep: Option<u64>, piece: u32) {
         self.src.push(src as i32);
         self.dst.push(dst as i32);
         self.bytes.push(bytes as i64);
-        let (values, levels) = &mut self.deps;
-        levels.list(values, dep.map(|d| d as i64));
+        self.deps.extend(dep.map(|d| d as i64));
+        self.has_dep.push(i16::from(dep.is_some()));
         self.pieces.push(piece as i32);
-        self.present.push(1);
-        self.absent.push(0);
     }
 
-    /// The rows, in the columns of `schedule.parquet`.
+    /// The rows, in the columns of `schedule.parquet`: the levels every row shares (a piece
+    /// range and an op present, no route, no wait) are made here, not per row.
     pub fn into_rows(self) -> ScheduleRows {
         let n = self.src.len();
-        let present = || Levels {
-            def: self.present.clone(),
-            rep: Vec::new(),
+        let levels = |def: i16, rep: bool| Levels {
+            def: vec![def; n],
+            rep: if rep { vec![0; n] } else { Vec::new() },
+        };
+        let deps = Levels {
+            def: self.has_dep,
+            // One value or none per row: every one begins its row.
+            rep: vec![0; n],
         };
         let hi = self.pieces.iter().map(|p| p + 1).collect();
-        let empty_list = Levels {
-            def: self.absent.clone(),
-            rep: self.absent.clone(),
-        };
-        let null = Levels {
-            def: self.absent,
-            rep: Vec::new(),
-        };
         let ids = (self.first as i64..(self.first + n as u64) as i64).collect();
         ScheduleRows(Rows::Columns(vec![
             Column::int64(ids),
             Column::int32(self.src),
             Column::int32(self.dst),
             Column::int64(self.bytes),
-            Column::Int64(self.deps.0, self.deps.1),
-            Column::Int32(self.pieces, present()),
-            Column::Int32(hi, present()),
-            Column::Ops(vec![Op::Copy; n], present()),
-            Column::Int32(Vec::new(), empty_list),
-            Column::Int64(Vec::new(), null),
+            Column::Int64(self.deps, deps),
+            Column::Int32(self.pieces, levels(1, false)),
+            Column::Int32(hi, levels(1, false)),
+            Column::Ops(vec![Op::Copy; n], levels(1, false)),
+            Column::Int32(Vec::new(), levels(0, true)),
+            Column::Int64(Vec::new(), levels(0, false)),
         ]))
     }
 }

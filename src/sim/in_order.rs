@@ -150,6 +150,12 @@ impl<'t> InOrder<'t> {
         Ok(link)
     }
 
+    /// True where the link a transfer takes between two neighbours depends on the transfer
+    /// (ECMP hashes it); otherwise [`InOrder::link_of`] is the same for every transfer.
+    pub fn routes_by_transfer(&self) -> bool {
+        matches!(self.options.routing, crate::topology::Routing::Ecmp { .. })
+    }
+
     /// Fetches the state [`InOrder::push_on`] reads first into the cache: `link`'s clock and
     /// `dep`'s completion time. Meant a few transfers ahead, then [`InOrder::prefetch_tail`]:
     /// the links of a large network and the window are scattered over memory, and waiting for

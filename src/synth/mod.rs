@@ -915,10 +915,24 @@ fn simulate_forward(
         let simulating = &mut simulation;
         let mut checking = check.as_mut();
         let consumer = scope.spawn(move || -> Result<(), Error> {
+            crate::priority::run_behind();
             let mut rows = tapping.map(|_| TappedRows::new(0));
-            let ends = |s: &Send| {
-                let link = net.links[s.link as usize];
+            let ends = |link: &network::NetLink| {
                 (net.nodes[link.src as usize], net.nodes[link.dst as usize])
+            };
+            // The topology link and ends of each synthesis link, where every transfer takes the
+            // same link between two neighbours.
+            let fixed = match simulating.routes_by_transfer() {
+                true => None,
+                false => Some(
+                    net.links
+                        .iter()
+                        .map(|link| {
+                            let (src, dst) = ends(link);
+                            Ok((simulating.link_of(0, src, dst)?, src, dst))
+                        })
+                        .collect::<Result<Vec<_>, Error>>()?,
+                ),
             };
             let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
             let mut links = Vec::with_capacity(IN_ORDER_BLOCK);
@@ -928,8 +942,13 @@ fn simulate_forward(
                 let first = simulating.len();
                 links.clear();
                 for (i, s) in block.iter().enumerate() {
-                    let (src, dst) = ends(s);
-                    links.push((simulating.link_of(first + i as u64, src, dst)?, src, dst));
+                    links.push(match &fixed {
+                        Some(fixed) => fixed[s.link as usize],
+                        None => {
+                            let (src, dst) = ends(&net.links[s.link as usize]);
+                            (simulating.link_of(first + i as u64, src, dst)?, src, dst)
+                        }
+                    });
                 }
                 for (i, s) in block.iter().enumerate() {
                     if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
