@@ -782,8 +782,8 @@ fn stream_forward(
     }
     let advice = match in_order {
         true => {
-            "try fewer NPUs, or run without --out, --msccl and --routing pinned: the schedule is \
-             then simulated and validated as it is synthesized, never held"
+            "try fewer NPUs, or run without --msccl, --routing pinned and --table-format csv: \
+             the schedule is then simulated and validated as it is synthesized, never held"
         }
         false => "try fewer NPUs",
     };
