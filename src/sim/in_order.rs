@@ -325,6 +325,37 @@ mod tests {
     }
 
     #[test]
+    fn each_transfer_s_times_and_each_link_s_busy_intervals_come_back() {
+        let t = line();
+        let options = SimOptions {
+            record_busy_intervals: true,
+            ..SimOptions::default()
+        };
+        let mut sim = InOrder::new(&t, &options, 4).unwrap();
+        let us = |n: u64| Time::from_ns(1_000 * n);
+        // Issued at 0, sent 0-1 us and 1-2 us (back to back: one interval), arriving 1 us later.
+        assert_eq!(
+            sim.push(0, 1, 1000, None, Op::Copy).unwrap(),
+            (us(0), us(2))
+        );
+        assert_eq!(
+            sim.push(0, 1, 1000, None, Op::Copy).unwrap(),
+            (us(0), us(3))
+        );
+        // Issued when the second arrives, then alone on its link.
+        assert_eq!(
+            sim.push(1, 2, 1000, Some(1), Op::Copy).unwrap(),
+            (us(3), us(5))
+        );
+        let r = sim.finish().unwrap();
+        let (first, second) = (t.link_between(0, 1).unwrap(), t.link_between(1, 2).unwrap());
+        assert_eq!(r.busy_intervals[first as usize], vec![(us(0), us(2))]);
+        assert_eq!(r.busy_intervals[second as usize], vec![(us(3), us(4))]);
+        let used = r.busy_intervals.iter().filter(|i| !i.is_empty()).count();
+        assert_eq!(used, 2, "no other link was busy");
+    }
+
+    #[test]
     fn schedules_it_cannot_follow_are_refused_naming_the_transfer() {
         let t = line();
         let mut sim = InOrder::new(&t, &SimOptions::default(), 4).unwrap();

@@ -22,7 +22,7 @@ use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{schedule_rows, CopyRows, Op, Schedule, ScheduleRows, Transfer, ROW_GROUP};
 use crate::sim::{self, SimOptions};
-use crate::topology::Topology;
+use crate::topology::{LinkId, NodeId, Topology};
 use crate::units::Time;
 use crate::Error;
 use greedy::{Holding, Members, Problem, Send, NONE};
@@ -73,7 +73,8 @@ pub struct SynthOptions {
 /// where the simulation refuses the plan, the schedule is built and simulated whole as usual.
 #[derive(Clone, Debug)]
 pub struct InOrderRun {
-    /// The simulation's options (no per-transfer records).
+    /// The simulation's options: busy intervals are kept where they ask, and each transfer's
+    /// times go to the tap with its row.
     pub sim: SimOptions,
     /// Validate the schedule the same way ([`crate::schedule::InOrderCheck`]) against the
     /// collective it claims.
@@ -801,10 +802,10 @@ fn stream_forward(
         steps.begin("sends", expected as u64);
     }
     let mut emit = |s: &Send| {
-        let link = net.links[s.link as usize];
+        let (src, dst) = net.ends(s.link);
         let transfer = Transfer {
-            src: net.nodes[link.src as usize],
-            dst: net.nodes[link.dst as usize],
+            src,
+            dst,
             bytes: p.chunk_bytes[s.chunk as usize],
         };
         let deps: &[u32] = if s.via == NONE { &[] } else { &[s.via] };
@@ -912,73 +913,14 @@ fn simulate_forward(
     // The greedy runs on one core: the simulation takes its sends in blocks on the other.
     let (blocks, received) = std::sync::mpsc::sync_channel::<Vec<Send>>(IN_ORDER_BLOCKS_AHEAD);
     let (estimate, simulated) = std::thread::scope(|scope| {
-        let simulating = &mut simulation;
-        let mut checking = check.as_mut();
+        let pass = InOrderPass::new(net, p, &mut simulation, check.as_mut(), tapping);
         let consumer = scope.spawn(move || -> Result<(), Error> {
             crate::priority::run_behind();
-            let mut rows = tapping.map(|_| TappedRows::new(0));
-            let ends = |link: &network::NetLink| {
-                (net.nodes[link.src as usize], net.nodes[link.dst as usize])
-            };
-            // The topology link and ends of each synthesis link, where every transfer takes the
-            // same link between two neighbours.
-            let fixed = match simulating.routes_by_transfer() {
-                true => None,
-                false => Some(
-                    net.links
-                        .iter()
-                        .map(|link| {
-                            let (src, dst) = ends(link);
-                            Ok((simulating.link_of(0, src, dst)?, src, dst))
-                        })
-                        .collect::<Result<Vec<_>, Error>>()?,
-                ),
-            };
-            let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
-            let mut links = Vec::with_capacity(IN_ORDER_BLOCK);
+            let mut pass = pass?;
             for block in received {
-                // The links first (no memory waits), so that the state of each transfer can be
-                // fetched a few transfers ahead of its turn.
-                let first = simulating.len();
-                links.clear();
-                for (i, s) in block.iter().enumerate() {
-                    links.push(match &fixed {
-                        Some(fixed) => fixed[s.link as usize],
-                        None => {
-                            let (src, dst) = ends(&net.links[s.link as usize]);
-                            (simulating.link_of(first + i as u64, src, dst)?, src, dst)
-                        }
-                    });
-                }
-                for (i, s) in block.iter().enumerate() {
-                    if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
-                        let (link, src, dst) = links[i + 2 * IN_ORDER_AHEAD];
-                        simulating.prefetch(link, dep_of(ahead));
-                        if let Some(check) = checking.as_deref() {
-                            check.prefetch(src, dst, ahead.chunk, dep_of(ahead));
-                        }
-                    }
-                    if let Some(&(link, _, _)) = links.get(i + IN_ORDER_AHEAD) {
-                        simulating.prefetch_tail(link);
-                    }
-                    let (link, src, dst) = links[i];
-                    let bytes = p.chunk_bytes[s.chunk as usize];
-                    let dep = dep_of(s);
-                    if let Some(check) = checking.as_deref_mut() {
-                        check.push(src, dst, s.chunk, bytes, dep)?;
-                    }
-                    let times = simulating.push_on(link, bytes, dep, Op::Copy)?;
-                    if let (Some(rows), Some((tap, id))) = (&mut rows, tapping) {
-                        rows.push(Transfer { src, dst, bytes }, s, times);
-                        if rows.times.issued.len() == ROW_GROUP {
-                            rows.hand_over(tap, id);
-                        }
-                    }
-                }
+                pass.block(&block)?;
             }
-            if let (Some(rows), Some((tap, id))) = (&mut rows, tapping) {
-                rows.hand_over(tap, id);
-            }
+            pass.finish();
             Ok(())
         });
         let mut planned = 0u64;
@@ -1026,6 +968,106 @@ fn simulate_forward(
             transfers,
         }),
     }))
+}
+
+/// The consumer's side of [`simulate_forward`]: the greedy's sends simulated, validated and
+/// handed to the tap a block at a time.
+struct InOrderPass<'a, 't> {
+    net: &'a Network,
+    p: &'a Problem,
+    simulation: &'a mut sim::InOrder<'t>,
+    check: Option<&'a mut crate::schedule::InOrderCheck>,
+    tapping: Option<(&'a dyn ScheduleTap, u64)>,
+    rows: Option<TappedRows>,
+    /// The topology link and ends of each synthesis link, where every transfer between two
+    /// neighbours takes the same link (routing that does not hash transfers).
+    fixed: Option<Vec<(LinkId, NodeId, NodeId)>>,
+    /// The current block's links and ends.
+    links: Vec<(LinkId, NodeId, NodeId)>,
+}
+
+impl<'a, 't> InOrderPass<'a, 't> {
+    fn new(
+        net: &'a Network,
+        p: &'a Problem,
+        simulation: &'a mut sim::InOrder<'t>,
+        check: Option<&'a mut crate::schedule::InOrderCheck>,
+        tapping: Option<(&'a dyn ScheduleTap, u64)>,
+    ) -> Result<InOrderPass<'a, 't>, Error> {
+        let fixed = match simulation.routes_by_transfer() {
+            true => None,
+            false => Some(
+                (0..net.links.len() as u32)
+                    .map(|l| {
+                        let (src, dst) = net.ends(l);
+                        Ok((simulation.link_of(0, src, dst)?, src, dst))
+                    })
+                    .collect::<Result<Vec<_>, Error>>()?,
+            ),
+        };
+        Ok(InOrderPass {
+            net,
+            p,
+            simulation,
+            check,
+            tapping,
+            rows: tapping.map(|_| TappedRows::new(0)),
+            fixed,
+            links: Vec::with_capacity(IN_ORDER_BLOCK),
+        })
+    }
+
+    /// Simulates and validates the next sends; an error is a refusal of the plan.
+    fn block(&mut self, block: &[Send]) -> Result<(), Error> {
+        // The links first (no memory waits), so that the state of each transfer can be fetched
+        // a few transfers ahead of its turn.
+        let first = self.simulation.len();
+        self.links.clear();
+        for (i, s) in block.iter().enumerate() {
+            self.links.push(match &self.fixed {
+                Some(fixed) => fixed[s.link as usize],
+                None => {
+                    let (src, dst) = self.net.ends(s.link);
+                    let link = self.simulation.link_of(first + i as u64, src, dst)?;
+                    (link, src, dst)
+                }
+            });
+        }
+        let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
+        for (i, s) in block.iter().enumerate() {
+            if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
+                let (link, src, dst) = self.links[i + 2 * IN_ORDER_AHEAD];
+                self.simulation.prefetch(link, dep_of(ahead));
+                if let Some(check) = self.check.as_deref() {
+                    check.prefetch(src, dst, ahead.chunk, dep_of(ahead));
+                }
+            }
+            if let Some(&(link, _, _)) = self.links.get(i + IN_ORDER_AHEAD) {
+                self.simulation.prefetch_tail(link);
+            }
+            let (link, src, dst) = self.links[i];
+            let bytes = self.p.chunk_bytes[s.chunk as usize];
+            let dep = dep_of(s);
+            if let Some(check) = self.check.as_deref_mut() {
+                check.push(src, dst, s.chunk, bytes, dep)?;
+            }
+            let times = self.simulation.push_on(link, bytes, dep, Op::Copy)?;
+            if let (Some(rows), Some((tap, id))) = (&mut self.rows, self.tapping) {
+                rows.push(Transfer { src, dst, bytes }, s, times);
+                if rows.times.issued.len() == ROW_GROUP {
+                    rows.hand_over(tap, id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the last rows to the tap.
+    fn finish(mut self) {
+        if let (Some(rows), Some((tap, id))) = (&mut self.rows, self.tapping) {
+            rows.hand_over(tap, id);
+        }
+    }
 }
 
 /// Rows simulated in order and not yet handed to the tap, with their times: a row group at most.

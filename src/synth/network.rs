@@ -77,6 +77,12 @@ pub(crate) struct Network {
 }
 
 impl Network {
+    /// The topology nodes link `l` joins, from and to.
+    pub fn ends(&self, l: u32) -> (NodeId, NodeId) {
+        let link = &self.links[l as usize];
+        (self.nodes[link.src as usize], self.nodes[link.dst as usize])
+    }
+
     /// The synthesis network of `topology` with its switches unwound as `unwinding` says.
     pub fn from_topology(topology: &Topology, unwinding: Unwinding) -> Result<Network, Error> {
         match unwinding {
