@@ -207,10 +207,9 @@ fn run_and_report(
     };
     let writes_out = out.is_some();
     let mut out = out;
-    // A large synthesized schedule is written as the synthesizer makes it; otherwise while it
-    // simulates (the largest file of the folder: after the run it took longer than the
-    // simulation).
-    // Where the schedule is also simulated as it is made, its transfers' table is written so too.
+    // A large synthesized schedule is written as the synthesizer makes it (and its transfers'
+    // table too, where it is simulated as it is made); otherwise while it simulates (the largest
+    // file of the folder: after the run it took longer than the simulation).
     let streamed = match &mut out {
         Some(folder) if synthesized => {
             let path = folder.file(experiment::SCHEDULE_PARQUET);

@@ -173,8 +173,8 @@ impl ParquetFile {
     }
 
     /// `columns`, the schema's columns from number `first` on, encoded (on all cores when
-    /// `parallel`) for a row group of this file (or of another file whose columns there are the same: tables that share their first
-    /// columns encode them once).
+    /// `parallel`) for a row group of this file, or of another file whose columns there are the
+    /// same: tables that share their first columns encode them once.
     pub(crate) fn encode(
         &self,
         columns: Vec<Column>,

@@ -652,12 +652,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
             self.queue.push(now + arrive, Event::arrive(t, None));
         }
         self.queue.push(now + free, Event::link_free(link));
-        if self.options.record_busy_intervals && free > Time::ZERO {
-            let intervals = &mut self.result.busy_intervals[l];
-            match intervals.last_mut() {
-                Some(last) if last.1 == now => last.1 = now + free,
-                _ => intervals.push((now, now + free)),
-            }
+        if self.options.record_busy_intervals {
+            super::record_busy(&mut self.result.busy_intervals[l], now, free);
         }
     }
 

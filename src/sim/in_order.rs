@@ -251,17 +251,8 @@ impl<'t> InOrder<'t> {
         clock.free_at = start + free;
         clock.bytes = clock.bytes.saturating_add(bytes);
         clock.busy = clock.busy + free;
-        if let Some(intervals) = self
-            .result
-            .busy_intervals
-            .get_mut(l)
-            .filter(|_| free > Time::ZERO)
-        {
-            // Back-to-back intervals merged, as the engine records them.
-            match intervals.last_mut() {
-                Some(last) if last.1 == start => last.1 = start + free,
-                _ => intervals.push((start, start + free)),
-            }
+        if let Some(intervals) = self.result.busy_intervals.get_mut(l) {
+            super::record_busy(intervals, start, free);
         }
         let mut done = start + arrive + self.options.endpoint_delay;
         if op == Op::Reduce {

@@ -74,6 +74,20 @@ pub struct TransferTimes {
     pub completed: Vec<Time>,
 }
 
+/// Records that a link was busy from `start` for `duration` in its `intervals` (per link, in
+/// time order), merged with the last one where they meet: what `record_busy_intervals` keeps,
+/// the same whichever simulator runs.
+#[inline]
+fn record_busy(intervals: &mut Vec<(Time, Time)>, start: Time, duration: Time) {
+    if duration == Time::ZERO {
+        return;
+    }
+    match intervals.last_mut() {
+        Some(last) if last.1 == start => last.1 = start + duration,
+        _ => intervals.push((start, start + duration)),
+    }
+}
+
 /// Optional costs and what to record.
 #[derive(Clone, Debug, Default)]
 pub struct SimOptions {
