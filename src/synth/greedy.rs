@@ -32,8 +32,17 @@ const TIE_WINDOW: usize = 64;
 
 /// How many events (or NPUs to match) ahead the event loop fetches what they read, a step of a
 /// chain of dependent fetches at each multiple of it: link slots, then their sources' inboxes,
-/// then the queue heads, then the claims those name.
+/// then the queue heads, then the claims those name. Each loop starts by taking its first
+/// entries through the steps they would otherwise miss.
 const PREFETCH_AHEAD: usize = 8;
+/// The steps of fetching for an event ([`State::prefetch_event`]) and for matching an NPU
+/// ([`State::prefetch_matching`]).
+const EVENT_STAGES: usize = 3;
+const MATCH_STAGES: usize = 4;
+/// The size of the greedy's state ([`bytes_for`]) past which it fetches ahead: below, the state
+/// stays in the caches (a 32 MiB L3 on this machine kind) and the fetches only cost (a fifth of
+/// a 32x32 mesh's synthesis).
+const PREFETCH_FROM_BYTES: u64 = 32 << 20;
 
 /// Which NPUs must end up holding a chunk.
 #[derive(Clone, Debug)]
@@ -116,9 +125,15 @@ pub(crate) struct Send {
 /// A chunk that reached an NPU, which its outgoing links may pass on.
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
-    ready: Time,
+    /// The instant it arrived, numbered in time order (chunks that arrived together tie).
+    instant: u32,
     chunk: u32,
     via: u32,
+    /// Bit `k`: the NPU's `k`-th outgoing link could do the chunk good when it arrived. A link
+    /// that could not never can (claims only grow), so a link's queue passes over the chunk
+    /// without reading its destination's claims, a cache miss each on large networks: filling
+    /// the bits costs nothing more, the arrival reads those claims (fetched ahead) anyway.
+    wanted: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,9 +149,15 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
     rng
 }
 
+/// How many instants pushed to last [`Instants`] remembers: each send schedules its link's
+/// freeing and its arrival, at one of two instants each where chunks come in two sizes a byte
+/// apart.
+const RECENT_INSTANTS: usize = 8;
+
 /// Pending events grouped by instant. Greedy matching acts on all events of an instant at once,
-/// and on regular networks only a few instants are pending at any time, so a map of batches is
-/// cheaper than a priority queue over single events. The instants pushed to last are remembered
+/// and on regular networks many events share an instant (all of them where chunks are of one
+/// size; a few dozen where sizes a byte apart drift apart, with hundreds of instants pending on
+/// a 120x120 mesh), so a map of batches is cheaper than a priority queue over single events. The instants pushed to last are remembered
 /// with their batches: an instant's sends schedule their events at a few instants over and over
 /// (each link kind's free and arrival times), and the map's search was a sixth of the matching.
 #[derive(Default)]
@@ -148,24 +169,30 @@ struct Instants {
     unused: Vec<usize>,
     /// Emptied batches, kept for their allocations.
     spare: Vec<Vec<Event>>,
-    /// The last two instants pushed to and their batches, the most recent first.
-    recent: [Option<(Time, usize)>; 2],
+    /// The last instants pushed to and their batches, the most recent first.
+    recent: [Option<(Time, usize)>; RECENT_INSTANTS],
 }
 
 impl Instants {
     fn push(&mut self, time: Time, event: Event) {
-        let slot = match self.recent {
-            [Some((t, slot)), _] if t == time => slot,
-            [first, Some((t, slot))] if t == time => {
-                self.recent = [Some((t, slot)), first];
-                slot
+        let slot = match self
+            .recent
+            .iter()
+            .position(|r| r.is_some_and(|(t, _)| t == time))
+        {
+            Some(at) => {
+                let found = self.recent[at];
+                self.recent.copy_within(0..at, 1);
+                self.recent[0] = found;
+                found.map_or(0, |(_, slot)| slot)
             }
-            _ => {
+            None => {
                 let slot = match self.by_time.get(&time) {
                     Some(&slot) => slot,
                     None => self.open(time),
                 };
-                self.recent = [Some((time, slot)), self.recent[0]];
+                self.recent.copy_within(0..RECENT_INSTANTS - 1, 1);
+                self.recent[0] = Some((time, slot));
                 slot
             }
         };
@@ -201,26 +228,61 @@ impl Instants {
         Some((time, std::mem::take(&mut self.batches[slot])))
     }
 
+    /// Copies into `into` up to `count` events of the instants after the one popped last, in the
+    /// order they will be handled (the events scheduled so far).
+    fn peek(&self, count: usize, into: &mut Vec<Event>) {
+        into.clear();
+        for &slot in self.by_time.values() {
+            let batch = &self.batches[slot];
+            into.extend_from_slice(&batch[..batch.len().min(count - into.len())]);
+            if into.len() == count {
+                break;
+            }
+        }
+    }
+
     /// Returns an emptied batch for reuse.
     fn recycle(&mut self, batch: Vec<Event>) {
         self.spare.push(batch);
     }
 }
 
-/// What matching reads and writes of one link, in one cache line: one array per field cost a
-/// memory miss each on large meshes.
+/// Where a link's queue stands: what arrivals, freed links and matching read of every link they
+/// look at, in 16 B. Each send has them look at about four links each; in the link's slot (a
+/// cache line) that was a memory miss each on large meshes, here most are cache hits.
 #[derive(Clone, Copy, Debug)]
-#[repr(align(64))]
-struct LinkSlot {
+struct Queue {
     src: u32,
     dst: u32,
     /// The position in its source's log of the next chunk it may send.
     cursor: u32,
     free: bool,
-    /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
-    has_faster_sibling: bool,
     /// Whether it joins two clusters ([`Network::crosses`]).
     crosses: bool,
+    /// Its rank among its source's outgoing links, its bit in [`Candidate::wanted`]; 32 or
+    /// more: it has none and checks every chunk.
+    rank: u8,
+}
+
+impl Queue {
+    /// False when the link was no use to `entry` when it arrived, and so never will be.
+    fn may_want(&self, entry: &Candidate) -> bool {
+        self.rank >= 32 || entry.wanted >> self.rank & 1 == 1
+    }
+
+    /// Its bit in [`Candidate::wanted`] (none past the 32nd link).
+    fn wanted_bit(&self) -> u32 {
+        1u32.checked_shl(self.rank.into()).unwrap_or(0)
+    }
+}
+
+/// What matching reads and writes of a link it sends on, in one cache line: one array per field
+/// cost a memory miss each on large meshes.
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct LinkSlot {
+    /// Whether another link into the same NPU is faster (only then can a chunk be left to it).
+    has_faster_sibling: bool,
     /// When it finishes its current send and the sends left to it by slower links.
     planned_until: Time,
     /// Link-free delay of the largest chunk.
@@ -256,7 +318,9 @@ struct State<'a> {
     cluster_claimed: Vec<u64>,
     /// Per NPU, its log of received chunks.
     inbox: Vec<Inbox>,
-    /// Per link, its matching state.
+    /// Per link, where its queue stands.
+    queues: Vec<Queue>,
+    /// Per link, its delays and plans.
     slots: Vec<LinkSlot>,
     /// Per chunk, how many NPUs hold it or have it on the way.
     holders: Vec<u32>,
@@ -264,6 +328,8 @@ struct State<'a> {
     largest: u64,
     smallest: u64,
     events: Instants,
+    /// The number of the instant being matched ([`Candidate::instant`]).
+    instant: u32,
     dirty: Vec<u32>,
     remaining: u64,
     sends: u32,
@@ -283,7 +349,7 @@ impl State<'_> {
     fn useful(&self, l: u32, dst: u32, c: u32) -> bool {
         match self.problem.unicast(c) {
             Some(d) => {
-                let src = self.slots[l as usize].src;
+                let src = self.queues[l as usize].src;
                 let to = &self.to_dest[self.dest_index[d as usize] as usize];
                 self.at[c as usize] == src
                     && !self.moving[c as usize]
@@ -316,7 +382,7 @@ impl State<'_> {
     /// True when link `l` would bring its destination's cluster a chunk it already has (or has
     /// coming) from outside.
     fn cluster_has(&self, l: u32, chunk: u32) -> bool {
-        let link = &self.slots[l as usize];
+        let link = &self.queues[l as usize];
         if !link.crosses {
             return false;
         }
@@ -331,37 +397,47 @@ impl State<'_> {
         }
     }
 
-    fn arrive(&mut self, npu: u32, chunk: u32, via: u32, now: Time) {
+    fn arrive(&mut self, npu: u32, chunk: u32, via: u32) {
         let v = npu as usize;
-        if self.inbox[v].log.len() == self.inbox[v].log.capacity() && self.inbox[v].log.len() >= 64
-        {
-            // Forget what every outgoing link has gone past before the log grows.
+        let log = &self.inbox[v].log;
+        if log.len() == log.capacity() && log.len() >= 64 {
+            // Forget what every outgoing link has gone past before the log grows, when that is
+            // an eighth of it or more: the rest moves down at most once per eighth of the log,
+            // where a link that lags would have it moved for a few entries at a time.
             let done = self
                 .net
                 .out_links(npu)
                 .iter()
-                .map(|&l| self.slots[l as usize].cursor)
+                .map(|&l| self.queues[l as usize].cursor)
                 .min()
                 .unwrap_or(0)
                 - self.inbox[v].trimmed;
-            self.inbox[v].log.drain(..done as usize);
-            self.inbox[v].trimmed += done;
+            if done as usize >= log.len() / 8 {
+                self.inbox[v].log.drain(..done as usize);
+                self.inbox[v].trimmed += done;
+            }
         }
-        self.inbox[v].log.push(Candidate {
-            ready: now,
-            chunk,
-            via,
-        });
         if self.problem.unicast(chunk).is_some() {
             self.at[chunk as usize] = npu;
             self.moving[chunk as usize] = false;
         }
+        let mut wanted = 0;
         for &l in self.net.out_links(npu) {
-            let w = self.slots[l as usize].dst;
-            if self.slots[l as usize].free && self.useful(l, w, chunk) {
-                self.mark_dirty(w);
+            let queue = &self.queues[l as usize];
+            let (w, free, bit) = (queue.dst, queue.free, queue.wanted_bit());
+            if self.useful(l, w, chunk) {
+                wanted |= bit;
+                if free {
+                    self.mark_dirty(w);
+                }
             }
         }
+        self.inbox[v].log.push(Candidate {
+            instant: self.instant,
+            chunk,
+            via,
+            wanted,
+        });
     }
 
     /// The entry of link `l`'s source log at absolute position `pos`, if it exists yet.
@@ -372,17 +448,17 @@ impl State<'_> {
             .copied()
     }
 
-    /// Hints the CPU to fetch link `l`'s slot: the first of the dependent fetches that lead to
-    /// its queue's head ([`State::prefetch_inbox`], then [`State::prefetch_head`]), each a few
-    /// steps after the one before, so that none waits for memory (on a 200x200 mesh the slots
-    /// are 10 MB and the inboxes 1.6 MB, and waiting for them was most of the matching).
-    fn prefetch_slot(&self, l: u32) {
-        crate::memory::prefetch(&self.slots[l as usize]);
+    /// Hints the CPU to fetch link `l`'s queue: the first of the dependent fetches that lead to
+    /// its head ([`State::prefetch_inbox`], then [`State::prefetch_head`]), each a few steps
+    /// after the one before, so that none waits for memory (on a 200x200 mesh the queues are
+    /// 2.6 MB and the inboxes 1.3 MB, and waiting for them was most of the matching).
+    fn prefetch_queue(&self, l: u32) {
+        crate::memory::prefetch(&self.queues[l as usize]);
     }
 
-    /// Hints the CPU to fetch the inbox of link `l`'s source (its slot must be at hand).
+    /// Hints the CPU to fetch the inbox of link `l`'s source (its queue must be at hand).
     fn prefetch_inbox(&self, l: u32) {
-        crate::memory::prefetch(&self.inbox[self.slots[l as usize].src as usize]);
+        crate::memory::prefetch(&self.inbox[self.queues[l as usize].src as usize]);
     }
 
     /// Hints the CPU to fetch the end of `npu`'s log, where an arrival writes (its inbox must
@@ -397,8 +473,8 @@ impl State<'_> {
     /// Hints the CPU to fetch the head of link `l`'s queue: the logs are large and each link
     /// reads its own place in its source's log, so the event loops fetch a few links ahead.
     fn prefetch_head(&self, l: u32) {
-        let src = self.slots[l as usize].src as usize;
-        let pos = (self.slots[l as usize].cursor - self.inbox[src].trimmed) as usize;
+        let src = self.queues[l as usize].src as usize;
+        let pos = (self.queues[l as usize].cursor - self.inbox[src].trimmed) as usize;
         if let Some(entry) = self.inbox[src].log.get(pos) {
             crate::memory::prefetch(entry);
         }
@@ -413,19 +489,19 @@ impl State<'_> {
         }
     }
 
-    /// Hints the CPU to fetch the link slots that an arrival of a chunk at `npu` reads.
-    fn prefetch_out_slots(&self, npu: u32) {
+    /// Hints the CPU to fetch the queues of the links that an arrival of a chunk at `npu` reads.
+    fn prefetch_out_queues(&self, npu: u32) {
         for &l in self.net.out_links(npu) {
-            crate::memory::prefetch(&self.slots[l as usize]);
+            crate::memory::prefetch(&self.queues[l as usize]);
         }
     }
 
     /// Hints the CPU to fetch what an arrival of `chunk` at `npu` checks: whether each
-    /// neighbour it may pass the chunk to has it (the slots must be at hand, see
-    /// [`State::prefetch_out_slots`]).
+    /// neighbour it may pass the chunk to has it (the queues must be at hand, see
+    /// [`State::prefetch_out_queues`]).
     fn prefetch_arrival(&self, npu: u32, chunk: u32) {
         for &l in self.net.out_links(npu) {
-            self.prefetch_claim(self.slots[l as usize].dst, chunk);
+            self.prefetch_claim(self.queues[l as usize].dst, chunk);
         }
     }
 
@@ -433,16 +509,53 @@ impl State<'_> {
     /// links' queues (the heads must be at hand, see [`State::prefetch_head`]).
     fn prefetch_head_claims(&self, dst: u32) {
         for &l in self.net.in_links(dst) {
-            let src = self.slots[l as usize].src;
-            if let Some(head) = self.entry(src, self.slots[l as usize].cursor) {
+            let src = self.queues[l as usize].src;
+            if let Some(head) = self.entry(src, self.queues[l as usize].cursor) {
                 self.prefetch_claim(dst, head.chunk);
             }
         }
     }
 
+    /// Step `stage` (counting down to 1, the last before the event is handled) of fetching what
+    /// `event` reads: a freed link's queue, source inbox and queue head; an arrival's inbox, its
+    /// outgoing links' queues and log end, and its neighbours' claims.
+    fn prefetch_event(&self, event: Event, stage: usize) {
+        match (event, stage) {
+            (Event::LinkFree { link }, 3) => self.prefetch_queue(link),
+            (Event::LinkFree { link }, 2) => self.prefetch_inbox(link),
+            (Event::LinkFree { link }, _) => self.prefetch_head(link),
+            (Event::Arrive { npu, .. }, 3) => crate::memory::prefetch(&self.inbox[npu as usize]),
+            (Event::Arrive { npu, .. }, 2) => {
+                self.prefetch_out_queues(npu);
+                self.prefetch_log_end(npu);
+            }
+            (Event::Arrive { npu, chunk, .. }, _) => self.prefetch_arrival(npu, chunk),
+        }
+    }
+
+    /// Step `stage` (counting down to 1) of fetching what matching chunks into `dst` reads: its
+    /// incoming links' queues, their sources' inboxes and the free links' slots, their queue
+    /// heads, then `dst`'s claims of the chunks at those heads.
+    fn prefetch_matching(&self, dst: u32, stage: usize) {
+        let links = self.net.in_links(dst);
+        match stage {
+            4 => links.iter().for_each(|&l| self.prefetch_queue(l)),
+            3 => {
+                for &l in links {
+                    self.prefetch_inbox(l);
+                    if self.queues[l as usize].free {
+                        crate::memory::prefetch(&self.slots[l as usize]);
+                    }
+                }
+            }
+            2 => links.iter().for_each(|&l| self.prefetch_head(l)),
+            _ => self.prefetch_head_claims(dst),
+        }
+    }
+
     fn has_pending(&self, l: u32) -> bool {
-        let src = self.slots[l as usize].src;
-        self.entry(src, self.slots[l as usize].cursor).is_some()
+        let src = self.queues[l as usize].src;
+        self.entry(src, self.queues[l as usize].cursor).is_some()
     }
 
     /// The faster link into `dst` that could deliver `chunk` before link `l` started now would,
@@ -464,7 +577,9 @@ impl State<'_> {
                     m,
                 )
             })
-            .filter(|&(arrive, m)| arrive < here && self.claimed(self.slots[m as usize].src, chunk))
+            .filter(|&(arrive, m)| {
+                arrive < here && self.claimed(self.queues[m as usize].src, chunk)
+            })
             .min()
             .map(|(_, m)| m)
     }
@@ -474,31 +589,33 @@ impl State<'_> {
     /// this link (held, on the way, or sooner by a faster link), so the link's sends stay in the
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
-        let src = self.slots[l as usize].src;
-        let useless = |s: &Self, c: u32| !s.useful(l, dst, c);
+        let src = self.queues[l as usize].src;
+        let useless = |s: &Self, e: &Candidate| {
+            !s.queues[l as usize].may_want(e) || !s.useful(l, dst, e.chunk)
+        };
         let first = loop {
-            let e = self.entry(src, self.slots[l as usize].cursor)?;
-            if useless(self, e.chunk) {
-                self.slots[l as usize].cursor += 1;
+            let e = self.entry(src, self.queues[l as usize].cursor)?;
+            if useless(self, &e) {
+                self.queues[l as usize].cursor += 1;
             } else if let Some(m) = self.better_elsewhere(l, dst, e.chunk, now) {
                 // Leave it to `m` and book the time it will take there.
-                self.slots[l as usize].cursor += 1;
+                self.queues[l as usize].cursor += 1;
                 let m = &mut self.slots[m as usize];
                 m.planned_until = m.planned_until.max(now) + m.serialization;
             } else {
                 break e;
             }
         };
-        let start = (self.slots[l as usize].cursor - self.inbox[src as usize].trimmed) as usize;
+        let start = (self.queues[l as usize].cursor - self.inbox[src as usize].trimmed) as usize;
         let log = &self.inbox[src as usize].log;
         // Rarest first (fewest NPUs hold it or have it coming), then at random.
         let (mut chosen, mut seen, mut rarest) = (start, 0u32, u32::MAX);
         for (i, c) in log.iter().enumerate().skip(start).take(TIE_WINDOW) {
-            if c.ready != first.ready {
+            if c.instant != first.instant {
                 break;
             }
             if i > start
-                && (useless(self, c.chunk) || self.better_elsewhere(l, dst, c.chunk, now).is_some())
+                && (useless(self, c) || self.better_elsewhere(l, dst, c.chunk, now).is_some())
             {
                 continue;
             }
@@ -516,7 +633,7 @@ impl State<'_> {
         // A chunk taken from further on stays in the log; its destination now holds it, so the
         // link passes over it later.
         if chosen == start {
-            self.slots[l as usize].cursor += 1;
+            self.queues[l as usize].cursor += 1;
         }
         Some(log[chosen])
     }
@@ -535,7 +652,7 @@ impl State<'_> {
                 .in_links(dst)
                 .iter()
                 .copied()
-                .filter(|&l| self.slots[l as usize].free && self.has_pending(l)),
+                .filter(|&l| self.queues[l as usize].free && self.has_pending(l)),
         );
         if links.is_empty() {
             return;
@@ -563,7 +680,7 @@ impl State<'_> {
                 arrive: now + arrive_after,
             };
             self.claim(dst, c.chunk);
-            self.slots[l as usize].free = false;
+            self.queues[l as usize].free = false;
             let planned = &mut self.slots[l as usize].planned_until;
             *planned = (*planned).max(now + free_after);
             match self.problem.unicast(c.chunk) {
@@ -661,14 +778,8 @@ pub(crate) fn run(
     let mut slots: Vec<LinkSlot> = (0..net.links.len() as u32)
         .map(|l| {
             let (serialization, delay) = net.delays(l, largest);
-            let link = &net.links[l as usize];
             LinkSlot {
-                src: link.src,
-                dst: link.dst,
-                cursor: 0,
-                free: true,
                 has_faster_sibling: false,
-                crosses: net.crosses[l as usize],
                 planned_until: Time::ZERO,
                 serialization,
                 delay,
@@ -676,10 +787,28 @@ pub(crate) fn run(
             }
         })
         .collect();
+    let mut queues: Vec<Queue> = net
+        .links
+        .iter()
+        .zip(&net.crosses)
+        .map(|(link, &crosses)| Queue {
+            src: link.src,
+            dst: link.dst,
+            cursor: 0,
+            free: true,
+            crosses,
+            rank: 32,
+        })
+        .collect();
+    for npu in 0..n {
+        for (rank, &l) in net.out_links(npu).iter().enumerate().take(32) {
+            queues[l as usize].rank = rank as u8;
+        }
+    }
     for l in 0..slots.len() {
         let own = slots[l].delay;
         slots[l].has_faster_sibling = net
-            .in_links(slots[l].dst)
+            .in_links(queues[l].dst)
             .iter()
             .any(|&m| slots[m as usize].delay < own);
     }
@@ -694,11 +823,13 @@ pub(crate) fn run(
             Vec::new()
         },
         inbox: vec![Inbox::default(); n as usize],
+        queues,
         slots,
         holders: vec![0; chunks as usize],
         largest,
         smallest,
         events: Instants::default(),
+        instant: 0,
         dirty: Vec::new(),
         remaining: 0,
         sends: 0,
@@ -763,60 +894,57 @@ pub(crate) fn run(
         );
     }
     let mut links = Vec::new();
+    let mut upcoming = Vec::new();
+    let (event_stages, match_stages) = match bytes_for(net, problem) > PREFETCH_FROM_BYTES {
+        true => (EVENT_STAGES, MATCH_STAGES),
+        false => (0, 0),
+    };
     while let Some((now, mut events)) = state.events.pop() {
-        for i in 0..events.len() {
-            // What each event reads, fetched in dependent steps a few events apart.
-            match events.get(i + 3 * PREFETCH_AHEAD) {
-                Some(&Event::LinkFree { link }) => state.prefetch_slot(link),
-                Some(&Event::Arrive { npu, .. }) => {
-                    crate::memory::prefetch(&state.inbox[npu as usize]);
+        state.instant = state.instant.wrapping_add(1);
+        // Past the first instants, sends of chunks a byte apart in size drift apart in time and
+        // an instant holds a few dozen events: the fetches look on into the next instants.
+        if event_stages > 0 {
+            state
+                .events
+                .peek(event_stages * PREFETCH_AHEAD, &mut upcoming);
+        }
+        let ahead = |i: usize| events.get(i).or_else(|| upcoming.get(i - events.len()));
+        for stage in (1..=event_stages).rev() {
+            for j in 0..stage * PREFETCH_AHEAD {
+                if let Some(&event) = ahead(j) {
+                    state.prefetch_event(event, stage);
                 }
-                None => {}
             }
-            match events.get(i + 2 * PREFETCH_AHEAD) {
-                Some(&Event::LinkFree { link }) => state.prefetch_inbox(link),
-                Some(&Event::Arrive { npu, .. }) => {
-                    state.prefetch_out_slots(npu);
-                    state.prefetch_log_end(npu);
+        }
+        for (i, &event) in events.iter().enumerate() {
+            for stage in 1..=event_stages {
+                if let Some(&later) = ahead(i + stage * PREFETCH_AHEAD) {
+                    state.prefetch_event(later, stage);
                 }
-                None => {}
             }
-            match events.get(i + PREFETCH_AHEAD) {
-                Some(&Event::LinkFree { link }) => state.prefetch_head(link),
-                Some(&Event::Arrive { npu, chunk, .. }) => state.prefetch_arrival(npu, chunk),
-                None => {}
-            }
-            match events[i] {
+            match event {
                 Event::LinkFree { link } => {
-                    state.slots[link as usize].free = true;
+                    state.queues[link as usize].free = true;
                     if state.has_pending(link) {
-                        state.mark_dirty(state.slots[link as usize].dst);
+                        state.mark_dirty(state.queues[link as usize].dst);
                     }
                 }
-                Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send, now),
+                Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send),
             }
         }
         events.clear();
         state.events.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
+        for stage in (1..=match_stages).rev() {
+            for &dst in dirty.iter().take(stage * PREFETCH_AHEAD) {
+                state.prefetch_matching(dst, stage);
+            }
+        }
         for (i, &dst) in dirty.iter().enumerate() {
-            if let Some(&ahead) = dirty.get(i + 4 * PREFETCH_AHEAD) {
-                for &l in net.in_links(ahead) {
-                    state.prefetch_slot(l);
+            for stage in 1..=match_stages {
+                if let Some(&ahead) = dirty.get(i + stage * PREFETCH_AHEAD) {
+                    state.prefetch_matching(ahead, stage);
                 }
-            }
-            if let Some(&ahead) = dirty.get(i + 3 * PREFETCH_AHEAD) {
-                for &l in net.in_links(ahead) {
-                    state.prefetch_inbox(l);
-                }
-            }
-            if let Some(&ahead) = dirty.get(i + 2 * PREFETCH_AHEAD) {
-                for &l in net.in_links(ahead) {
-                    state.prefetch_head(l);
-                }
-            }
-            if let Some(&ahead) = dirty.get(i + PREFETCH_AHEAD) {
-                state.prefetch_head_claims(ahead);
             }
             state.inbox[dst as usize].dirty = false;
             state.match_into(dst, now, &mut links, rng, sink);
@@ -872,5 +1000,52 @@ mod tests {
             assert_eq!(Some(popped), expected.pop_first());
         }
         assert!(expected.is_empty());
+    }
+
+    /// A link's rank among its source's outgoing links is its bit in a log entry's record of
+    /// the links it was of use to; links past the 32nd have no bit and check every entry.
+    #[test]
+    fn links_past_the_32nd_check_every_chunk() {
+        let entry = |wanted| Candidate {
+            instant: 0,
+            chunk: 0,
+            via: NONE,
+            wanted,
+        };
+        let queue = |rank| Queue {
+            src: 0,
+            dst: 1,
+            cursor: 0,
+            free: true,
+            crosses: false,
+            rank,
+        };
+        assert!(queue(0).may_want(&entry(1)));
+        assert!(!queue(0).may_want(&entry(2)));
+        assert!(queue(31).may_want(&entry(1 << 31)));
+        assert!(!queue(31).may_want(&entry(!(1 << 31))));
+        assert!(queue(32).may_want(&entry(0)));
+        assert_eq!(queue(5).wanted_bit(), 1 << 5);
+        assert_eq!(queue(32).wanted_bit(), 0);
+    }
+
+    /// A peek sees the next instants' events in the order they will be handled, as many as
+    /// asked for or as are pending, and leaves them pending.
+    #[test]
+    fn a_peek_sees_the_events_to_come_in_order() {
+        let mut instants = Instants::default();
+        let event = |link| Event::LinkFree { link };
+        for (time, link) in [(5, 0), (3, 1), (9, 2), (3, 3), (5, 4), (1, 5)] {
+            instants.push(Time(time), event(link));
+        }
+        let mut seen = Vec::new();
+        instants.peek(4, &mut seen);
+        assert_eq!(seen, [event(5), event(1), event(3), event(0)]);
+        instants.peek(10, &mut seen);
+        assert_eq!(seen.len(), 6);
+        let (time, batch) = instants.pop().unwrap();
+        assert_eq!((time, batch), (Time(1), vec![event(5)]));
+        instants.peek(2, &mut seen);
+        assert_eq!(seen, [event(1), event(3)]);
     }
 }
