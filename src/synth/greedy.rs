@@ -31,9 +31,8 @@ pub(crate) const NONE: u32 = u32::MAX;
 const TIE_WINDOW: usize = 64;
 
 /// How many events (or NPUs to match) ahead the event loop fetches what they read, a step of a
-/// chain of dependent fetches at each multiple of it: link slots, then their sources' inboxes,
-/// then the queue heads, then the claims those name. Each loop starts by taking its first
-/// entries through the steps they would otherwise miss.
+/// chain of dependent fetches at each multiple of it: link queues, then their sources' inboxes,
+/// then the queue heads, then the claims those name ([`fetch_ahead`]).
 const PREFETCH_AHEAD: usize = 8;
 /// The steps of fetching for an event ([`State::prefetch_event`]) and for matching an NPU
 /// ([`State::prefetch_matching`]).
@@ -157,9 +156,10 @@ const RECENT_INSTANTS: usize = 8;
 /// Pending events grouped by instant. Greedy matching acts on all events of an instant at once,
 /// and on regular networks many events share an instant (all of them where chunks are of one
 /// size; a few dozen where sizes a byte apart drift apart, with hundreds of instants pending on
-/// a 120x120 mesh), so a map of batches is cheaper than a priority queue over single events. The instants pushed to last are remembered
-/// with their batches: an instant's sends schedule their events at a few instants over and over
-/// (each link kind's free and arrival times), and the map's search was a sixth of the matching.
+/// a 120x120 mesh), so a map of batches is cheaper than a priority queue over single events.
+/// The instants pushed to last are remembered with their batches: an instant's sends schedule
+/// their events at a few instants over and over (each link kind's free and arrival times), and
+/// the map's search was a sixth of the matching.
 #[derive(Default)]
 struct Instants {
     /// Each pending instant's batch, in `batches`.
@@ -175,23 +175,22 @@ struct Instants {
 
 impl Instants {
     fn push(&mut self, time: Time, event: Event) {
-        let slot = match self
-            .recent
-            .iter()
-            .position(|r| r.is_some_and(|(t, _)| t == time))
-        {
-            Some(at) => {
-                let found = self.recent[at];
-                self.recent.copy_within(0..at, 1);
-                self.recent[0] = found;
-                found.map_or(0, |(_, slot)| slot)
+        let known = self.recent.iter().enumerate().find_map(|(at, recent)| {
+            recent
+                .filter(|&(t, _)| t == time)
+                .map(|(_, slot)| (at, slot))
+        });
+        let slot = match known {
+            Some((at, slot)) => {
+                self.recent[..=at].rotate_right(1);
+                slot
             }
             None => {
                 let slot = match self.by_time.get(&time) {
                     Some(&slot) => slot,
                     None => self.open(time),
                 };
-                self.recent.copy_within(0..RECENT_INSTANTS - 1, 1);
+                self.recent.rotate_right(1);
                 self.recent[0] = Some((time, slot));
                 slot
             }
@@ -247,6 +246,9 @@ impl Instants {
     }
 }
 
+/// How many of an NPU's outgoing links have a bit in [`Candidate::wanted`].
+const RANKED_LINKS: u8 = u32::BITS as u8;
+
 /// Where a link's queue stands: what arrivals, freed links and matching read of every link they
 /// look at, in 16 B. Each send has them look at about four links each; in the link's slot (a
 /// cache line) that was a memory miss each on large meshes, here most are cache hits.
@@ -259,15 +261,15 @@ struct Queue {
     free: bool,
     /// Whether it joins two clusters ([`Network::crosses`]).
     crosses: bool,
-    /// Its rank among its source's outgoing links, its bit in [`Candidate::wanted`]; 32 or
-    /// more: it has none and checks every chunk.
+    /// Its rank among its source's outgoing links, its bit in [`Candidate::wanted`];
+    /// [`RANKED_LINKS`] or more: it has none and checks every chunk.
     rank: u8,
 }
 
 impl Queue {
     /// False when the link was no use to `entry` when it arrived, and so never will be.
     fn may_want(&self, entry: &Candidate) -> bool {
-        self.rank >= 32 || entry.wanted >> self.rank & 1 == 1
+        self.rank >= RANKED_LINKS || entry.wanted >> self.rank & 1 == 1
     }
 
     /// Its bit in [`Candidate::wanted`] (none past the 32nd link).
@@ -492,7 +494,7 @@ impl State<'_> {
     /// Hints the CPU to fetch the queues of the links that an arrival of a chunk at `npu` reads.
     fn prefetch_out_queues(&self, npu: u32) {
         for &l in self.net.out_links(npu) {
-            crate::memory::prefetch(&self.queues[l as usize]);
+            self.prefetch_queue(l);
         }
     }
 
@@ -709,6 +711,30 @@ impl State<'_> {
     }
 }
 
+/// Fetches ahead for entry `i` of a pass whose entries are `at(0)`, `at(1)`, ...: entry
+/// `i + stage * PREFETCH_AHEAD` gets step `stage` (of `stages`, counting down to 1, each needing
+/// the one before at hand). Before the first entry, the entries those would reach late get
+/// their steps, the earlier steps first.
+fn fetch_ahead<T>(
+    i: usize,
+    stages: usize,
+    at: impl Fn(usize) -> Option<T>,
+    mut step: impl FnMut(T, usize),
+) {
+    if i == 0 {
+        for stage in (1..=stages).rev() {
+            (0..stage * PREFETCH_AHEAD)
+                .filter_map(&at)
+                .for_each(|entry| step(entry, stage));
+        }
+    }
+    for stage in 1..=stages {
+        if let Some(entry) = at(i + stage * PREFETCH_AHEAD) {
+            step(entry, stage);
+        }
+    }
+}
+
 /// For every destination of a unicast chunk, every NPU's shortest delay to it over the links
 /// (the largest chunk's arrival delays); unreachable NPUs get `u64::MAX`. Returns the table index
 /// of each NPU (`NONE` where it is no destination) and the tables.
@@ -797,11 +823,14 @@ pub(crate) fn run(
             cursor: 0,
             free: true,
             crosses,
-            rank: 32,
+            rank: RANKED_LINKS,
         })
         .collect();
     for npu in 0..n {
-        for (rank, &l) in net.out_links(npu).iter().enumerate().take(32) {
+        for (rank, &l) in net.out_links(npu).iter().enumerate() {
+            if rank == RANKED_LINKS as usize {
+                break;
+            }
             queues[l as usize].rank = rank as u8;
         }
     }
@@ -908,20 +937,16 @@ pub(crate) fn run(
                 .events
                 .peek(event_stages * PREFETCH_AHEAD, &mut upcoming);
         }
-        let ahead = |i: usize| events.get(i).or_else(|| upcoming.get(i - events.len()));
-        for stage in (1..=event_stages).rev() {
-            for j in 0..stage * PREFETCH_AHEAD {
-                if let Some(&event) = ahead(j) {
-                    state.prefetch_event(event, stage);
-                }
-            }
-        }
+        let ahead = |i: usize| {
+            events
+                .get(i)
+                .or_else(|| upcoming.get(i - events.len()))
+                .copied()
+        };
         for (i, &event) in events.iter().enumerate() {
-            for stage in 1..=event_stages {
-                if let Some(&later) = ahead(i + stage * PREFETCH_AHEAD) {
-                    state.prefetch_event(later, stage);
-                }
-            }
+            fetch_ahead(i, event_stages, ahead, |later, stage| {
+                state.prefetch_event(later, stage)
+            });
             match event {
                 Event::LinkFree { link } => {
                     state.queues[link as usize].free = true;
@@ -935,17 +960,11 @@ pub(crate) fn run(
         events.clear();
         state.events.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
-        for stage in (1..=match_stages).rev() {
-            for &dst in dirty.iter().take(stage * PREFETCH_AHEAD) {
-                state.prefetch_matching(dst, stage);
-            }
-        }
         for (i, &dst) in dirty.iter().enumerate() {
-            for stage in 1..=match_stages {
-                if let Some(&ahead) = dirty.get(i + stage * PREFETCH_AHEAD) {
-                    state.prefetch_matching(ahead, stage);
-                }
-            }
+            let ahead = |j: usize| dirty.get(j).copied();
+            fetch_ahead(i, match_stages, ahead, |later, stage| {
+                state.prefetch_matching(later, stage)
+            });
             state.inbox[dst as usize].dirty = false;
             state.match_into(dst, now, &mut links, rng, sink);
         }
