@@ -14,11 +14,13 @@
 //! it has a single holder at a time and moves only over links that bring it strictly closer to
 //! its destination (by the links' delays), relaying through NPUs that do not want it.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 
 use super::network::Network;
 use crate::units::Time;
@@ -137,8 +139,17 @@ struct Candidate {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
-    LinkFree { link: u32 },
-    Arrive { npu: u32, chunk: u32, send: u32 },
+    LinkFree {
+        link: u32,
+    },
+    /// `chunk` reaches `npu` by send `send` from NPU `from` ([`NONE`] for both: held from the
+    /// start).
+    Arrive {
+        npu: u32,
+        chunk: u32,
+        send: u32,
+        from: u32,
+    },
 }
 
 /// The random stream of one trial: the same (seed, stream) always gives the same choices.
@@ -153,45 +164,68 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
 /// apart.
 const RECENT_INSTANTS: usize = 8;
 
+/// How many of the next instants a peek ([`Instants::peek`]) reads in place.
+const PEEKED_INSTANTS: usize = 4;
+
 /// Pending events grouped by instant. Greedy matching acts on all events of an instant at once,
 /// and on regular networks many events share an instant (all of them where chunks are of one
-/// size; a few dozen where sizes a byte apart drift apart, with hundreds of instants pending on
-/// a 120x120 mesh), so a map of batches is cheaper than a priority queue over single events.
-/// The instants pushed to last are remembered with their batches: an instant's sends schedule
-/// their events at a few instants over and over (each link kind's free and arrival times), and
-/// the map's search was a sixth of the matching.
-#[derive(Default)]
+/// size; a few dozen where sizes a byte apart drift apart, with thousands of instants pending on
+/// a 120x120 mesh), so batches per instant are cheaper than a priority queue over single events.
+/// A hash map finds an instant's batch and a heap orders the instants: a B-tree map doing both
+/// cost near 600 instructions per new instant (an eighth of a 48x48 mesh's synthesis). The
+/// instants pushed to last are remembered with their batches, in two plain arrays replaced in
+/// turn: an instant's sends schedule their events at a few instants over and over (each link
+/// kind's free and arrival times).
 struct Instants {
     /// Each pending instant's batch, in `batches`.
-    by_time: BTreeMap<Time, usize>,
+    batch_of: FxHashMap<Time, usize>,
+    /// The earliest pending instants with their batches, in time order: those a peek has looked
+    /// at ([`Instants::peek`]), all before any in `later`.
+    front: VecDeque<(Time, usize)>,
+    /// The other pending instants, earliest on top.
+    later: BinaryHeap<Reverse<(Time, usize)>>,
     batches: Vec<Vec<Event>>,
     /// Indices in `batches` of no pending instant.
     unused: Vec<usize>,
     /// Emptied batches, kept for their allocations.
     spare: Vec<Vec<Event>>,
-    /// The last instants pushed to and their batches, the most recent first.
-    recent: [Option<(Time, usize)>; RECENT_INSTANTS],
+    /// The last instants pushed to ([`Time::MAX`]: none) and their batches.
+    recent_times: [Time; RECENT_INSTANTS],
+    recent_batches: [usize; RECENT_INSTANTS],
+    /// The entry of `recent_times` a new instant replaces.
+    replaced_next: usize,
+}
+
+impl Default for Instants {
+    fn default() -> Self {
+        Instants {
+            batch_of: FxHashMap::default(),
+            front: VecDeque::new(),
+            later: BinaryHeap::new(),
+            batches: Vec::new(),
+            unused: Vec::new(),
+            spare: Vec::new(),
+            recent_times: [Time::MAX; RECENT_INSTANTS],
+            recent_batches: [0; RECENT_INSTANTS],
+            replaced_next: 0,
+        }
+    }
 }
 
 impl Instants {
     fn push(&mut self, time: Time, event: Event) {
-        let known = self.recent.iter().enumerate().find_map(|(at, recent)| {
-            recent
-                .filter(|&(t, _)| t == time)
-                .map(|(_, slot)| (at, slot))
-        });
-        let slot = match known {
-            Some((at, slot)) => {
-                self.recent[..=at].rotate_right(1);
-                slot
-            }
+        debug_assert!(time < Time::MAX, "an event at the end of time");
+        let slot = match self.recent_times.iter().position(|&t| t == time) {
+            Some(at) => self.recent_batches[at],
             None => {
-                let slot = match self.by_time.get(&time) {
+                let slot = match self.batch_of.get(&time) {
                     Some(&slot) => slot,
                     None => self.open(time),
                 };
-                self.recent.rotate_right(1);
-                self.recent[0] = Some((time, slot));
+                let at = self.replaced_next;
+                self.recent_times[at] = time;
+                self.recent_batches[at] = slot;
+                self.replaced_next = (at + 1) % RECENT_INSTANTS;
                 slot
             }
         };
@@ -211,38 +245,77 @@ impl Instants {
                 self.batches.len() - 1
             }
         };
-        self.by_time.insert(time, slot);
+        self.batch_of.insert(time, slot);
+        match self.front.back() {
+            Some(&(last, _)) if time < last => {
+                let at = self.front.partition_point(|&(t, _)| t < time);
+                self.front.insert(at, (time, slot));
+            }
+            _ => self.later.push(Reverse((time, slot))),
+        }
         slot
     }
 
     /// The earliest instant and its events, in the order they were scheduled.
     fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
-        let (time, slot) = self.by_time.pop_first()?;
-        for recent in &mut self.recent {
-            if recent.is_some_and(|(t, _)| t == time) {
-                *recent = None;
+        let (time, slot) = match self.front.pop_front() {
+            Some(first) => first,
+            None => self.later.pop()?.0,
+        };
+        self.batch_of.remove(&time);
+        for recent in &mut self.recent_times {
+            if *recent == time {
+                *recent = Time::MAX;
             }
         }
         self.unused.push(slot);
         Some((time, std::mem::take(&mut self.batches[slot])))
     }
 
-    /// Copies into `into` up to `count` events of the instants after the one popped last, in the
-    /// order they will be handled (the events scheduled so far).
-    fn peek(&self, count: usize, into: &mut Vec<Event>) {
-        into.clear();
-        for &slot in self.by_time.values() {
-            let batch = &self.batches[slot];
-            into.extend_from_slice(&batch[..batch.len().min(count - into.len())]);
-            if into.len() == count {
-                break;
+    /// The events of the instants after the one popped last, in the order they will be handled
+    /// (those scheduled so far), read in place: up to [`PEEKED_INSTANTS`] instants, fewer where
+    /// those before hold `count` events.
+    fn peek(&mut self, count: usize) -> Upcoming<'_> {
+        let mut upcoming = Upcoming {
+            batches: [&[]; PEEKED_INSTANTS],
+        };
+        let (mut seen, mut peeked) = (0, 0);
+        while seen < count && peeked < PEEKED_INSTANTS {
+            if peeked == self.front.len() {
+                match self.later.pop() {
+                    Some(Reverse(next)) => self.front.push_back(next),
+                    None => break,
+                }
             }
+            let batch = &self.batches[self.front[peeked].1];
+            upcoming.batches[peeked] = batch;
+            seen += batch.len();
+            peeked += 1;
         }
+        upcoming
     }
 
     /// Returns an emptied batch for reuse.
     fn recycle(&mut self, batch: Vec<Event>) {
         self.spare.push(batch);
+    }
+}
+
+/// The events of the next few instants, in the order they will be handled ([`Instants::peek`]).
+struct Upcoming<'a> {
+    batches: [&'a [Event]; PEEKED_INSTANTS],
+}
+
+impl Upcoming<'_> {
+    /// The `i`-th event to come, if peeked.
+    fn get(&self, mut i: usize) -> Option<Event> {
+        for batch in &self.batches {
+            match batch.get(i) {
+                Some(&event) => return Some(event),
+                None => i -= batch.len(),
+            }
+        }
+        None
     }
 }
 
@@ -311,6 +384,10 @@ struct Inbox {
 struct State<'a> {
     net: &'a Network,
     problem: &'a Problem,
+    /// Every NPU wants every chunk (no group, no single destination), as in an all-gather:
+    /// whether a link could use a chunk is then one bit of its destination's claims, asked
+    /// for every entry of every queue.
+    copies_to_all: bool,
     words: usize,
     /// Per NPU, a bit per chunk: held or on its way.
     claimed: Vec<u64>,
@@ -329,7 +406,6 @@ struct State<'a> {
     /// The largest and the smallest chunk, whose delays are precomputed.
     largest: u64,
     smallest: u64,
-    events: Instants,
     /// The number of the instant being matched ([`Candidate::instant`]).
     instant: u32,
     dirty: Vec<u32>,
@@ -348,7 +424,17 @@ struct State<'a> {
 impl State<'_> {
     /// True when link `l` (into `dst`) would do chunk `c` good: a copy `dst` wants and has not
     /// got coming, or the next hop of a unicast chunk towards its destination.
+    #[inline]
     fn useful(&self, l: u32, dst: u32, c: u32) -> bool {
+        if self.copies_to_all {
+            return !self.claimed(dst, c) && !self.cluster_has(l, c);
+        }
+        self.useful_in_general(l, dst, c)
+    }
+
+    /// [`State::useful`] where chunks go to groups or single destinations.
+    #[inline(never)]
+    fn useful_in_general(&self, l: u32, dst: u32, c: u32) -> bool {
         match self.problem.unicast(c) {
             Some(d) => {
                 let src = self.queues[l as usize].src;
@@ -367,6 +453,7 @@ impl State<'_> {
         npu as usize * self.words + chunk as usize / 64
     }
 
+    #[inline]
     fn claimed(&self, npu: u32, chunk: u32) -> bool {
         self.claimed[self.claim_word(npu, chunk)] >> (chunk % 64) & 1 == 1
     }
@@ -399,7 +486,10 @@ impl State<'_> {
         }
     }
 
-    fn arrive(&mut self, npu: u32, chunk: u32, via: u32) {
+    /// Logs `chunk`'s arrival at `npu` by send `via` from NPU `from` and marks the neighbours
+    /// it may go on to: not `from`, which holds it (a claims read saved, a memory miss each on
+    /// large meshes).
+    fn arrive(&mut self, npu: u32, chunk: u32, via: u32, from: u32) {
         let v = npu as usize;
         let log = &self.inbox[v].log;
         if log.len() == log.capacity() && log.len() >= 64 {
@@ -427,7 +517,7 @@ impl State<'_> {
         for &l in self.net.out_links(npu) {
             let queue = &self.queues[l as usize];
             let (w, free, bit) = (queue.dst, queue.free, queue.wanted_bit());
-            if self.useful(l, w, chunk) {
+            if w != from && self.useful(l, w, chunk) {
                 wanted |= bit;
                 if free {
                     self.mark_dirty(w);
@@ -501,9 +591,12 @@ impl State<'_> {
     /// Hints the CPU to fetch what an arrival of `chunk` at `npu` checks: whether each
     /// neighbour it may pass the chunk to has it (the queues must be at hand, see
     /// [`State::prefetch_out_queues`]).
-    fn prefetch_arrival(&self, npu: u32, chunk: u32) {
+    fn prefetch_arrival(&self, npu: u32, chunk: u32, from: u32) {
         for &l in self.net.out_links(npu) {
-            self.prefetch_claim(self.queues[l as usize].dst, chunk);
+            let dst = self.queues[l as usize].dst;
+            if dst != from {
+                self.prefetch_claim(dst, chunk);
+            }
         }
     }
 
@@ -531,7 +624,12 @@ impl State<'_> {
                 self.prefetch_out_queues(npu);
                 self.prefetch_log_end(npu);
             }
-            (Event::Arrive { npu, chunk, .. }, _) => self.prefetch_arrival(npu, chunk),
+            (
+                Event::Arrive {
+                    npu, chunk, from, ..
+                },
+                _,
+            ) => self.prefetch_arrival(npu, chunk, from),
         }
     }
 
@@ -643,6 +741,7 @@ impl State<'_> {
     fn match_into(
         &mut self,
         dst: u32,
+        events: &mut Instants,
         now: Time,
         links: &mut Vec<u32>,
         rng: &mut ChaCha8Rng,
@@ -695,14 +794,14 @@ impl State<'_> {
                 None => self.remaining -= 1,
             }
             self.makespan = self.makespan.max(send.arrive);
-            self.events
-                .push(now + free_after, Event::LinkFree { link: l });
-            self.events.push(
+            events.push(now + free_after, Event::LinkFree { link: l });
+            events.push(
                 send.arrive,
                 Event::Arrive {
                     npu: dst,
                     chunk: c.chunk,
                     send: self.sends,
+                    from: self.queues[l as usize].src,
                 },
             );
             self.sends += 1;
@@ -743,7 +842,6 @@ fn delays_to_destinations(
     problem: &Problem,
     slots: &[LinkSlot],
 ) -> (Vec<u32>, Vec<Vec<u64>>) {
-    use std::cmp::Reverse;
     let n = net.npus() as usize;
     let mut index = vec![NONE; n];
     let mut tables = Vec::new();
@@ -844,6 +942,7 @@ pub(crate) fn run(
     let mut state = State {
         net,
         problem,
+        copies_to_all: problem.dest.is_empty() && matches!(problem.groups[..], [Members::All]),
         words,
         claimed: vec![0; n as usize * words],
         cluster_claimed: if net.clusters > 1 {
@@ -857,7 +956,6 @@ pub(crate) fn run(
         holders: vec![0; chunks as usize],
         largest,
         smallest,
-        events: Instants::default(),
         instant: 0,
         dirty: Vec::new(),
         remaining: 0,
@@ -903,7 +1001,7 @@ pub(crate) fn run(
         };
         state.remaining += members * count;
     }
-    // The radix queue wants its pushes in time order from its last pop on.
+    let mut pending = Instants::default();
     let mut initial = problem.initial.clone();
     initial.sort_by_key(|h| h.ready);
     for h in &initial {
@@ -913,35 +1011,29 @@ pub(crate) fn run(
                 state.remaining -= 1;
             }
         }
-        state.events.push(
+        pending.push(
             h.ready,
             Event::Arrive {
                 npu: h.npu,
                 chunk: h.chunk,
                 send: NONE,
+                from: NONE,
             },
         );
     }
     let mut links = Vec::new();
-    let mut upcoming = Vec::new();
     let (event_stages, match_stages) = match bytes_for(net, problem) > PREFETCH_FROM_BYTES {
         true => (EVENT_STAGES, MATCH_STAGES),
         false => (0, 0),
     };
-    while let Some((now, mut events)) = state.events.pop() {
+    while let Some((now, mut events)) = pending.pop() {
         state.instant = state.instant.wrapping_add(1);
         // Past the first instants, sends of chunks a byte apart in size drift apart in time and
         // an instant holds a few dozen events: the fetches look on into the next instants.
-        if event_stages > 0 {
-            state
-                .events
-                .peek(event_stages * PREFETCH_AHEAD, &mut upcoming);
-        }
-        let ahead = |i: usize| {
-            events
-                .get(i)
-                .or_else(|| upcoming.get(i - events.len()))
-                .copied()
+        let upcoming = pending.peek(event_stages * PREFETCH_AHEAD);
+        let ahead = |i: usize| match events.get(i) {
+            Some(&event) => Some(event),
+            None => upcoming.get(i - events.len()),
         };
         for (i, &event) in events.iter().enumerate() {
             fetch_ahead(i, event_stages, ahead, |later, stage| {
@@ -954,11 +1046,16 @@ pub(crate) fn run(
                         state.mark_dirty(state.queues[link as usize].dst);
                     }
                 }
-                Event::Arrive { npu, chunk, send } => state.arrive(npu, chunk, send),
+                Event::Arrive {
+                    npu,
+                    chunk,
+                    send,
+                    from,
+                } => state.arrive(npu, chunk, send, from),
             }
         }
         events.clear();
-        state.events.recycle(events);
+        pending.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
         for (i, &dst) in dirty.iter().enumerate() {
             let ahead = |j: usize| dirty.get(j).copied();
@@ -966,7 +1063,7 @@ pub(crate) fn run(
                 state.prefetch_matching(later, stage)
             });
             state.inbox[dst as usize].dirty = false;
-            state.match_into(dst, now, &mut links, rng, sink);
+            state.match_into(dst, &mut pending, now, &mut links, rng, sink);
         }
         dirty.clear();
         state.dirty = dirty;
@@ -988,10 +1085,11 @@ pub(crate) fn run(
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+    use std::collections::BTreeMap;
 
     /// Instants pop in time order, each with its events in the order they were pushed, whatever
-    /// mix of remembered, mapped and new instants the pushes hit (checked against a map of
-    /// lists), and batches given back are reused.
+    /// mix of remembered, mapped and new instants the pushes hit, before or among those a peek
+    /// looked at (checked against a map of lists), and batches given back are reused.
     #[test]
     fn instants_pop_in_time_order_with_events_in_push_order() {
         let mut rng = ChaCha8Rng::seed_from_u64(29);
@@ -1004,6 +1102,16 @@ mod tests {
                 let event = Event::LinkFree { link: round };
                 instants.push(time, event);
                 expected.entry(time).or_default().push(event);
+            }
+            if rng.random_bool(0.3) {
+                // A peek moves the next instants to the front; pushes before them go there.
+                let count = rng.random_range(1..8);
+                let seen: Vec<Event> = {
+                    let upcoming = instants.peek(count);
+                    (0..).map_while(|i| upcoming.get(i)).collect()
+                };
+                let mut next = expected.values().flatten().copied();
+                assert!(seen.iter().all(|&event| next.next() == Some(event)));
             }
             if rng.random_bool(0.6) {
                 let popped = instants.pop();
@@ -1057,14 +1165,24 @@ mod tests {
         for (time, link) in [(5, 0), (3, 1), (9, 2), (3, 3), (5, 4), (1, 5)] {
             instants.push(Time(time), event(link));
         }
-        let mut seen = Vec::new();
-        instants.peek(4, &mut seen);
-        assert_eq!(seen, [event(5), event(1), event(3), event(0)]);
-        instants.peek(10, &mut seen);
-        assert_eq!(seen.len(), 6);
+        let seen = |instants: &mut Instants, count| {
+            let upcoming = instants.peek(count);
+            (0..).map_while(|i| upcoming.get(i)).collect::<Vec<_>>()
+        };
+        // Whole instants, until the count is reached: 5 | 1, 3 | 0, 4 | 2.
+        assert_eq!(seen(&mut instants, 1), [event(5)]);
+        assert_eq!(seen(&mut instants, 2), [event(5), event(1), event(3)]);
+        assert_eq!(seen(&mut instants, 10).len(), 6);
+        // An instant earlier than those peeked at comes in its place.
+        instants.push(Time(4), event(6));
+        assert_eq!(
+            seen(&mut instants, 4),
+            [event(5), event(1), event(3), event(6)]
+        );
         let (time, batch) = instants.pop().unwrap();
         assert_eq!((time, batch), (Time(1), vec![event(5)]));
-        instants.peek(2, &mut seen);
-        assert_eq!(seen, [event(1), event(3)]);
+        assert_eq!(seen(&mut instants, 2), [event(1), event(3)]);
+        let order: Vec<Time> = std::iter::from_fn(|| instants.pop().map(|(t, _)| t)).collect();
+        assert_eq!(order, [Time(3), Time(4), Time(5), Time(9)]);
     }
 }
