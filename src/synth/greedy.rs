@@ -164,6 +164,9 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
 /// apart.
 const RECENT_INSTANTS: usize = 8;
 
+/// The largest batch of events [`Instants::recycle`] keeps for reuse.
+const KEPT_BATCH_EVENTS: usize = 256;
+
 /// How many of the next instants a peek ([`Instants::peek`]) reads in place.
 const PEEKED_INSTANTS: usize = 4;
 
@@ -295,9 +298,13 @@ impl Instants {
         upcoming
     }
 
-    /// Returns an emptied batch for reuse.
+    /// Returns an emptied batch for reuse, unless it is large: the first instants of a big
+    /// mesh hold thousands of events each, and batches kept at that size for the few dozen of
+    /// the instants after them would hold memory for nothing.
     fn recycle(&mut self, batch: Vec<Event>) {
-        self.spare.push(batch);
+        if batch.capacity() <= KEPT_BATCH_EVENTS {
+            self.spare.push(batch);
+        }
     }
 }
 
