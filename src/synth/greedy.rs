@@ -96,6 +96,12 @@ impl Problem {
             .filter(|&d| d != NONE)
     }
 
+    /// True when every NPU must get every chunk (an all-gather): no groups, no single
+    /// destinations, so whether a copy is of use is one claims bit.
+    fn copies_to_all(&self) -> bool {
+        self.dest.is_empty() && matches!(self.groups[..], [Members::All])
+    }
+
     fn member(&self, npu: u32, chunk: u32) -> bool {
         if let [Members::All] = self.groups[..] {
             return true;
@@ -949,7 +955,7 @@ pub(crate) fn run(
     let mut state = State {
         net,
         problem,
-        copies_to_all: problem.dest.is_empty() && matches!(problem.groups[..], [Members::All]),
+        copies_to_all: problem.copies_to_all(),
         words,
         claimed: vec![0; n as usize * words],
         cluster_claimed: if net.clusters > 1 {
@@ -1009,9 +1015,7 @@ pub(crate) fn run(
         state.remaining += members * count;
     }
     let mut pending = Instants::default();
-    let mut initial = problem.initial.clone();
-    initial.sort_by_key(|h| h.ready);
-    for h in &initial {
+    for h in &problem.initial {
         if !state.claimed(h.npu, h.chunk) {
             state.claim(h.npu, h.chunk);
             if problem.wants(h.npu, h.chunk) {
@@ -1094,9 +1098,15 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::collections::BTreeMap;
 
+    /// The events a peek asking for `count` events sees (whole instants), in order.
+    fn peeked(instants: &mut Instants, count: usize) -> Vec<Event> {
+        let upcoming = instants.peek(count);
+        (0..).map_while(|i| upcoming.get(i)).collect()
+    }
+
     /// Instants pop in time order, each with its events in the order they were pushed, whatever
     /// mix of remembered, mapped and new instants the pushes hit, before or among those a peek
-    /// looked at (checked against a map of lists), and batches given back are reused.
+    /// looked at (checked against a map of lists).
     #[test]
     fn instants_pop_in_time_order_with_events_in_push_order() {
         let mut rng = ChaCha8Rng::seed_from_u64(29);
@@ -1113,10 +1123,7 @@ mod tests {
             if rng.random_bool(0.3) {
                 // A peek moves the next instants to the front; pushes before them go there.
                 let count = rng.random_range(1..8);
-                let seen: Vec<Event> = {
-                    let upcoming = instants.peek(count);
-                    (0..).map_while(|i| upcoming.get(i)).collect()
-                };
+                let seen = peeked(&mut instants, count);
                 let mut next = expected.values().flatten().copied();
                 assert!(seen.iter().all(|&event| next.next() == Some(event)));
             }
@@ -1172,23 +1179,19 @@ mod tests {
         for (time, link) in [(5, 0), (3, 1), (9, 2), (3, 3), (5, 4), (1, 5)] {
             instants.push(Time(time), event(link));
         }
-        let seen = |instants: &mut Instants, count| {
-            let upcoming = instants.peek(count);
-            (0..).map_while(|i| upcoming.get(i)).collect::<Vec<_>>()
-        };
         // Whole instants, until the count is reached: 5 | 1, 3 | 0, 4 | 2.
-        assert_eq!(seen(&mut instants, 1), [event(5)]);
-        assert_eq!(seen(&mut instants, 2), [event(5), event(1), event(3)]);
-        assert_eq!(seen(&mut instants, 10).len(), 6);
+        assert_eq!(peeked(&mut instants, 1), [event(5)]);
+        assert_eq!(peeked(&mut instants, 2), [event(5), event(1), event(3)]);
+        assert_eq!(peeked(&mut instants, 10).len(), 6);
         // An instant earlier than those peeked at comes in its place.
         instants.push(Time(4), event(6));
         assert_eq!(
-            seen(&mut instants, 4),
+            peeked(&mut instants, 4),
             [event(5), event(1), event(3), event(6)]
         );
         let (time, batch) = instants.pop().unwrap();
         assert_eq!((time, batch), (Time(1), vec![event(5)]));
-        assert_eq!(seen(&mut instants, 2), [event(1), event(3)]);
+        assert_eq!(peeked(&mut instants, 2), [event(1), event(3)]);
         let order: Vec<Time> = std::iter::from_fn(|| instants.pop().map(|(t, _)| t)).collect();
         assert_eq!(order, [Time(3), Time(4), Time(5), Time(9)]);
     }
