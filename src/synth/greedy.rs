@@ -555,12 +555,14 @@ impl State<'_> {
         });
     }
 
-    /// The entry of link `l`'s source log at absolute position `pos`, if it exists yet.
-    fn entry(&self, src: u32, pos: u32) -> Option<Candidate> {
-        self.inbox[src as usize]
+    /// Link `l`'s queue: its source's log from the link's cursor on.
+    fn queued(&self, l: u32) -> &[Candidate] {
+        let queue = &self.queues[l as usize];
+        let inbox = &self.inbox[queue.src as usize];
+        inbox
             .log
-            .get((pos - self.inbox[src as usize].trimmed) as usize)
-            .copied()
+            .get((queue.cursor - inbox.trimmed) as usize..)
+            .unwrap_or_default()
     }
 
     /// Hints the CPU to fetch link `l`'s queue: the first of the dependent fetches that lead to
@@ -588,10 +590,8 @@ impl State<'_> {
     /// Hints the CPU to fetch the head of link `l`'s queue: the logs are large and each link
     /// reads its own place in its source's log, so the event loops fetch a few links ahead.
     fn prefetch_head(&self, l: u32) {
-        let src = self.queues[l as usize].src as usize;
-        let pos = (self.queues[l as usize].cursor - self.inbox[src].trimmed) as usize;
-        if let Some(entry) = self.inbox[src].log.get(pos) {
-            crate::memory::prefetch(entry);
+        if let Some(head) = self.queued(l).first() {
+            crate::memory::prefetch(head);
         }
     }
 
@@ -634,10 +634,7 @@ impl State<'_> {
             if !queue.free {
                 continue;
             }
-            let inbox = &self.inbox[queue.src as usize];
-            let start = (queue.cursor - inbox.trimmed) as usize;
-            let entries = inbox.log.get(start..).unwrap_or_default();
-            entries
+            self.queued(l)
                 .iter()
                 .take(CLAIMS_SCANNED)
                 .filter(|entry| queue.may_want(entry))
@@ -689,8 +686,7 @@ impl State<'_> {
     }
 
     fn has_pending(&self, l: u32) -> bool {
-        let src = self.queues[l as usize].src;
-        self.entry(src, self.queues[l as usize].cursor).is_some()
+        !self.queued(l).is_empty()
     }
 
     /// The faster link into `dst` that could deliver `chunk` before link `l` started now would,
@@ -724,12 +720,11 @@ impl State<'_> {
     /// this link (held, on the way, or sooner by a faster link), so the link's sends stay in the
     /// order their chunks reached its source.
     fn pick(&mut self, l: u32, dst: u32, now: Time, rng: &mut ChaCha8Rng) -> Option<Candidate> {
-        let src = self.queues[l as usize].src;
         let useless = |s: &Self, e: &Candidate| {
             !s.queues[l as usize].may_want(e) || !s.useful(l, dst, e.chunk)
         };
         let first = loop {
-            let e = self.entry(src, self.queues[l as usize].cursor)?;
+            let e = *self.queued(l).first()?;
             if useless(self, &e) {
                 self.queues[l as usize].cursor += 1;
             } else if let Some(m) = self.better_elsewhere(l, dst, e.chunk, now) {
@@ -741,16 +736,14 @@ impl State<'_> {
                 break e;
             }
         };
-        let start = (self.queues[l as usize].cursor - self.inbox[src as usize].trimmed) as usize;
-        let log = &self.inbox[src as usize].log;
+        let queued = self.queued(l);
         // Rarest first (fewest NPUs hold it or have it coming), then at random.
-        let (mut chosen, mut seen, mut rarest) = (start, 0u32, u32::MAX);
-        for (i, c) in log.iter().enumerate().skip(start).take(TIE_WINDOW) {
+        let (mut chosen, mut seen, mut rarest) = (0, 0u32, u32::MAX);
+        for (i, c) in queued.iter().enumerate().take(TIE_WINDOW) {
             if c.instant != first.instant {
                 break;
             }
-            if i > start
-                && (useless(self, c) || self.better_elsewhere(l, dst, c.chunk, now).is_some())
+            if i > 0 && (useless(self, c) || self.better_elsewhere(l, dst, c.chunk, now).is_some())
             {
                 continue;
             }
@@ -767,10 +760,11 @@ impl State<'_> {
         }
         // A chunk taken from further on stays in the log; its destination now holds it, so the
         // link passes over it later.
-        if chosen == start {
+        let picked = queued[chosen];
+        if chosen == 0 {
             self.queues[l as usize].cursor += 1;
         }
-        Some(log[chosen])
+        Some(picked)
     }
 
     fn match_into(
