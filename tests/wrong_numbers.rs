@@ -110,6 +110,12 @@ fn counts_past_what_collsim_numbers_are_refused_with_the_real_product() {
         &words("simulate -t switch:99999999999 -c all-reduce --size 1GB -a ring"),
         &["too large"],
     );
+    // Synthesis numbers its sends in 32 bits: a 256x256 mesh's all-gather makes 65536 x 65535
+    // sends and is the largest that fits, 257x257 would wrap past it.
+    refused(
+        &words("synthesize -t mesh:257x257 -c all-gather --size 1GB"),
+        &["4362404352 sends", "32 bits"],
+    );
 }
 
 #[test]
@@ -124,8 +130,8 @@ fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
             &["needs about", "available"],
         ),
         (
-            "synthesize -t mesh:300x300 -c all-gather --size 1GB",
-            &["needs about", "available"],
+            "synthesize -t mesh:200x200 -c all-gather --size 1GB --routing pinned",
+            &["1599960000 transfers", "needs about", "available"],
         ),
         (
             "simulate -t dragonfly:1000x1000 -c all-reduce --size 1GB -a ring",

@@ -790,6 +790,11 @@ impl State<'_> {
         links.shuffle(rng);
         links.sort_by_key(|&l| self.slots[l as usize].delay);
         for &l in links.iter() {
+            if self.sends == NONE {
+                // Out of send numbers (hops of single-destination chunks past the copies
+                // [`ensure_send_ids`] counted): matching stops, and the run reports it.
+                return;
+            }
             let Some(c) = self.pick(l, dst, now, rng) else {
                 continue;
             };
@@ -901,9 +906,59 @@ fn delays_to_destinations(
 }
 
 /// What the chunk logs hold a send at their peak, with a margin: an NPU's log keeps what its
-/// slowest outgoing link has not gone past (measured on all-gathers: 2 B a send on a 64x64
-/// mesh, 5 on 96x96, 4 on 200x200, whose whole run peaked at 7.8 GB).
-const LOG_BYTES_PER_SEND: u64 = 6;
+/// slowest outgoing link has not gone past. Measured on all-gathers with the event batches no
+/// longer kept (2026-11-25): peak resident memory less the claims and the in-order windows,
+/// about 1 B a send on a 96x96 mesh and 0.4 B on 200x200.
+const LOG_BYTES_PER_SEND: u64 = 2;
+
+/// The most sends one run can make: sends are numbered in 32 bits ([`Send::via`]), [`NONE`]
+/// excluded. A 256x256 mesh's all-gather (4,294,901,760 sends) is the largest square mesh's.
+pub(crate) const MAX_SENDS: u64 = NONE as u64;
+
+/// Refuses a problem whose copies alone need more sends than [`MAX_SENDS`]: those wanted and
+/// not held from the start (a chunk with one destination may take several hops: those are
+/// counted as they are made).
+pub(crate) fn ensure_send_ids(npus: u32, problem: &Problem) -> Result<(), Error> {
+    let held = problem
+        .initial
+        .iter()
+        .filter(|h| problem.wants(h.npu, h.chunk))
+        .count() as u64;
+    let copies = copies_wanted(npus, problem).saturating_sub(held);
+    if copies > MAX_SENDS {
+        return Err(Error::input(format!(
+            "synthesis numbers its sends in 32 bits: {copies} sends are more than the \
+             {MAX_SENDS} it can number; try fewer NPUs or chunks"
+        )));
+    }
+    Ok(())
+}
+
+/// How many (NPU, chunk) pairs must be delivered: every member of a chunk's group, or its one
+/// destination.
+fn copies_wanted(n: u32, problem: &Problem) -> u64 {
+    let mut chunks_per_group = vec![0u64; problem.groups.len()];
+    let mut unicast = 0;
+    for (c, &g) in problem.chunk_group.iter().enumerate() {
+        match problem.unicast(c as u32) {
+            Some(_) => unicast += 1,
+            None => chunks_per_group[g as usize] += 1,
+        }
+    }
+    let copies: u64 = problem
+        .groups
+        .iter()
+        .zip(&chunks_per_group)
+        .map(|(group, &count)| {
+            let members = match group {
+                Members::All => n as u64,
+                Members::Some(flags) => flags.iter().filter(|&&f| f).count() as u64,
+            };
+            members * count
+        })
+        .sum();
+    copies + unicast
+}
 
 /// Bytes a run of the greedy on `problem` holds at its peak, about: the claims (a bit per NPU
 /// and chunk), the link slots and the chunk logs.
@@ -923,6 +978,7 @@ pub(crate) fn run(
     rng: &mut ChaCha8Rng,
     sink: &mut dyn FnMut(&Send),
 ) -> Result<Time, Error> {
+    ensure_send_ids(net.npus(), problem)?;
     let n = net.npus();
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
@@ -1014,22 +1070,7 @@ pub(crate) fn run(
         state.dest_index = index;
         state.to_dest = tables;
     }
-    let mut chunks_per_group = vec![0u64; problem.groups.len()];
-    for (c, &g) in problem.chunk_group.iter().enumerate() {
-        if problem.unicast(c as u32).is_none() {
-            chunks_per_group[g as usize] += 1;
-        }
-    }
-    state.remaining += (0..chunks)
-        .filter(|&c| problem.unicast(c).is_some())
-        .count() as u64;
-    for (group, &count) in problem.groups.iter().zip(&chunks_per_group) {
-        let members = match group {
-            Members::All => n as u64,
-            Members::Some(flags) => flags.iter().filter(|&&f| f).count() as u64,
-        };
-        state.remaining += members * count;
-    }
+    state.remaining = copies_wanted(n, problem);
     let mut pending = Instants::default();
     for h in &problem.initial {
         if !state.claimed(h.npu, h.chunk) {
@@ -1095,6 +1136,12 @@ pub(crate) fn run(
         dirty.clear();
         state.dirty = dirty;
     }
+    if state.remaining > 0 && state.sends == NONE {
+        return Err(Error::input(format!(
+            "synthesis numbers its sends in 32 bits and ran out after {MAX_SENDS}; try fewer \
+             NPUs or chunks"
+        )));
+    }
     if state.remaining > 0 {
         let (npu, chunk) = (0..n)
             .flat_map(|v| (0..chunks).map(move |c| (v, c)))
@@ -1157,6 +1204,32 @@ mod tests {
             assert_eq!(Some(popped), expected.pop_first());
         }
         assert!(expected.is_empty());
+    }
+
+    /// Sends are numbered in 32 bits: a problem is refused when the copies it needs, less those
+    /// held from the start, pass [`MAX_SENDS`], and not at it.
+    #[test]
+    fn copies_past_the_send_numbers_are_refused_at_the_boundary() {
+        let n = 1 << 16;
+        let problem = |held: u32| Problem {
+            chunk_bytes: vec![1; n as usize],
+            chunk_group: vec![0; n as usize],
+            groups: vec![Members::All],
+            initial: (0..held)
+                .map(|c| Holding {
+                    npu: c,
+                    chunk: c,
+                    ready: Time::ZERO,
+                })
+                .collect(),
+            dest: Vec::new(),
+        };
+        // 2^16 NPUs each wanting 2^16 chunks: 2^32 copies, one more than can be numbered.
+        assert!(ensure_send_ids(n, &problem(0)).is_err());
+        assert!(ensure_send_ids(n, &problem(1)).is_ok());
+        // A 256x256 mesh's all-gather: every chunk held by one NPU from the start.
+        assert!(ensure_send_ids(n, &problem(n)).is_ok());
+        assert!(ensure_send_ids(n + 1, &problem(0)).is_err());
     }
 
     /// A link's rank among its source's outgoing links is its bit in a log entry's record of

@@ -757,6 +757,7 @@ fn stream_forward(
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
     let needed = crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER);
     let what = format!("a synthesized schedule of {expected} transfers");
+    greedy::ensure_send_ids(net.npus(), p)?;
     let in_order = in_order_applies(topology, net);
     if let Some(run) = options.simulate_in_order.as_ref().filter(|_| in_order) {
         let mut held = greedy::bytes_for(net, p) + sim::InOrder::bytes_for(expected as u64);
