@@ -40,10 +40,11 @@ const PREFETCH_AHEAD: usize = 8;
 /// ([`State::prefetch_matching`]).
 const EVENT_STAGES: usize = 3;
 const MATCH_STAGES: usize = 4;
-/// The size of the greedy's state ([`bytes_for`]) past which it fetches ahead: below, the state
-/// stays in the caches (a 32 MiB L3 on this machine kind) and the fetches only cost (a fifth of
-/// a 32x32 mesh's synthesis).
-const PREFETCH_FROM_BYTES: u64 = 32 << 20;
+/// The number of sends past which the greedy fetches ahead: below, its state and the in-order
+/// windows it feeds stay in the caches (a 32 MiB L3 on this machine kind) and the fetches only
+/// cost (a fifth of a 32x32 mesh's synthesis, 1M sends). It is where the earlier test, the
+/// greedy's estimated state ([`bytes_for`]) at 6 B a send past 32 MiB, switched.
+const PREFETCH_FROM_SENDS: u64 = 5_500_000;
 /// How many entries of a free link's queue the last step of fetching for matching looks at, and
 /// how many of those its destination's claims are fetched for ([`State::prefetch_head_claims`]).
 const CLAIMS_SCANNED: usize = 8;
@@ -1090,7 +1091,8 @@ pub(crate) fn run(
         );
     }
     let mut links = Vec::new();
-    let (event_stages, match_stages) = match bytes_for(net, problem) > PREFETCH_FROM_BYTES {
+    let sends = net.npus() as u64 * problem.chunks() as u64;
+    let (event_stages, match_stages) = match sends > PREFETCH_FROM_SENDS {
         true => (EVENT_STAGES, MATCH_STAGES),
         false => (0, 0),
     };
