@@ -89,6 +89,25 @@ pub(crate) struct Problem {
 }
 
 impl Problem {
+    /// An all-gather of one `bytes` chunk per NPU among `npus`, chunk `v` held by NPU `v` from
+    /// the start for the first `held` (tests build what they need from it).
+    #[cfg(test)]
+    pub(crate) fn all_gather(npus: u32, bytes: u64, held: u32) -> Problem {
+        Problem {
+            chunk_bytes: vec![bytes; npus as usize],
+            chunk_group: vec![0; npus as usize],
+            groups: vec![Members::All],
+            initial: (0..held)
+                .map(|v| Holding {
+                    npu: v,
+                    chunk: v,
+                    ready: Time::ZERO,
+                })
+                .collect(),
+            dest: Vec::new(),
+        }
+    }
+
     pub fn chunks(&self) -> u32 {
         self.chunk_bytes.len() as u32
     }
@@ -1213,19 +1232,7 @@ mod tests {
     #[test]
     fn copies_past_the_send_numbers_are_refused_at_the_boundary() {
         let n = 1 << 16;
-        let problem = |held: u32| Problem {
-            chunk_bytes: vec![1; n as usize],
-            chunk_group: vec![0; n as usize],
-            groups: vec![Members::All],
-            initial: (0..held)
-                .map(|c| Holding {
-                    npu: c,
-                    chunk: c,
-                    ready: Time::ZERO,
-                })
-                .collect(),
-            dest: Vec::new(),
-        };
+        let problem = |held| Problem::all_gather(n, 1, held);
         // 2^16 NPUs each wanting 2^16 chunks: 2^32 copies, one more than can be numbered.
         assert!(ensure_send_ids(n, &problem(0)).is_err());
         assert!(ensure_send_ids(n, &problem(1)).is_ok());

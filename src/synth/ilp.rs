@@ -1215,7 +1215,6 @@ fn timed(net: &Network, p: &Problem, mut planned: Vec<StepSend>) -> (Vec<Send>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::greedy::{Holding, Members};
     use crate::synth::Unwinding;
     use crate::topology::parse_inline;
     use crate::units::Bandwidth;
@@ -1232,20 +1231,7 @@ mod tests {
 
     /// All-gather of one `bytes` chunk per NPU.
     fn all_gather(net: &Network, bytes: u64) -> Problem {
-        let n = net.npus();
-        Problem {
-            chunk_bytes: vec![bytes; n as usize],
-            chunk_group: vec![0; n as usize],
-            groups: vec![Members::All],
-            initial: (0..n)
-                .map(|v| Holding {
-                    npu: v,
-                    chunk: v,
-                    ready: Time::ZERO,
-                })
-                .collect(),
-            dest: Vec::new(),
-        }
+        Problem::all_gather(net.npus(), bytes, net.npus())
     }
 
     fn planner<'a>(net: &'a Network, p: &'a Problem, congestion: bool) -> Planner<'a> {
