@@ -112,6 +112,11 @@ impl Problem {
         self.chunk_bytes.len() as u32
     }
 
+    /// (NPU, chunk) pairs over `npus`: the claims' bits, and about the sends of a run.
+    pub fn pairs(&self, npus: u32) -> u64 {
+        npus as u64 * self.chunks() as u64
+    }
+
     /// The single destination of a chunk that has one.
     fn unicast(&self, chunk: u32) -> Option<u32> {
         self.dest
@@ -937,7 +942,7 @@ pub(crate) const MAX_SENDS: u64 = NONE as u64;
 
 /// Refuses a problem whose copies alone need more sends than [`MAX_SENDS`]: those wanted and
 /// not held from the start (a chunk with one destination may take several hops: those are
-/// counted as they are made).
+/// counted as [`run`] makes them). Checked where problems are built, before any estimate.
 pub(crate) fn ensure_send_ids(npus: u32, problem: &Problem) -> Result<(), Error> {
     let held = problem
         .initial
@@ -984,7 +989,7 @@ fn copies_wanted(n: u32, problem: &Problem) -> u64 {
 /// and chunk), the link slots and the chunk logs.
 pub(crate) fn bytes_for(net: &Network, problem: &Problem) -> u64 {
     let (n, chunks) = (net.npus() as u64, problem.chunks() as u64);
-    let sends = n.saturating_mul(chunks);
+    let sends = problem.pairs(net.npus());
     n * chunks.div_ceil(64) * 8
         + net.links.len() as u64 * std::mem::size_of::<LinkSlot>() as u64
         + sends.saturating_mul(LOG_BYTES_PER_SEND)
@@ -998,7 +1003,6 @@ pub(crate) fn run(
     rng: &mut ChaCha8Rng,
     sink: &mut dyn FnMut(&Send),
 ) -> Result<Time, Error> {
-    ensure_send_ids(net.npus(), problem)?;
     let n = net.npus();
     let chunks = problem.chunks();
     let words = chunks.div_ceil(64) as usize;
@@ -1110,8 +1114,7 @@ pub(crate) fn run(
         );
     }
     let mut links = Vec::new();
-    let sends = net.npus() as u64 * problem.chunks() as u64;
-    let (event_stages, match_stages) = match sends > PREFETCH_FROM_SENDS {
+    let (event_stages, match_stages) = match problem.pairs(n) > PREFETCH_FROM_SENDS {
         true => (EVENT_STAGES, MATCH_STAGES),
         false => (0, 0),
     };

@@ -242,13 +242,14 @@ fn problem(
     if !p.dest.is_empty() {
         p.dest.resize(p.chunks() as usize, NONE);
     }
-    if p.chunks() as u64 * net.npus() as u64 > (1u64 << 40) {
+    if p.pairs(net.npus()) > (1u64 << 40) {
         return Err(Error::input(format!(
             "{} chunks over {} NPUs is beyond what the synthesizer can track",
             p.chunks(),
             net.npus()
         )));
     }
+    greedy::ensure_send_ids(net.npus(), &p)?;
     Ok((p, parts))
 }
 
@@ -285,7 +286,7 @@ fn best_trial(
     options: &SynthOptions,
     direction: Direction,
 ) -> Result<(u32, Option<Plan>), Error> {
-    let sends = p.chunks() as u64 * net.npus() as u64;
+    let sends = p.pairs(net.npus());
     let small = sends <= KEEP_PLANS_UP_TO;
     let trials = options
         .trials
@@ -757,7 +758,6 @@ fn stream_forward(
     let expected = p.chunks() as usize * (c.ranks() as usize - 1);
     let needed = crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER);
     let what = format!("a synthesized schedule of {expected} transfers");
-    greedy::ensure_send_ids(net.npus(), p)?;
     let in_order = in_order_applies(topology, net);
     if let Some(run) = options.simulate_in_order.as_ref().filter(|_| in_order) {
         let mut held = greedy::bytes_for(net, p) + sim::InOrder::bytes_for(expected as u64);
