@@ -85,11 +85,38 @@ struct Splitter<'a> {
     source: NodeId,
     /// Trees in total: every participant's in-cut must keep at least this.
     need: Cap,
+    /// Test each split against the cuts (Theorem 8); unchecked splits take all they can.
+    checked: bool,
 }
 
 /// Removes every non-participant node of `net` (capacities scaled by `u`, `k` trees from every
 /// root of `demand`), keeping each participant's connectivity from the roots.
 pub fn remove_switches(net: &Network, demand: &Demand, k: u64, u: Ratio) -> Result<Logical, Error> {
+    remove_switches_with(net, demand, k, u, true)
+}
+
+/// [`remove_switches`]' splitting pattern without its connectivity tests: every pair takes all
+/// its arcs and quota allow. Each test is a maximum flow over the whole network (thousands per
+/// 1024-NPU switch hierarchy, minutes in all) and on such fabrics none of them binds; where one
+/// would have, a cut is lost and a packing on the result may strand a tree, so only a packing
+/// that completes on it is of use (it is valid whatever the cuts: every tree arc stands for
+/// physical paths within their capacity).
+pub fn remove_switches_unchecked(
+    net: &Network,
+    demand: &Demand,
+    k: u64,
+    u: Ratio,
+) -> Result<Logical, Error> {
+    remove_switches_with(net, demand, k, u, false)
+}
+
+fn remove_switches_with(
+    net: &Network,
+    demand: &Demand,
+    k: u64,
+    u: Ratio,
+    checked: bool,
+) -> Result<Logical, Error> {
     let (mut flow_net, feeds) = net.flow_network(&demand.roots);
     let mut paths = PathArena::default();
     let mut arc_of = HashMap::with_capacity(net.arcs.len());
@@ -122,6 +149,7 @@ pub fn remove_switches(net: &Network, demand: &Demand, k: u64, u: Ratio) -> Resu
         participants: &demand.participants,
         source: net.nodes,
         need: (demand.roots.len() as u64 * k) as Cap,
+        checked,
     };
     for w in 0..net.nodes {
         if !s.is_participant[w as usize] {
@@ -276,6 +304,9 @@ impl Splitter<'_> {
             .capacity(a_uw)
             .min(self.net.capacity(a_wt))
             .min(quota);
+        if !self.checked {
+            return most;
+        }
         // Lower bounds on both families' surplus, from the neighbouring sets that already hold
         // at least `need`: a side Y holding u and t but not w has in(Y) = in(Y + w) + c(w -> Y)
         // - c(outside -> w); a side holding w has in(Y) = in(Y - w) + c(outside -> w) - c(w -> Y).
