@@ -276,6 +276,25 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
 mod tests {
     use super::*;
 
+    /// What the packing of an all-gather on `topology` at its optimal rate starts from: the
+    /// participants, the logical arcs `remove` leaves (exact or untested splitting), every
+    /// participant's `k` trees to root, and `k`.
+    #[allow(clippy::type_complexity)]
+    fn all_gather_packing(
+        topology: &Topology,
+        remove: fn(&Network, &Demand, u64, Ratio) -> Result<split::Logical, Error>,
+    ) -> (usize, Vec<(u32, u32, u64)>, Vec<(u32, u64)>, u64) {
+        let participants = topology.active_npus();
+        let net = Network::new(topology, false);
+        let demand = Demand::all(&participants);
+        let rate = rate::optimal_rate(&net, &demand, &participants).unwrap();
+        let (k, u) = rate::trees_for(rate, net.capacity_gcd());
+        let logical = remove(&net, &demand, k, u).unwrap();
+        let (_, arcs) = participant_arcs(&participants, &logical);
+        let roots: Vec<(u32, u64)> = (0..participants.len() as u32).map(|r| (r, k)).collect();
+        (participants.len(), arcs, roots, k)
+    }
+
     /// Trusting the pool is a shortcut, never a different answer. On the 2 x 16 MI250 fabric a
     /// run that trusts it strands a class part-way (an arc it took without a flow broke the
     /// condition), and `pack` then returns the exact packing, which is valid.
@@ -283,15 +302,7 @@ mod tests {
     fn a_failed_trusting_run_falls_back_to_the_exact_packing() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/mi250_2x16.yml");
         let topology = crate::topology::load_topology_file(&path).unwrap();
-        let participants = topology.active_npus();
-        let net = Network::new(&topology, false);
-        let demand = Demand::all(&participants);
-        let rate = rate::optimal_rate(&net, &demand, &participants).unwrap();
-        let (k, u) = rate::trees_for(rate, net.capacity_gcd());
-        let logical = split::remove_switches(&net, &demand, k, u).unwrap();
-        let (_, arcs) = participant_arcs(&participants, &logical);
-        let roots: Vec<(u32, u64)> = (0..participants.len() as u32).map(|r| (r, k)).collect();
-        let n = participants.len();
+        let (n, arcs, roots, _) = all_gather_packing(&topology, split::remove_switches);
         assert!(pack::pack_with(n, &arcs, &roots, pack::Trust::Pool).is_err());
         let classes = pack::pack(n, &arcs, &roots).unwrap();
         pack::verify(n, &arcs, &classes).unwrap();
@@ -305,15 +316,7 @@ mod tests {
         let mut options = crate::topology::TopologyOptions::new("dims:switch4,switch4");
         options.bandwidth = Some("100GB/s".to_string());
         let topology = options.build().unwrap();
-        let participants = topology.active_npus();
-        let net = Network::new(&topology, false);
-        let demand = Demand::all(&participants);
-        let rate = rate::optimal_rate(&net, &demand, &participants).unwrap();
-        let (k, u) = rate::trees_for(rate, net.capacity_gcd());
-        let logical = split::remove_switches_unchecked(&net, &demand, k, u).unwrap();
-        let (_, arcs) = participant_arcs(&participants, &logical);
-        let roots: Vec<(u32, u64)> = (0..participants.len() as u32).map(|r| (r, k)).collect();
-        let n = participants.len();
+        let (n, arcs, roots, k) = all_gather_packing(&topology, split::remove_switches_unchecked);
         let classes = pack::pack_with(n, &arcs, &roots, pack::Trust::Capacity).unwrap();
         pack::verify(n, &arcs, &classes).unwrap();
         assert_eq!(classes.iter().map(|c| c.weight).sum::<u64>(), k * n as u64);
