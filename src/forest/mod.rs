@@ -6,8 +6,10 @@
 //! spreading takes `shard * U / k` per unit of bandwidth, which is the cut bound. The construction:
 //! [`rate`] finds the optimal rate and `(k, U)` exactly, [`split`] removes the switches by edge
 //! splitting (each logical arc remembers the physical paths it stands for), [`pack`] packs the trees
-//! on the participants-only network, and the trees are mapped back onto those paths. Schedules are
-//! built from a [`Forest`] by `algorithms::forestcoll`; `collsim trees` prints it.
+//! on the participants-only network, and the trees are mapped back onto those paths. Splitting and
+//! packing are first tried without their max-flow tests, and kept when every tree spans (valid and
+//! optimal whatever the splitting lost); otherwise they run tested. Schedules are built from a
+//! [`Forest`] by `algorithms::forestcoll`; `collsim trees` prints it.
 
 pub mod pack;
 pub mod rate;
