@@ -197,10 +197,10 @@ pub(crate) fn pack_with(
         packer.holding[root as usize] += k as Cap;
         packer.waiting[root as usize] += k as Cap;
     }
-    packer.rebuild();
     if trust == Trust::Capacity {
         packer.grow_all_by_layers()?;
     } else {
+        packer.rebuild();
         while let Some(j) = queue.pop_front() {
             packer.grow(j, &mut queue)?;
         }
@@ -213,7 +213,8 @@ pub(crate) fn pack_with(
 /// The packing state and the flow network of the Theorem 12 test: the arcs with what is left of
 /// their capacity, a hub, and a node per unfinished class fed from the hub with the class's
 /// weight and feeding its tree's nodes without limit. Finished classes leave the network (it is
-/// rebuilt when one finishes), so that tests only scan what can still carry flow.
+/// rebuilt when one finishes), so that tests only scan what can still carry flow; untested growth
+/// ([`Trust::Capacity`]) keeps no network.
 struct Packer {
     n: usize,
     /// Capacity left on each arc, and its ends.
@@ -548,14 +549,14 @@ impl Packer {
             self.classes.push(rest);
             let id = self.classes.len() - 1;
             self.register(id);
-            self.attach(id);
             queue.push_back(id);
             self.classes[j].class.weight = taken;
             self.classes[j].tight.clear();
-            self.net.set_capacity(self.classes[j].feed, taken as Cap);
+            if self.trust != Trust::Capacity {
+                self.attach(id);
+                self.net.set_capacity(self.classes[j].feed, taken as Cap);
+            }
         }
-        let node = self.classes[j].node;
-        let into = self.net.add_arc(node, y, INFINITE);
         self.holding[y as usize] += taken as Cap;
         let g = &mut self.classes[j];
         g.class.edges.push((x, y));
@@ -566,9 +567,13 @@ impl Packer {
         g.members.push(y);
         g.in_tree[y as usize] = true;
         g.parent[y as usize] = x;
-        g.into[y as usize] = into;
         self.left[arc] -= taken as Cap;
-        self.net.set_capacity(self.arc_id[arc], self.left[arc]);
+        // Untested growth keeps no flow network: nothing reads it.
+        if self.trust != Trust::Capacity {
+            let node = g.node;
+            g.into[y as usize] = self.net.add_arc(node, y, INFINITE);
+            self.net.set_capacity(self.arc_id[arc], self.left[arc]);
+        }
     }
 
     /// Puts a tree's arcs back in an order where every arc's tail is the root or an earlier head
