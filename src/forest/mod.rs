@@ -223,9 +223,11 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
         Ok::<_, Error>((index, classes))
     };
     // The quick way first: switches split without tests and trees grown without tests, valid
-    // whenever every tree spans; where one cannot, the exact construction.
-    let quick = split::remove_switches_unchecked(&net, &demand, k, multiplier)
-        .ok()
+    // whenever every tree spans; where one cannot, the exact construction. Without nodes to
+    // split, both splittings are the same and `pack` starts with the untested packing anyway.
+    let quick = (net.nodes as usize > n)
+        .then(|| split::remove_switches_unchecked(&net, &demand, k, multiplier).ok())
+        .flatten()
         .and_then(|logical| {
             let packed = packed_on(&logical, Some(pack::Trust::Capacity)).ok()?;
             Some((logical, packed))

@@ -300,12 +300,6 @@ impl Packer {
 
     /// Grows class `j` breadth-first until it spans every node, splitting off what cannot follow.
     fn grow(&mut self, j: usize, queue: &mut VecDeque<usize>) -> Result<(), Error> {
-        self.grow_tested(j, queue);
-        self.finish(j)
-    }
-
-    /// Grows class `j` breadth-first, each arc tested (Theorem 12) before it is taken.
-    fn grow_tested(&mut self, j: usize, queue: &mut VecDeque<usize>) {
         let mut next = 0;
         while next < self.classes[j].members.len() {
             let x = self.classes[j].members[next];
@@ -328,6 +322,7 @@ impl Packer {
                 self.take(j, x, y, arc, taken, queue);
             }
         }
+        self.finish(j)
     }
 
     /// Grows every class a layer at a time, all classes in turn, without tests: each node next
