@@ -7,6 +7,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
 
@@ -23,8 +24,49 @@ fn served(p: *mut u8, bytes: usize) -> *mut u8 {
     }
     if bytes >= collsim::memory::HUGE_PAGE_BLOCK {
         collsim::memory::advise_huge_pages(p, bytes);
+    } else if cfg!(all(target_os = "linux", target_env = "gnu"))
+        && p as usize + bytes > HEAP_ADVISED_TO.load(Ordering::Relaxed)
+    {
+        advise_heap_growth(p as usize);
     }
     p
+}
+
+/// The end of the C heap (the part below the program break) already advised to be backed by
+/// huge pages.
+static HEAP_ADVISED_TO: AtomicUsize = AtomicUsize::new(0);
+
+/// How far the C heap grows at a time ([`libc::M_TOP_PAD`]): far enough that the heap's growth
+/// is mostly whole huge pages, which the kernel backs as they are first touched.
+const HEAP_GROWTH: i32 = 64 << 20;
+
+/// Asks for huge pages on the C heap up to the program break, where a small block at `p` lies
+/// past the part already advised. Small blocks (the synthesizer's per-link and per-NPU arrays and
+/// logs, hundreds of megabytes on a 200x200 mesh) were otherwise on 4 KiB pages, read at
+/// scattered places, each a likely TLB miss: with the heap on huge pages a 100x100 mesh's
+/// synthesis took 7-8% less time and a 200x200 mesh's 12% (2026-11-26). Blocks mapped on their
+/// own or in other threads' heaps lie above the break and are left alone.
+#[cold]
+fn advise_heap_growth(p: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    advise_heap_below_break(p);
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = p;
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn advise_heap_below_break(p: usize) {
+    // SAFETY: `sbrk(0)` only reads the current program break.
+    let brk = unsafe { libc::sbrk(0) } as usize;
+    if p >= brk {
+        return;
+    }
+    let from = match HEAP_ADVISED_TO.load(Ordering::Relaxed) {
+        0 => p,
+        advised => advised.min(p),
+    };
+    collsim::memory::advise_huge_pages(from as *mut u8, brk - from);
+    HEAP_ADVISED_TO.fetch_max(brk, Ordering::Relaxed);
 }
 
 unsafe impl GlobalAlloc for ExitOnOutOfMemory {
@@ -60,6 +102,11 @@ fn out_of_memory(bytes: usize) -> ! {
 }
 
 fn main() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: sets one of the C allocator's parameters; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_TOP_PAD, HEAP_GROWTH);
+    }
     std::panic::set_hook(Box::new(|info| {
         let message = info
             .payload()
