@@ -49,24 +49,21 @@ const HEAP_GROWTH: i32 = 64 << 20;
 #[cold]
 fn advise_heap_growth(p: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    advise_heap_below_break(p);
+    {
+        // SAFETY: `sbrk(0)` only reads the current program break.
+        let brk = unsafe { libc::sbrk(0) } as usize;
+        if p >= brk {
+            return;
+        }
+        let from = match HEAP_ADVISED_TO.load(Ordering::Relaxed) {
+            0 => p,
+            advised => advised.min(p),
+        };
+        collsim::memory::advise_huge_pages(from as *mut u8, brk - from);
+        HEAP_ADVISED_TO.fetch_max(brk, Ordering::Relaxed);
+    }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = p;
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn advise_heap_below_break(p: usize) {
-    // SAFETY: `sbrk(0)` only reads the current program break.
-    let brk = unsafe { libc::sbrk(0) } as usize;
-    if p >= brk {
-        return;
-    }
-    let from = match HEAP_ADVISED_TO.load(Ordering::Relaxed) {
-        0 => p,
-        advised => advised.min(p),
-    };
-    collsim::memory::advise_huge_pages(from as *mut u8, brk - from);
-    HEAP_ADVISED_TO.fetch_max(brk, Ordering::Relaxed);
 }
 
 unsafe impl GlobalAlloc for ExitOnOutOfMemory {

@@ -623,9 +623,6 @@ impl Packer {
     fn most_trees(&mut self, j: usize, x: u32, y: u32, arc: usize) -> u64 {
         let weight = self.classes[j].class.weight as Cap;
         let most = weight.min(self.left[arc]);
-        if self.trust == Trust::Capacity {
-            return most as u64;
-        }
         let others = self.unfinished - weight;
         // `F - others` is the least, over node sets X holding y but not x, of X's spare
         // in-capacity less the trees of other classes that have no node in X yet. Any X
