@@ -10,6 +10,10 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Time(pub u64);
 
+// SAFETY: all-zero bytes are a u64 of 0, time zero: per-transfer times start as fresh zeroed
+// memory ([`crate::memory::zeroed_prefaulted`]) instead of being written zero one by one.
+unsafe impl bytemuck::Zeroable for Time {}
+
 impl Time {
     pub const ZERO: Time = Time(0);
     /// The largest time collsim represents; a sum that reaches it has overflowed.

@@ -224,18 +224,33 @@ fn run_and_report(
         _ => false,
     };
     let folder = std::sync::Mutex::new(out);
-    let write_schedule = |schedule: &crate::schedule::Schedule| match &mut *folder
-        .lock()
-        .expect("the folder is not poisoned")
-    {
-        Some(out) => {
-            if streamed {
-                // Not the synthesizer's stream (it wrote none, or another schedule's).
-                out.discard(experiment::SCHEDULE_PARQUET);
+    let lock_folder = || folder.lock().expect("the folder is not poisoned");
+    let transfers_begun = std::sync::Mutex::new(None);
+    // Beside the validation and simulation: the schedule's file where collsim made the schedule
+    // (unless the synthesizer's stream wrote it), and the part of a Parquet transfers table that
+    // needs no times.
+    let beside = |schedule: &crate::schedule::Schedule, schedule_written: bool| {
+        if produced && !schedule_written {
+            if let Some(out) = &mut *lock_folder() {
+                if streamed {
+                    // Not the synthesizer's stream (it wrote none, or another schedule's).
+                    out.discard(experiment::SCHEDULE_PARQUET);
+                }
+                experiment::write_schedule_file(schedule, out, tables)?;
             }
-            experiment::write_schedule_file(schedule, out, tables)
         }
-        None => Ok(()),
+        if tables.transfers && tables.parquet(schedule.len()) {
+            let path = lock_folder()
+                .as_mut()
+                .map(|out| out.file(experiment::TRANSFERS_PARQUET));
+            if let Some(path) = path {
+                // Behind the simulation and the validation, on what they leave of the cores.
+                crate::priority::run_behind();
+                let begun = crate::report::TransfersBegun::new(schedule, &path, false)?;
+                *transfers_begun.lock().expect("not poisoned") = Some(begun);
+            }
+        }
+        Ok(())
     };
     // A synthesized schedule that nothing else needs whole (its files are streamed) is simulated
     // and validated as it is planned, never held.
@@ -251,7 +266,7 @@ fn run_and_report(
         &topology,
         &spec,
         &mut Progress::new(),
-        (produced && writes_out).then_some(&write_schedule as experiment::Beside),
+        writes_out.then_some(&beside as experiment::Beside),
     )?;
     drop(heartbeat);
     let out = folder.into_inner().expect("the folder is not poisoned");
@@ -262,15 +277,19 @@ fn run_and_report(
         let name = format!("collsim-{}-{}", outcome.summary.algorithm, claim.kind);
         write_msccl(&outcome.schedule, claim, &name, path)?;
     }
+    let begun = transfers_begun.into_inner().expect("not poisoned");
     if let Some(mut out) = out {
-        // Written as it was simulated; or else (the tap may have begun it) written below.
+        // Written as it was simulated; or begun beside the simulation; or else (the tap may have
+        // begun it) written below.
         let tables = match outcome.in_order {
             true => experiment::Tables {
                 transfers: false,
                 ..tables
             },
             false => {
-                out.discard(experiment::TRANSFERS_PARQUET);
+                if begun.is_none() {
+                    out.discard(experiment::TRANSFERS_PARQUET);
+                }
                 tables
             }
         };
@@ -280,7 +299,7 @@ fn run_and_report(
             HeatmapArg::Queued => HeatMetric::Queued,
             HeatmapArg::MaxQueue => HeatMetric::MaxQueue,
         };
-        experiment::write_outputs(&topology, &outcome, out, metric, tables)?;
+        experiment::write_outputs(&topology, &outcome, out, metric, tables, begun)?;
     }
     match args.format {
         Format::Csv => println!("{SUMMARY_HEADER}\n{}", outcome.summary.csv_row()),

@@ -283,8 +283,9 @@ pub fn execute(
 }
 
 /// Work to do with a run's schedule while it is validated and simulated, on a thread of its own:
-/// writing it to a results folder.
-pub type Beside<'a> = &'a (dyn Fn(&Schedule) -> Result<(), Error> + Sync);
+/// writing it to a results folder, beginning its transfers' table. Told whether the schedule's
+/// file is written already (the synthesizer's stream wrote it as it planned).
+pub type Beside<'a> = &'a (dyn Fn(&Schedule, bool) -> Result<(), Error> + Sync);
 
 /// [`execute`], running `beside` on the checked schedule alongside its validation and simulation
 /// (its error, if any, is the run's).
@@ -352,10 +353,7 @@ pub fn execute_with(
         let side = (beside.is_some() || tap.is_some()).then(|| {
             scope.spawn(|| {
                 let written = tap.map_or(Ok(false), |tap| tap.finish(kept))?;
-                match beside {
-                    Some(work) if !written => work(&schedule),
-                    _ => Ok(()),
-                }
+                beside.map_or(Ok(()), |work| work(&schedule, written))
             })
         });
         let validator = spec.validate.then(|| {
@@ -571,17 +569,19 @@ impl Tables {
     }
 }
 
-/// Writes `summary.csv`, `transfers.csv` or `.parquet`, `links.csv`, `utilization.csv` and the
-/// figures of one run into `out` (the heat map of `metric`), and commits the folder with whatever
-/// else was written into it (the schedule, by [`write_schedule_file`] while the run simulated).
+/// Writes `summary.csv`, `transfers.csv` or `.parquet` (finishing `begun` where the table was
+/// begun beside the simulation), `links.csv`, `utilization.csv` and the figures of one run into
+/// `out` (the heat map of `metric`), and commits the folder with whatever else was written into
+/// it (the schedule, by [`write_schedule_file`] while the run simulated).
 pub fn write_outputs(
     topology: &Topology,
     outcome: &RunOutcome,
     mut out: OutputDir,
     metric: HeatMetric,
     tables: Tables,
+    begun: Option<report::TransfersBegun>,
 ) -> Result<(), Error> {
-    write_tables_and_figures(topology, outcome, &mut out, metric, tables)?;
+    write_tables_and_figures(topology, outcome, &mut out, metric, tables, begun)?;
     out.commit()
 }
 
@@ -612,9 +612,12 @@ fn write_tables_and_figures(
     out: &mut OutputDir,
     metric: HeatMetric,
     tables: Tables,
+    begun: Option<report::TransfersBegun>,
 ) -> Result<(), Error> {
     if tables.transfers {
-        if tables.parquet(outcome.schedule.len()) {
+        if let Some(begun) = begun {
+            begun.finish(&outcome.schedule, &outcome.result)?;
+        } else if tables.parquet(outcome.schedule.len()) {
             report::write_transfers_parquet(
                 &outcome.schedule,
                 &outcome.result,

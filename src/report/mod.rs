@@ -9,7 +9,9 @@ mod training;
 mod utilization;
 
 pub use heatmap::{HeatMetric, Heatmap, HeatmapGrid};
-pub use parquet::{write_transfers_parquet, TransfersFile, LEADING_TRANSFER_COLUMNS};
+pub use parquet::{
+    write_transfers_parquet, TransfersBegun, TransfersFile, LEADING_TRANSFER_COLUMNS,
+};
 pub use plot::{BarChart, LinePlot, Series};
 pub use training::{
     breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,
@@ -432,7 +434,7 @@ pub fn write_transfers_csv(
             t.src,
             t.dst,
             t.bytes,
-            result.issued[i].ns_string(),
+            result.issued(schedule, i as TransferIndex).ns_string(),
             result.completed[i].ns_string()
         )
         .map_err(io)?;

@@ -96,9 +96,10 @@ impl Observer for () {}
 pub struct SimResult {
     /// Completion time of the last transfer: the collective time.
     pub finish: Time,
-    /// Per transfer: when it was issued (empty unless recorded).
-    pub issued: Vec<Time>,
-    /// Per transfer: when it completed at its destination (empty unless recorded).
+    /// Per transfer: when it completed at its destination (empty unless recorded). When each
+    /// was issued is not kept: it is when its last dependency completed ([`SimResult::issued`]),
+    /// and a second array as large as this one (0.5 GB for a 67M-transfer all-to-all) cost its
+    /// size again in fresh memory, the dearest part of writing `transfers.parquet`.
     pub completed: Vec<Time>,
     /// Per link: bytes carried.
     pub link_bytes: Vec<u64>,
@@ -115,6 +116,20 @@ pub struct SimResult {
     pub events: u64,
     /// Messages put on links (a transfer over three links counts three).
     pub hops: u64,
+}
+
+impl SimResult {
+    /// When transfer `t` was issued: when the last of its dependencies completed (the engine
+    /// issues a transfer at that instant), time zero for one without. Needs the completions
+    /// recorded.
+    pub fn issued(&self, schedule: &Schedule, t: TransferIndex) -> Time {
+        schedule
+            .deps(t)
+            .iter()
+            .map(|&d| self.completed[d as usize])
+            .max()
+            .unwrap_or(Time::ZERO)
+    }
 }
 
 /// What a hop touches on its link, in one cache line: the first and last runs of waiting messages
@@ -323,7 +338,6 @@ fn run_engine<Q: EventQueue<Event>>(
     } else {
         Vec::new()
     };
-    let recorded = |on: bool| if on { vec![Time::ZERO; n] } else { Vec::new() };
     let mut engine = Engine {
         schedule,
         router: &router,
@@ -352,8 +366,11 @@ fn run_engine<Q: EventQueue<Event>>(
             && options.endpoint_delay == Time::ZERO
             && !schedule.has_reductions(),
         result: SimResult {
-            issued: recorded(options.record_transfers),
-            completed: recorded(options.record_transfers),
+            completed: if options.record_transfers {
+                crate::memory::zeroed_prefaulted(n)
+            } else {
+                Vec::new()
+            },
             link_queued: vec![Time::ZERO; link_count],
             busy_intervals: if options.record_busy_intervals {
                 vec![Vec::new(); link_count]
@@ -515,7 +532,7 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                     prefetch(&routes.taken[ahead as usize]);
                 }
                 if self.options.record_transfers {
-                    prefetch(&self.result.issued[ahead as usize]);
+                    prefetch(&self.result.completed[ahead as usize]);
                 }
             }
             if let Some(&ahead) = batch.get(i + 2 * D) {
@@ -555,7 +572,11 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
 
     fn issue(&mut self, t: TransferIndex, now: Time) {
         if self.options.record_transfers {
-            self.result.issued[t as usize] = now;
+            debug_assert_eq!(
+                self.result.issued(self.schedule, t),
+                now,
+                "transfer {t} was issued when its last dependency completed"
+            );
         }
         if let Some(duration) = self.schedule.wait(t) {
             self.queue.push(now + duration, Event::complete(t));
@@ -809,7 +830,6 @@ mod tests {
             let b = simulate(&topology, &reductions, &options, &mut ()).unwrap();
             assert!(a.events < b.events, "{spec}: the shortcut was not taken");
             assert_eq!(a.completed, b.completed, "{spec}");
-            assert_eq!(a.issued, b.issued, "{spec}");
             assert_eq!(a.finish, b.finish, "{spec}");
             assert_eq!(a.link_busy, b.link_busy, "{spec}");
             assert_eq!(a.link_queued, b.link_queued, "{spec}");

@@ -149,7 +149,7 @@ pub fn execute(
         ..options.sim.clone()
     };
     let result = sim::simulate(topology, &builder.schedule, &sim_options, observer)?;
-    let (issued, completed) = (&result.issued, &result.completed);
+    let completed = &result.completed;
     let mut ranks = Vec::with_capacity(program.ranks.len());
     let mut timeline = Vec::new();
     for (r, nodes) in program.ranks.iter().enumerate() {
@@ -178,7 +178,10 @@ pub fn execute(
                 unreachable!("the compute order holds compute nodes")
             };
             let wait = ends[i as usize];
-            let (started, done) = (issued[wait as usize], completed[wait as usize]);
+            let (started, done) = (
+                result.issued(&builder.schedule, wait),
+                completed[wait as usize],
+            );
             let stall = started - free.min(started);
             if stall > Time::ZERO {
                 let binding = node
