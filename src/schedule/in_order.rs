@@ -91,12 +91,17 @@ impl InOrderCheck {
         RecentTransfers::<(u32, u32)>::bytes_for(expected) + claim.ranks() as u64 * words * 8
     }
 
-    /// A validation that `claim` is implemented by at most `expected` transfers to come.
-    pub fn new(claim: &Collective, expected: u64) -> Result<InOrderCheck, Error> {
-        if !matches!(
+    /// Whether `claim` can be validated in order: copy collectives (all-gather, broadcast).
+    pub fn takes(claim: &Collective) -> bool {
+        matches!(
             claim.kind,
             CollectiveKind::AllGather | CollectiveKind::Broadcast
-        ) {
+        )
+    }
+
+    /// A validation that `claim` is implemented by at most `expected` transfers to come.
+    pub fn new(claim: &Collective, expected: u64) -> Result<InOrderCheck, Error> {
+        if !InOrderCheck::takes(claim) {
             return Err(Error::Internal(format!(
                 "in-order validation takes copy collectives, not {}",
                 claim.kind

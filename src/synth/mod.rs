@@ -759,7 +759,13 @@ fn stream_forward(
     let needed = crate::memory::bytes(expected as u64, crate::memory::BYTES_PER_TRANSFER);
     let what = format!("a synthesized schedule of {expected} transfers");
     let in_order = in_order_applies(topology, net);
-    if let Some(run) = options.simulate_in_order.as_ref().filter(|_| in_order) {
+    // A collective the in-order validation does not take (all-to-all) is held and validated
+    // whole where validation is asked for.
+    let run_in_order = options
+        .simulate_in_order
+        .as_ref()
+        .filter(|run| in_order && (!run.validate || crate::schedule::InOrderCheck::takes(c)));
+    if let Some(run) = run_in_order {
         let mut held = greedy::bytes_for(net, p) + sim::InOrder::bytes_for(expected as u64);
         if run.validate {
             held += crate::schedule::InOrderCheck::bytes_for(c, expected as u64);
