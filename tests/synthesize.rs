@@ -596,3 +596,48 @@ fn every_collective_synthesizes_validated_on_a_mesh() {
         assert!(time > 0.0, "{kind}: {row:?}");
     }
 }
+
+/// A synthesis that refines its chunks keeps the results file of the plan it chose, where the
+/// plan is simulated as it is made and never held: a torus all-to-all's best plan is not its last
+/// trial (its file was once overwritten by the last, and the run ended in an internal error).
+#[test]
+fn the_chosen_plan_s_file_is_kept_when_later_trials_lose() {
+    let dir = std::env::temp_dir().join(format!("collsim-kept-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_str().unwrap();
+    let args = [
+        "--topology",
+        "torus:4x4",
+        "--collective",
+        "all-to-all",
+        "--size",
+        "16MiB",
+    ];
+    let planned = first_row(&stdout_of(
+        &[
+            &[
+                "simulate",
+                "--algorithm",
+                "tacos",
+                "--format",
+                "csv",
+                "--no-validate",
+            ][..],
+            &args,
+            &["--out", out, "--table-format", "parquet"],
+        ]
+        .concat(),
+    ));
+    let schedule = dir.join("schedule.parquet");
+    let again = first_row(&stdout_of(&[
+        "simulate",
+        "--format",
+        "csv",
+        "--topology",
+        "torus:4x4",
+        "--schedule",
+        schedule.to_str().unwrap(),
+    ]));
+    assert_eq!(planned["collective_time_ns"], again["collective_time_ns"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

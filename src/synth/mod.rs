@@ -529,11 +529,21 @@ fn with_chunking(
         return Ok(clustered);
     }
     let unclustered = search(&net.unclustered())?;
-    Ok(if unclustered.estimate < clustered.estimate {
-        unclustered
-    } else {
-        clustered
-    })
+    if unclustered.estimate < clustered.estimate {
+        return Ok(unclustered);
+    }
+    match stream_lost(&clustered, unclustered.streamed) {
+        // The same seeds plan it again.
+        true => search(net),
+        false => Ok(clustered),
+    }
+}
+
+/// Whether `best`, simulated as it was planned, lost its results file to a later synthesis
+/// (streamed as `last`): the tap keeps one stream, the last begun, and such a run holds no
+/// schedule to write the file from afterwards.
+fn stream_lost(best: &Synthesis, last: Option<u64>) -> bool {
+    best.simulated.is_some() && best.streamed.is_some() && best.streamed != last
 }
 
 /// Synthesis on `net` with X = 1, 2, 4, ... while the estimate improves enough and stays above
@@ -550,17 +560,24 @@ fn refine_by_estimate(
 ) -> Result<Synthesis, Error> {
     let whole = cut(1).expect("one way always fits");
     let mut best = synthesize_on(topology, net, &whole, options, Deadline(None))?;
+    let (mut best_x, mut last_streamed) = (1, best.streamed);
     let mut x = 2;
     while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best.estimate.ps() as f64 {
         let Some(refined) = cut(x) else { break };
         let finer = synthesize_on(topology, net, &refined, options, Deadline(None))?;
+        last_streamed = finer.streamed;
         let (now, before) = (finer.estimate.ps() as f64, best.estimate.ps() as f64);
         let enough = (0.01 * before).min((before - bound.ps() as f64) / 4.0);
         if before - now < enough {
             break;
         }
-        best = finer;
+        (best, best_x) = (finer, x);
         x *= 2;
+    }
+    if stream_lost(&best, last_streamed) {
+        // The same seed plans it again, streamed last.
+        let again = cut(best_x).expect("it was cut before");
+        best = synthesize_on(topology, net, &again, options, Deadline(None))?;
     }
     Ok(best)
 }
