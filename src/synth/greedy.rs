@@ -194,58 +194,70 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
     rng
 }
 
-/// How many instants pushed to last [`Instants`] remembers: each send schedules its link's
-/// freeing and its arrival, at one of two instants each where chunks come in two sizes a byte
-/// apart.
-const RECENT_INSTANTS: usize = 8;
+/// How many delays [`Instants`] remembers the lanes of, past the map: each send schedules its
+/// link's freeing and its arrival, at one of two delays each where chunks come in two sizes a
+/// byte apart.
+const RECENT_DELAYS: usize = 8;
 
 /// The largest batch of events [`Instants::recycle`] keeps for reuse.
 const KEPT_BATCH_EVENTS: usize = 256;
 
-/// How many of the next instants a peek ([`Instants::peek`]) reads in place.
-const PEEKED_INSTANTS: usize = 4;
+/// An event waiting in [`Instants`], with its instant and its place in the order of pushes.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    time: Time,
+    pushed: u64,
+    event: Event,
+}
 
-/// Pending events grouped by instant. Greedy matching acts on all events of an instant at once,
-/// and on regular networks many events share an instant (all of them where chunks are of one
-/// size; a few dozen where sizes a byte apart drift apart, with thousands of instants pending on
-/// a 120x120 mesh), so batches per instant are cheaper than a priority queue over single events.
-/// A hash map finds an instant's batch and a heap orders the instants: a B-tree map doing both
-/// cost near 600 instructions per new instant (an eighth of a 48x48 mesh's synthesis). The
-/// instants pushed to last are remembered with their batches, in two plain arrays replaced in
-/// turn: an instant's sends schedule their events at a few instants over and over (each link
-/// kind's free and arrival times).
+impl Pending {
+    fn key(&self) -> (Time, u64) {
+        (self.time, self.pushed)
+    }
+}
+
+/// Pending events, popped an instant at a time, each instant's in the order they were pushed.
+/// Every event is pushed a fixed delay after the instant being handled (a link kind's freeing or
+/// arrival delay for one of the chunk sizes; a handful of delays in all), so the events of one
+/// delay come in time order: each delay has a first-in first-out lane, and a heap over the
+/// lanes' first events merges them. Chunks of two sizes a byte apart drift apart in time, so a
+/// large mesh has tens of millions of instants of a few events each: a heap of instants with a
+/// hash map from instant to batch, read at scattered places, took a seventh of the synthesis of
+/// a 100x100 mesh.
 struct Instants {
-    /// Each pending instant's batch, in `batches`.
-    batch_of: FxHashMap<Time, usize>,
-    /// The earliest pending instants with their batches, in time order: those a peek has looked
-    /// at ([`Instants::peek`]), all before any in `later`.
-    front: VecDeque<(Time, usize)>,
-    /// The other pending instants, earliest on top.
-    later: BinaryHeap<Reverse<(Time, usize)>>,
-    batches: Vec<Vec<Event>>,
-    /// Indices in `batches` of no pending instant.
-    unused: Vec<usize>,
+    /// The instant popped last: pushes are at it or later.
+    now: Time,
+    /// Pushes so far.
+    pushed: u64,
+    /// Per delay, its events in time order.
+    lanes: Vec<VecDeque<Pending>>,
+    /// The lane of each delay seen.
+    lane_of: FxHashMap<Time, usize>,
+    /// The delays pushed at last ([`Time::MAX`]: none) and their lanes.
+    recent: [(Time, usize); RECENT_DELAYS],
+    /// The entry of `recent` a new delay replaces.
+    replaced_next: usize,
+    /// The first event of each lane that has one, earliest on top.
+    heads: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Events taken from the lanes, in order, before all still in a lane: those a peek
+    /// ([`Instants::peek`]) has looked at.
+    front: VecDeque<Pending>,
     /// Emptied batches, kept for their allocations.
     spare: Vec<Vec<Event>>,
-    /// The last instants pushed to ([`Time::MAX`]: none) and their batches.
-    recent_times: [Time; RECENT_INSTANTS],
-    recent_batches: [usize; RECENT_INSTANTS],
-    /// The entry of `recent_times` a new instant replaces.
-    replaced_next: usize,
 }
 
 impl Default for Instants {
     fn default() -> Self {
         Instants {
-            batch_of: FxHashMap::default(),
-            front: VecDeque::new(),
-            later: BinaryHeap::new(),
-            batches: Vec::new(),
-            unused: Vec::new(),
-            spare: Vec::new(),
-            recent_times: [Time::MAX; RECENT_INSTANTS],
-            recent_batches: [0; RECENT_INSTANTS],
+            now: Time::ZERO,
+            pushed: 0,
+            lanes: Vec::new(),
+            lane_of: FxHashMap::default(),
+            recent: [(Time::MAX, 0); RECENT_DELAYS],
             replaced_next: 0,
+            heads: BinaryHeap::new(),
+            front: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 }
@@ -253,84 +265,91 @@ impl Default for Instants {
 impl Instants {
     fn push(&mut self, time: Time, event: Event) {
         debug_assert!(time < Time::MAX, "an event at the end of time");
-        let slot = match self.recent_times.iter().position(|&t| t == time) {
-            Some(at) => self.recent_batches[at],
-            None => {
-                let slot = match self.batch_of.get(&time) {
-                    Some(&slot) => slot,
-                    None => self.open(time),
-                };
-                let at = self.replaced_next;
-                self.recent_times[at] = time;
-                self.recent_batches[at] = slot;
-                self.replaced_next = (at + 1) % RECENT_INSTANTS;
-                slot
-            }
+        debug_assert!(
+            time >= self.now,
+            "an event before the instant being handled"
+        );
+        let pending = Pending {
+            time,
+            pushed: self.pushed,
+            event,
         };
-        self.batches[slot].push(event);
-    }
-
-    /// A batch for a new pending instant.
-    fn open(&mut self, time: Time) -> usize {
-        let batch = self.spare.pop().unwrap_or_default();
-        let slot = match self.unused.pop() {
-            Some(slot) => {
-                self.batches[slot] = batch;
-                slot
-            }
-            None => {
-                self.batches.push(batch);
-                self.batches.len() - 1
-            }
-        };
-        self.batch_of.insert(time, slot);
-        match self.front.back() {
-            Some(&(last, _)) if time < last => {
-                let at = self.front.partition_point(|&(t, _)| t < time);
-                self.front.insert(at, (time, slot));
-            }
-            _ => self.later.push(Reverse((time, slot))),
+        self.pushed += 1;
+        if self.front.back().is_some_and(|last| time < last.time) {
+            // Before events already taken from the lanes: in its place among them.
+            let at = self.front.partition_point(|p| p.key() <= pending.key());
+            self.front.insert(at, pending);
+            return;
         }
-        slot
-    }
-
-    /// The earliest instant and its events, in the order they were scheduled.
-    fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
-        let (time, slot) = match self.front.pop_front() {
-            Some(first) => first,
-            None => self.later.pop()?.0,
-        };
-        self.batch_of.remove(&time);
-        for recent in &mut self.recent_times {
-            if *recent == time {
-                *recent = Time::MAX;
-            }
-        }
-        self.unused.push(slot);
-        Some((time, std::mem::take(&mut self.batches[slot])))
-    }
-
-    /// The events of the instants after the one popped last, in the order they will be handled
-    /// (those scheduled so far), read in place: up to [`PEEKED_INSTANTS`] instants, fewer where
-    /// those before hold `count` events.
-    fn peek(&mut self, count: usize) -> Upcoming<'_> {
-        let mut upcoming = Upcoming {
-            batches: [&[]; PEEKED_INSTANTS],
-        };
-        let (mut seen, mut peeked) = (0, 0);
-        while seen < count && peeked < PEEKED_INSTANTS {
-            if peeked == self.front.len() {
-                match self.later.pop() {
-                    Some(Reverse(next)) => self.front.push_back(next),
-                    None => break,
+        let delay = Time(time.0 - self.now.0);
+        let lane = match self.recent.iter().find(|&&(d, _)| d == delay) {
+            Some(&(_, lane)) => lane,
+            None => {
+                let next = self.lanes.len();
+                let lane = *self.lane_of.entry(delay).or_insert(next);
+                if lane == next {
+                    self.lanes.push(VecDeque::new());
                 }
+                self.recent[self.replaced_next] = (delay, lane);
+                self.replaced_next = (self.replaced_next + 1) % RECENT_DELAYS;
+                lane
             }
-            let batch = &self.batches[self.front[peeked].1];
-            upcoming.batches[peeked] = batch;
-            seen += batch.len();
-            peeked += 1;
+        };
+        if self.lanes[lane].is_empty() {
+            self.heads.push(Reverse((time, pending.pushed, lane)));
         }
-        upcoming
+        self.lanes[lane].push_back(pending);
+    }
+
+    /// The earliest event still in a lane, taken out.
+    fn take_from_lanes(&mut self) -> Option<Pending> {
+        let Reverse((_, _, lane)) = self.heads.pop()?;
+        let pending = self.lanes[lane]
+            .pop_front()
+            .expect("a lane on the heap has events");
+        if let Some(next) = self.lanes[lane].front() {
+            self.heads.push(Reverse((next.time, next.pushed, lane)));
+        }
+        Some(pending)
+    }
+
+    /// The earliest pending event, taken out.
+    fn take(&mut self) -> Option<Pending> {
+        self.front.pop_front().or_else(|| self.take_from_lanes())
+    }
+
+    /// The earliest instant and its events, in the order they were pushed.
+    fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
+        let first = self.take()?;
+        let mut batch = self.spare.pop().unwrap_or_default();
+        batch.push(first.event);
+        loop {
+            match self.take() {
+                Some(p) if p.time == first.time => batch.push(p.event),
+                Some(later) => {
+                    self.front.push_front(later);
+                    break;
+                }
+                None => break,
+            }
+        }
+        self.now = first.time;
+        Some((first.time, batch))
+    }
+
+    /// The next `count` events after the instant popped last (fewer if fewer are pending), in
+    /// the order they will be handled, read in place.
+    fn peek(&mut self, count: usize) -> Upcoming<'_> {
+        while self.front.len() < count {
+            match self.take_from_lanes() {
+                Some(p) => self.front.push_back(p),
+                None => break,
+            }
+        }
+        let (first, second) = self.front.as_slices();
+        let first = &first[..count.min(first.len())];
+        let second = &second[..(count - first.len()).min(second.len())];
+        Upcoming { first, second }
     }
 
     /// Returns an emptied batch for reuse, unless it is large: the first instants of a big
@@ -343,21 +362,19 @@ impl Instants {
     }
 }
 
-/// The events of the next few instants, in the order they will be handled ([`Instants::peek`]).
+/// The events to come, in the order they will be handled ([`Instants::peek`]).
 struct Upcoming<'a> {
-    batches: [&'a [Event]; PEEKED_INSTANTS],
+    first: &'a [Pending],
+    second: &'a [Pending],
 }
 
 impl Upcoming<'_> {
     /// The `i`-th event to come, if peeked.
-    fn get(&self, mut i: usize) -> Option<Event> {
-        for batch in &self.batches {
-            match batch.get(i) {
-                Some(&event) => return Some(event),
-                None => i -= batch.len(),
-            }
+    fn get(&self, i: usize) -> Option<Event> {
+        match self.first.get(i) {
+            Some(p) => Some(p.event),
+            None => self.second.get(i - self.first.len()).map(|p| p.event),
         }
-        None
     }
 }
 
@@ -1185,15 +1202,15 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::collections::BTreeMap;
 
-    /// The events a peek asking for `count` events sees (whole instants), in order.
+    /// The events a peek asking for `count` events sees, in order.
     fn peeked(instants: &mut Instants, count: usize) -> Vec<Event> {
         let upcoming = instants.peek(count);
         (0..).map_while(|i| upcoming.get(i)).collect()
     }
 
     /// Instants pop in time order, each with its events in the order they were pushed, whatever
-    /// mix of remembered, mapped and new instants the pushes hit, before or among those a peek
-    /// looked at (checked against a map of lists).
+    /// mix of remembered, mapped and new delays the pushes have, before or among the events a
+    /// peek looked at (checked against a map of lists).
     #[test]
     fn instants_pop_in_time_order_with_events_in_push_order() {
         let mut rng = ChaCha8Rng::seed_from_u64(29);
@@ -1202,7 +1219,8 @@ mod tests {
         let mut now = 0u64;
         for round in 0..2000u32 {
             for _ in 0..rng.random_range(0..6) {
-                let time = Time(now + [1, 2, 2, 5, 9][rng.random_range(0..5)]);
+                let delays = [0, 1, 2, 2, 5, 9, 11, 13, 17, 19, 23];
+                let time = Time(now + delays[rng.random_range(0..delays.len())]);
                 let event = Event::LinkFree { link: round };
                 instants.push(time, event);
                 expected.entry(time).or_default().push(event);
@@ -1271,8 +1289,8 @@ mod tests {
         assert_eq!(queue(32).wanted_bit(), 0);
     }
 
-    /// A peek sees the next instants' events in the order they will be handled, as many as
-    /// asked for or as are pending, and leaves them pending.
+    /// A peek sees the next events in the order they will be handled, as many as asked for or
+    /// as are pending, and leaves them pending.
     #[test]
     fn a_peek_sees_the_events_to_come_in_order() {
         let mut instants = Instants::default();
@@ -1280,9 +1298,9 @@ mod tests {
         for (time, link) in [(5, 0), (3, 1), (9, 2), (3, 3), (5, 4), (1, 5)] {
             instants.push(Time(time), event(link));
         }
-        // Whole instants, until the count is reached: 5 | 1, 3 | 0, 4 | 2.
+        // In order: 5 | 1, 3 | 0, 4 | 2.
         assert_eq!(peeked(&mut instants, 1), [event(5)]);
-        assert_eq!(peeked(&mut instants, 2), [event(5), event(1), event(3)]);
+        assert_eq!(peeked(&mut instants, 2), [event(5), event(1)]);
         assert_eq!(peeked(&mut instants, 10).len(), 6);
         // An instant earlier than those peeked at comes in its place.
         instants.push(Time(4), event(6));
