@@ -264,6 +264,7 @@ impl Default for Instants {
 }
 
 impl Instants {
+    #[inline(always)]
     fn push(&mut self, time: Time, event: Event) {
         debug_assert!(time < Time::MAX, "an event at the end of time");
         debug_assert!(
@@ -303,6 +304,7 @@ impl Instants {
     }
 
     /// The earliest event still in a lane, taken out.
+    #[inline(always)]
     fn take_from_lanes(&mut self) -> Option<Pending> {
         let Reverse((_, _, lane)) = self.heads.pop()?;
         let pending = self.lanes[lane]
