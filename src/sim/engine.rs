@@ -531,9 +531,6 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
                     prefetch(&routes.start[ahead as usize]);
                     prefetch(&routes.taken[ahead as usize]);
                 }
-                if self.options.record_transfers {
-                    prefetch(&self.result.completed[ahead as usize]);
-                }
             }
             if let Some(&ahead) = batch.get(i + 2 * D) {
                 let link = self.first_link(ahead);
