@@ -15,14 +15,14 @@
 //! its destination (by the links' delays), relaying through NPUs that do not want it.
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
+use std::collections::{BinaryHeap, VecDeque};
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 
 use super::network::Network;
-use crate::sim::{EventQueue, LaneQueue};
 use crate::units::Time;
 use crate::Error;
 
@@ -194,70 +194,164 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
     rng
 }
 
+/// How many delays [`Instants`] remembers the lanes of, past the map: each send schedules its
+/// link's freeing and its arrival, at one of two delays each where chunks come in two sizes a
+/// byte apart.
+const RECENT_DELAYS: usize = 8;
+
 /// The largest batch of events [`Instants::recycle`] keeps for reuse.
 const KEPT_BATCH_EVENTS: usize = 256;
 
-/// Pending events, popped an instant at a time, each instant's in the order they were pushed:
-/// the simulator's queue ([`LaneQueue`]: every event is pushed a fixed delay after the instant
-/// being handled, a handful of delays in all, so each delay's events come in time order), with
-/// the events a peek has looked at held in front of it. Chunks of two sizes a byte apart drift
-/// apart in time, so a large mesh has tens of millions of instants of a few events each (13.4M
-/// for 100M sends on a 100x100 mesh): a heap of instants with a hash map from instant to batch,
-/// read at scattered places, was a seventh of the greedy's profile there; with lanes the whole
-/// synthesis took 4-5% less time (2026-11-26).
-#[derive(Default)]
+/// An event waiting in [`Instants`], with its instant and its place in the order of pushes.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    time: Time,
+    pushed: u64,
+    event: Event,
+}
+
+impl Pending {
+    fn key(&self) -> (Time, u64) {
+        (self.time, self.pushed)
+    }
+}
+
+/// Pending events, popped an instant at a time, each instant's in the order they were pushed.
+/// Every event is pushed a fixed delay after the instant being handled (a link kind's freeing or
+/// arrival delay for one of the chunk sizes; a handful of delays in all), so the events of one
+/// delay come in time order: each delay has a first-in first-out lane, and a heap over the
+/// lanes' first events merges them. Chunks of two sizes a byte apart drift apart in time, so a
+/// large mesh has tens of millions of instants of a few events each (13.4M for 100M sends on a
+/// 100x100 mesh): a heap of instants with a hash map from instant to batch, read at scattered
+/// places, was a seventh of the greedy's profile there; with lanes the whole synthesis took
+/// 4-5% less time (2026-11-26).
+///
+/// Not the simulator's [`crate::sim::LaneQueue`]: that one keys a push's lane by the time since
+/// its own last pop, which [`Instants::peek`] moves ahead of the instant being handled, so the
+/// greedy's few delays no longer map to few lanes. Built on it, mesh 200x200 reached 6% fewer
+/// sends in 182 s than with these lanes, in both launch orders (2026-11-26, two builds run
+/// together).
 struct Instants {
-    /// The events not yet taken out, but for those in `front`.
-    queue: LaneQueue<Event>,
-    /// Events taken from the queue, in order, before all still in it: those a peek
+    /// The instant popped last: pushes are at it or later.
+    now: Time,
+    /// Pushes so far.
+    pushed: u64,
+    /// Per delay, its events in time order.
+    lanes: Vec<VecDeque<Pending>>,
+    /// The lane of each delay seen.
+    lane_of: FxHashMap<Time, usize>,
+    /// The delays pushed at last ([`Time::MAX`]: none) and their lanes.
+    recent: [(Time, usize); RECENT_DELAYS],
+    /// The entry of `recent` a new delay replaces.
+    replaced_next: usize,
+    /// The first event of each lane that has one, earliest on top.
+    heads: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Events taken from the lanes, in order, before all still in a lane: those a peek
     /// ([`Instants::peek`]) has looked at.
-    front: VecDeque<(Time, Event)>,
+    front: VecDeque<Pending>,
     /// Emptied batches, kept for their allocations.
     spare: Vec<Vec<Event>>,
+}
+
+impl Default for Instants {
+    fn default() -> Self {
+        Instants {
+            now: Time::ZERO,
+            pushed: 0,
+            lanes: Vec::new(),
+            lane_of: FxHashMap::default(),
+            recent: [(Time::MAX, 0); RECENT_DELAYS],
+            replaced_next: 0,
+            heads: BinaryHeap::new(),
+            front: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
 }
 
 impl Instants {
     #[inline(always)]
     fn push(&mut self, time: Time, event: Event) {
         debug_assert!(time < Time::MAX, "an event at the end of time");
-        match self.front.back() {
-            // Before events already taken from the queue: after those of its time or earlier
-            // (pushed before it), before the later ones.
-            Some(&(last, _)) if time < last => {
-                let at = self.front.partition_point(|&(t, _)| t <= time);
-                self.front.insert(at, (time, event));
-            }
-            _ => self.queue.push(time, event),
+        debug_assert!(
+            time >= self.now,
+            "an event before the instant being handled"
+        );
+        let pending = Pending {
+            time,
+            pushed: self.pushed,
+            event,
+        };
+        self.pushed += 1;
+        if self.front.back().is_some_and(|last| time < last.time) {
+            // Before events already taken from the lanes: in its place among them.
+            let at = self.front.partition_point(|p| p.key() <= pending.key());
+            self.front.insert(at, pending);
+            return;
         }
+        let delay = Time(time.0 - self.now.0);
+        let lane = match self.recent.iter().find(|&&(d, _)| d == delay) {
+            Some(&(_, lane)) => lane,
+            None => {
+                let next = self.lanes.len();
+                let lane = *self.lane_of.entry(delay).or_insert(next);
+                if lane == next {
+                    self.lanes.push(VecDeque::new());
+                }
+                self.recent[self.replaced_next] = (delay, lane);
+                self.replaced_next = (self.replaced_next + 1) % RECENT_DELAYS;
+                lane
+            }
+        };
+        if self.lanes[lane].is_empty() {
+            self.heads.push(Reverse((time, pending.pushed, lane)));
+        }
+        self.lanes[lane].push_back(pending);
+    }
+
+    /// The earliest event still in a lane, taken out.
+    #[inline(always)]
+    fn take_from_lanes(&mut self) -> Option<Pending> {
+        let Reverse((_, _, lane)) = self.heads.pop()?;
+        let pending = self.lanes[lane]
+            .pop_front()
+            .expect("a lane on the heap has events");
+        if let Some(next) = self.lanes[lane].front() {
+            self.heads.push(Reverse((next.time, next.pushed, lane)));
+        }
+        Some(pending)
     }
 
     /// The earliest pending event, taken out.
-    #[inline(always)]
-    fn take(&mut self) -> Option<(Time, Event)> {
-        self.front.pop_front().or_else(|| self.queue.pop())
+    fn take(&mut self) -> Option<Pending> {
+        self.front.pop_front().or_else(|| self.take_from_lanes())
     }
 
     /// The earliest instant and its events, in the order they were pushed.
     fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
-        let (time, first) = self.take()?;
+        let first = self.take()?;
         let mut batch = self.spare.pop().unwrap_or_default();
-        batch.push(first);
-        while let Some((t, event)) = self.take() {
-            if t != time {
-                self.front.push_front((t, event));
-                break;
+        batch.push(first.event);
+        loop {
+            match self.take() {
+                Some(p) if p.time == first.time => batch.push(p.event),
+                Some(later) => {
+                    self.front.push_front(later);
+                    break;
+                }
+                None => break,
             }
-            batch.push(event);
         }
-        Some((time, batch))
+        self.now = first.time;
+        Some((first.time, batch))
     }
 
     /// The next `count` events after the instant popped last (fewer if fewer are pending), in
     /// the order they will be handled, read in place.
     fn peek(&mut self, count: usize) -> Upcoming<'_> {
         while self.front.len() < count {
-            match self.queue.pop() {
-                Some(next) => self.front.push_back(next),
+            match self.take_from_lanes() {
+                Some(p) => self.front.push_back(p),
                 None => break,
             }
         }
@@ -279,19 +373,16 @@ impl Instants {
 
 /// The events to come, in the order they will be handled ([`Instants::peek`]).
 struct Upcoming<'a> {
-    first: &'a [(Time, Event)],
-    second: &'a [(Time, Event)],
+    first: &'a [Pending],
+    second: &'a [Pending],
 }
 
 impl Upcoming<'_> {
     /// The `i`-th event to come, if peeked.
     fn get(&self, i: usize) -> Option<Event> {
         match self.first.get(i) {
-            Some(&(_, event)) => Some(event),
-            None => self
-                .second
-                .get(i - self.first.len())
-                .map(|&(_, event)| event),
+            Some(p) => Some(p.event),
+            None => self.second.get(i - self.first.len()).map(|p| p.event),
         }
     }
 }
