@@ -10,12 +10,16 @@
 //! independent (each link has one destination), so the bookkeeping is per link and per NPU:
 //! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
 //!
+//! Large all-gathers run on two workers, each matching the links into half of the NPUs in
+//! windows of simulated time shorter than any send's arrival delay ([`split`]).
+//!
 //! A chunk with one destination (scatter, gather, all-to-all) is forwarded rather than copied:
 //! it has a single holder at a time and moves only over links that bring it strictly closer to
 //! its destination (by the links' delays), relaying through NPUs that do not want it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::ops::Range;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -24,6 +28,8 @@ use rustc_hash::FxHashMap;
 
 use super::network::Network;
 use crate::units::Time;
+
+mod split;
 use crate::Error;
 
 /// No transfer: the chunk was held from the start.
@@ -199,6 +205,10 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
 /// byte apart.
 const RECENT_DELAYS: usize = 8;
 
+/// The bit that keeps the lanes of relayed events ([`Instants::push_relayed`]) apart from the
+/// others: no delay comes near it (2^63 ps is three months).
+const RELAYED_LANES: u64 = 1 << 63;
+
 /// The largest batch of events [`Instants::recycle`] keeps for reuse.
 const KEPT_BATCH_EVENTS: usize = 256;
 
@@ -272,6 +282,28 @@ impl Default for Instants {
 impl Instants {
     #[inline(always)]
     fn push(&mut self, time: Time, event: Event) {
+        self.push_in_lane(Time(time.0 - self.now.0), time, event);
+    }
+
+    /// Pushes an event another worker decided at its instant `made` ([`split`]): those come in
+    /// a batch between windows, each in time order within its delay since `made`, but not
+    /// among the events pushed here, so they have lanes of their own.
+    fn push_relayed(&mut self, made: Time, time: Time, event: Event) {
+        self.push_in_lane(Time((time.0 - made.0) | RELAYED_LANES), time, event);
+    }
+
+    /// The instant of the earliest pending event.
+    fn next_time(&self) -> Option<Time> {
+        match self.front.front() {
+            Some(p) => Some(p.time),
+            None => self.heads.peek().map(|Reverse((time, _, _))| *time),
+        }
+    }
+
+    /// Pushes `event` at `time` into the lane of `delay` (the events of one lane are pushed in
+    /// time order).
+    #[inline(always)]
+    fn push_in_lane(&mut self, delay: Time, time: Time, event: Event) {
         debug_assert!(time < Time::MAX, "an event at the end of time");
         debug_assert!(
             time >= self.now,
@@ -289,7 +321,6 @@ impl Instants {
             self.front.insert(at, pending);
             return;
         }
-        let delay = Time(time.0 - self.now.0);
         let lane = match self.recent.iter().find(|&&(d, _)| d == delay) {
             Some(&(_, lane)) => lane,
             None => {
@@ -488,9 +519,19 @@ struct State<'a> {
     /// `dest_index`).
     to_dest: Vec<Vec<u64>>,
     dest_index: Vec<u32>,
+    /// The NPUs whose incoming links this state matches: all of them, or one side's where the
+    /// run is split between two workers ([`split`]). The claims, queues and logs of links into
+    /// the others are not kept here.
+    own: Range<u32>,
 }
 
 impl State<'_> {
+    /// True when this state matches the links into `npu`.
+    #[inline]
+    fn owns(&self, npu: u32) -> bool {
+        self.own.contains(&npu)
+    }
+
     /// True when link `l` (into `dst`) would do chunk `c` good: a copy `dst` wants and has not
     /// got coming, or the next hop of a unicast chunk towards its destination.
     #[inline]
@@ -574,7 +615,9 @@ impl State<'_> {
                 .net
                 .out_links(npu)
                 .iter()
-                .map(|&l| self.queues[l as usize].cursor)
+                .map(|&l| &self.queues[l as usize])
+                .filter(|queue| self.owns(queue.dst))
+                .map(|queue| queue.cursor)
                 .min()
                 .unwrap_or(0)
                 - self.inbox[v].trimmed;
@@ -591,7 +634,7 @@ impl State<'_> {
         for &l in self.net.out_links(npu) {
             let queue = &self.queues[l as usize];
             let (w, free, bit) = (queue.dst, queue.free, queue.wanted_bit());
-            if w != from && self.useful(l, w, chunk) {
+            if w != from && self.owns(w) && self.useful(l, w, chunk) {
                 wanted |= bit;
                 if free {
                     self.mark_dirty(w);
@@ -668,7 +711,7 @@ impl State<'_> {
     fn prefetch_arrival(&self, npu: u32, chunk: u32, from: u32) {
         for &l in self.net.out_links(npu) {
             let dst = self.queues[l as usize].dst;
-            if dst != from {
+            if dst != from && self.owns(dst) {
                 self.prefetch_claim(dst, chunk);
             }
         }
@@ -825,7 +868,7 @@ impl State<'_> {
         now: Time,
         links: &mut Vec<u32>,
         rng: &mut ChaCha8Rng,
-        sink: &mut dyn FnMut(&Send),
+        sink: &mut dyn FnMut(&[Send]),
     ) {
         links.clear();
         links.extend(
@@ -890,7 +933,7 @@ impl State<'_> {
                 },
             );
             self.sends += 1;
-            sink(&send);
+            sink(std::slice::from_ref(&send));
         }
     }
 }
@@ -1012,149 +1055,243 @@ fn copies_wanted(n: u32, problem: &Problem) -> u64 {
 }
 
 /// Bytes a run of the greedy on `problem` holds at its peak, about: the claims (a bit per NPU
-/// and chunk), the link slots and the chunk logs.
+/// and chunk), the links' slots and queues (twice: a split run's two workers each keep them,
+/// [`split`]) and the chunk logs.
 pub(crate) fn bytes_for(net: &Network, problem: &Problem) -> u64 {
     let (n, chunks) = (net.npus() as u64, problem.chunks() as u64);
     let sends = problem.pairs(net.npus());
+    let per_link = std::mem::size_of::<LinkSlot>() + std::mem::size_of::<Queue>();
     n * chunks.div_ceil(64) * 8
-        + net.links.len() as u64 * std::mem::size_of::<LinkSlot>() as u64
+        + 2 * net.links.len() as u64 * per_link as u64
         + sends.saturating_mul(LOG_BYTES_PER_SEND)
 }
 
-/// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` in
-/// issue order (by start time). Returns the time the last chunk arrives.
+/// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` (a
+/// few at a time) in an order that keeps each link's sends in start order and every send after the one it
+/// depends on (by start time, or window by window where the run is split between two workers,
+/// [`split`]). Returns the time the last chunk arrives.
 pub(crate) fn run(
     net: &Network,
     problem: &Problem,
     rng: &mut ChaCha8Rng,
-    sink: &mut dyn FnMut(&Send),
+    sink: &mut dyn FnMut(&[Send]),
 ) -> Result<Time, Error> {
-    let n = net.npus();
-    let chunks = problem.chunks();
-    let words = chunks.div_ceil(64) as usize;
-    let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
-    let smallest = problem.chunk_bytes.iter().copied().min().unwrap_or(0);
-    let mut slots: Vec<LinkSlot> = (0..net.links.len() as u32)
-        .map(|l| {
-            let (serialization, delay) = net.delays(l, largest);
-            LinkSlot {
-                has_faster_sibling: false,
-                planned_until: Time::ZERO,
-                serialization,
-                delay,
-                smallest: net.delays(l, smallest),
-            }
-        })
-        .collect();
-    let mut queues: Vec<Queue> = net
-        .links
-        .iter()
-        .zip(&net.crosses)
-        .map(|(link, &crosses)| Queue {
-            src: link.src,
-            dst: link.dst,
-            cursor: 0,
-            free: true,
-            crosses,
-            rank: RANKED_LINKS,
-        })
-        .collect();
-    for npu in 0..n {
-        for (rank, &l) in net.out_links(npu).iter().enumerate() {
-            if rank == RANKED_LINKS as usize {
-                break;
-            }
-            queues[l as usize].rank = rank as u8;
-        }
+    if let Some(plan) = split::Split::plan(net, problem) {
+        return split::run(net, problem, rng, sink, &plan);
     }
-    for l in 0..slots.len() {
-        let own = slots[l].delay;
-        slots[l].has_faster_sibling = net
-            .in_links(queues[l].dst)
+    let mut matching = Matching::new(State::new(net, problem, 0..net.npus()));
+    matching.hold_initial(|_| true);
+    while matching.step(rng, sink, &mut |_, send| send) {}
+    matching.state.outcome()?;
+    Ok(matching.state.makespan)
+}
+
+impl<'a> State<'a> {
+    /// The state of a run that matches the links into the NPUs `own`, before anything is held.
+    fn new(net: &'a Network, problem: &'a Problem, own: Range<u32>) -> State<'a> {
+        let n = net.npus();
+        let chunks = problem.chunks();
+        let words = chunks.div_ceil(64) as usize;
+        let largest = problem.chunk_bytes.iter().copied().max().unwrap_or(0);
+        let smallest = problem.chunk_bytes.iter().copied().min().unwrap_or(0);
+        let mut slots: Vec<LinkSlot> = (0..net.links.len() as u32)
+            .map(|l| {
+                let (serialization, delay) = net.delays(l, largest);
+                LinkSlot {
+                    has_faster_sibling: false,
+                    planned_until: Time::ZERO,
+                    serialization,
+                    delay,
+                    smallest: net.delays(l, smallest),
+                }
+            })
+            .collect();
+        let mut queues: Vec<Queue> = net
+            .links
             .iter()
-            .any(|&m| slots[m as usize].delay < own);
-    }
-    let mut state = State {
-        net,
-        problem,
-        copies_to_all: problem.copies_to_all(),
-        words,
-        claimed: vec![0; n as usize * words],
-        cluster_claimed: if net.clusters > 1 {
-            vec![0; net.clusters as usize * words]
-        } else {
-            Vec::new()
-        },
-        inbox: vec![Inbox::default(); n as usize],
-        queues,
-        slots,
-        holders: vec![0; chunks as usize],
-        largest,
-        smallest,
-        instant: 0,
-        dirty: Vec::new(),
-        remaining: 0,
-        sends: 0,
-        makespan: Time::ZERO,
-        at: vec![
-            NONE;
-            if problem.dest.is_empty() {
-                0
-            } else {
-                chunks as usize
-            }
-        ],
-        moving: vec![
-            false;
-            if problem.dest.is_empty() {
-                0
-            } else {
-                chunks as usize
-            }
-        ],
-        to_dest: Vec::new(),
-        dest_index: Vec::new(),
-    };
-    if !problem.dest.is_empty() {
-        let (index, tables) = delays_to_destinations(net, problem, &state.slots);
-        state.dest_index = index;
-        state.to_dest = tables;
-    }
-    state.remaining = copies_wanted(n, problem);
-    let mut pending = Instants::default();
-    for h in &problem.initial {
-        if !state.claimed(h.npu, h.chunk) {
-            state.claim(h.npu, h.chunk);
-            if problem.wants(h.npu, h.chunk) {
-                state.remaining -= 1;
+            .zip(&net.crosses)
+            .map(|(link, &crosses)| Queue {
+                src: link.src,
+                dst: link.dst,
+                cursor: 0,
+                free: true,
+                crosses,
+                rank: RANKED_LINKS,
+            })
+            .collect();
+        for npu in 0..n {
+            for (rank, &l) in net.out_links(npu).iter().enumerate() {
+                if rank == RANKED_LINKS as usize {
+                    break;
+                }
+                queues[l as usize].rank = rank as u8;
             }
         }
-        pending.push(
-            h.ready,
-            Event::Arrive {
-                npu: h.npu,
-                chunk: h.chunk,
-                send: NONE,
-                from: NONE,
+        for l in 0..slots.len() {
+            let own = slots[l].delay;
+            slots[l].has_faster_sibling = net
+                .in_links(queues[l].dst)
+                .iter()
+                .any(|&m| slots[m as usize].delay < own);
+        }
+        let per_chunk = |wanted: bool| match wanted {
+            true => chunks as usize,
+            false => 0,
+        };
+        let mut state = State {
+            net,
+            problem,
+            copies_to_all: problem.copies_to_all(),
+            words,
+            // Only the rows of `own` are ever written: the others stay untouched zero pages.
+            claimed: vec![0; n as usize * words],
+            cluster_claimed: if net.clusters > 1 {
+                vec![0; net.clusters as usize * words]
+            } else {
+                Vec::new()
             },
-        );
+            inbox: vec![Inbox::default(); n as usize],
+            queues,
+            slots,
+            holders: vec![0; chunks as usize],
+            largest,
+            smallest,
+            instant: 0,
+            dirty: Vec::new(),
+            remaining: 0,
+            sends: 0,
+            makespan: Time::ZERO,
+            at: vec![NONE; per_chunk(!problem.dest.is_empty())],
+            moving: vec![false; per_chunk(!problem.dest.is_empty())],
+            to_dest: Vec::new(),
+            dest_index: Vec::new(),
+            own,
+        };
+        if !problem.dest.is_empty() {
+            let (index, tables) = delays_to_destinations(net, problem, &state.slots);
+            state.dest_index = index;
+            state.to_dest = tables;
+        }
+        state.remaining = match state.own == (0..n) {
+            true => copies_wanted(n, problem),
+            // Split runs are all-gathers ([`split::Split::plan`]): every NPU wants every chunk.
+            false => state.own.len() as u64 * chunks as u64,
+        };
+        state
     }
-    let mut links = Vec::new();
-    let (event_stages, match_stages) = match problem.pairs(n) > PREFETCH_FROM_SENDS {
-        true => (EVENT_STAGES, MATCH_STAGES),
-        false => (0, 0),
-    };
-    while let Some((now, mut events)) = pending.pop() {
+
+    /// Fails naming a pair that could not be delivered, or for running out of send numbers.
+    fn outcome(&self) -> Result<(), Error> {
+        if self.remaining > 0 && self.sends == NONE {
+            return Err(Error::input(format!(
+                "synthesis numbers its sends in 32 bits and ran out after {MAX_SENDS}; try \
+                 fewer NPUs or chunks"
+            )));
+        }
+        match self.missing() {
+            Some((npu, chunk)) => Err(undeliverable(self.net, npu, chunk)),
+            None => Ok(()),
+        }
+    }
+
+    /// The first (NPU, chunk) pair of `own` wanted and not delivered, if any.
+    fn missing(&self) -> Option<(u32, u32)> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let chunks = self.problem.chunks();
+        let found = self
+            .own
+            .clone()
+            .flat_map(|v| (0..chunks).map(move |c| (v, c)))
+            .find(|&(v, c)| self.problem.wants(v, c) && !self.claimed(v, c));
+        Some(found.expect("a pair is missing when some remain"))
+    }
+}
+
+/// The error for a chunk that cannot reach an NPU.
+fn undeliverable(net: &Network, npu: u32, chunk: u32) -> Error {
+    Error::input(format!(
+        "synthesis cannot deliver chunk {chunk} to NPU {}: no path through NPUs that take part",
+        net.nodes[npu as usize]
+    ))
+}
+
+/// A run's state and its pending events, stepped an instant at a time.
+struct Matching<'a> {
+    state: State<'a>,
+    pending: Instants,
+    /// Scratch for the links into one NPU.
+    links: Vec<u32>,
+    /// How many steps the fetching ahead takes for events and for matching (none on small runs).
+    event_stages: usize,
+    match_stages: usize,
+}
+
+impl<'a> Matching<'a> {
+    fn new(state: State<'a>) -> Matching<'a> {
+        let (event_stages, match_stages) =
+            match state.problem.pairs(state.net.npus()) > PREFETCH_FROM_SENDS {
+                true => (EVENT_STAGES, MATCH_STAGES),
+                false => (0, 0),
+            };
+        Matching {
+            state,
+            pending: Instants::default(),
+            links: Vec::new(),
+            event_stages,
+            match_stages,
+        }
+    }
+
+    /// Claims what the NPUs of `own` hold from the start and schedules its arrival at every
+    /// NPU that `arrives` accepts (its own, and those whose outgoing links it matches).
+    fn hold_initial(&mut self, arrives: impl Fn(u32) -> bool) {
+        let state = &mut self.state;
+        for h in &state.problem.initial {
+            if state.owns(h.npu) && !state.claimed(h.npu, h.chunk) {
+                state.claim(h.npu, h.chunk);
+                if state.problem.wants(h.npu, h.chunk) {
+                    state.remaining -= 1;
+                }
+            }
+            if arrives(h.npu) {
+                self.pending.push(
+                    h.ready,
+                    Event::Arrive {
+                        npu: h.npu,
+                        chunk: h.chunk,
+                        send: NONE,
+                        from: NONE,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Handles the next instant: its events, then the matching of every NPU they woke. `via`
+    /// maps an arrival's (NPU, send number) to the number its forwarding depends on. False
+    /// when nothing was pending.
+    fn step(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        sink: &mut dyn FnMut(&[Send]),
+        via: &mut impl FnMut(u32, u32) -> u32,
+    ) -> bool {
+        let Some((now, mut events)) = self.pending.pop() else {
+            return false;
+        };
+        let state = &mut self.state;
         state.instant = state.instant.wrapping_add(1);
         // Past the first instants, sends of chunks a byte apart in size drift apart in time and
         // an instant holds a few dozen events: the fetches look on into the next instants.
-        let upcoming = pending.peek(event_stages * PREFETCH_AHEAD);
+        let upcoming = self.pending.peek(self.event_stages * PREFETCH_AHEAD);
         let ahead = |i: usize| match events.get(i) {
             Some(&event) => Some(event),
             None => upcoming.get(i - events.len()),
         };
         for (i, &event) in events.iter().enumerate() {
-            fetch_ahead(i, event_stages, ahead, |later, stage| {
+            fetch_ahead(i, self.event_stages, ahead, |later, stage| {
                 state.prefetch_event(later, stage)
             });
             match event {
@@ -1169,40 +1306,30 @@ pub(crate) fn run(
                     chunk,
                     send,
                     from,
-                } => state.arrive(npu, chunk, send, from),
+                } => {
+                    let send = match send {
+                        NONE => NONE,
+                        _ => via(npu, send),
+                    };
+                    state.arrive(npu, chunk, send, from)
+                }
             }
         }
         events.clear();
-        pending.recycle(events);
+        self.pending.recycle(events);
         let mut dirty = std::mem::take(&mut state.dirty);
         for (i, &dst) in dirty.iter().enumerate() {
             let ahead = |j: usize| dirty.get(j).copied();
-            fetch_ahead(i, match_stages, ahead, |later, stage| {
+            fetch_ahead(i, self.match_stages, ahead, |later, stage| {
                 state.prefetch_matching(later, stage)
             });
             state.inbox[dst as usize].dirty = false;
-            state.match_into(dst, &mut pending, now, &mut links, rng, sink);
+            state.match_into(dst, &mut self.pending, now, &mut self.links, rng, sink);
         }
         dirty.clear();
         state.dirty = dirty;
+        true
     }
-    if state.remaining > 0 && state.sends == NONE {
-        return Err(Error::input(format!(
-            "synthesis numbers its sends in 32 bits and ran out after {MAX_SENDS}; try fewer \
-             NPUs or chunks"
-        )));
-    }
-    if state.remaining > 0 {
-        let (npu, chunk) = (0..n)
-            .flat_map(|v| (0..chunks).map(move |c| (v, c)))
-            .find(|&(v, c)| problem.wants(v, c) && !state.claimed(v, c))
-            .expect("a pair is missing when some remain");
-        return Err(Error::input(format!(
-            "synthesis cannot deliver chunk {chunk} to NPU {}: no path through NPUs that take part",
-            net.nodes[npu as usize]
-        )));
-    }
-    Ok(state.makespan)
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ fn run_trial(
 ) -> Result<Plan, Error> {
     let mut sends = Vec::new();
     let mut rng = greedy::trial_rng(options.seed, stream(direction, k));
-    let time = greedy::run(net, p, &mut rng, &mut |s| sends.push(*s))?;
+    let time = greedy::run(net, p, &mut rng, &mut |s| sends.extend_from_slice(s))?;
     Ok((sends, time))
 }
 
@@ -825,7 +825,7 @@ fn stream_forward(
     if let Some(steps) = progress {
         steps.begin("sends", expected as u64);
     }
-    let mut emit = |s: &Send| {
+    let mut hold = |s: &Send| {
         let (src, dst) = net.ends(s.link);
         let transfer = Transfer {
             src,
@@ -845,6 +845,11 @@ fn stream_forward(
                 tap.rows(id, schedule_rows(&schedule, tapped..schedule.len()), None);
                 tapped = schedule.len();
             }
+        }
+    };
+    let mut emit = |sends: &[Send]| {
+        for s in sends {
+            hold(s);
         }
     };
     let estimate = replay_best(net, p, options, &mut emit)?;
@@ -872,11 +877,11 @@ fn replay_best(
     net: &Network,
     p: &Problem,
     options: &SynthOptions,
-    emit: &mut dyn FnMut(&Send),
+    emit: &mut dyn FnMut(&[Send]),
 ) -> Result<Time, Error> {
     Ok(match best_trial(net, p, options, Direction::Forward)? {
         (_, Some((sends, time))) => {
-            sends.iter().for_each(emit);
+            emit(&sends);
             time
         }
         (k, None) => {
@@ -934,10 +939,19 @@ fn simulate_forward(
         };
         steps.begin(what, expected as u64);
     }
-    // The greedy runs on one core: the simulation takes its sends in blocks on the other.
-    let (blocks, received) = std::sync::mpsc::sync_channel::<Vec<Send>>(IN_ORDER_BLOCKS_AHEAD);
-    let (estimate, simulated) = std::thread::scope(|scope| {
-        let pass = InOrderPass::new(net, p, &mut simulation, check.as_mut(), tapping);
+    // The greedy runs on one core (or two, [`greedy::run`]): the simulation and the validation
+    // take its sends in blocks, each on a thread of its own behind it, so that when the greedy
+    // waits for them both cores work.
+    let (blocks, received) = std::sync::mpsc::sync_channel::<Block>(IN_ORDER_BLOCKS_AHEAD);
+    let (to_check, to_be_checked) = match check.is_some() {
+        true => {
+            let (sender, receiver) = std::sync::mpsc::sync_channel::<Block>(IN_ORDER_BLOCKS_AHEAD);
+            (Some(sender), Some(receiver))
+        }
+        false => (None, None),
+    };
+    let (estimate, simulated, checked) = std::thread::scope(|scope| {
+        let pass = InOrderPass::new(net, p, &mut simulation, tapping);
         let consumer = scope.spawn(move || -> Result<(), Error> {
             crate::priority::run_behind();
             let mut pass = pass?;
@@ -947,14 +961,35 @@ fn simulate_forward(
             pass.finish();
             Ok(())
         });
+        let checker = check.as_mut().zip(to_be_checked).map(|(check, blocks)| {
+            scope.spawn(move || -> Result<(), Error> {
+                crate::priority::run_behind();
+                for block in blocks {
+                    check_block(net, p, check, &block)?;
+                }
+                Ok(())
+            })
+        });
         let mut planned = 0u64;
         let mut block = Vec::with_capacity(IN_ORDER_BLOCK);
-        let mut emit = |s: &Send| {
-            block.push(*s);
-            planned += 1;
-            if block.len() == IN_ORDER_BLOCK {
-                // A refused plan closes the channel; the greedy still finishes its trial.
-                let _ = blocks.send(std::mem::replace(
+        let hand_over = |block: Vec<Send>| {
+            let block = std::sync::Arc::new(block);
+            // A refused plan closes the channels; the greedy still finishes its trial.
+            if let Some(to_check) = &to_check {
+                let _ = to_check.send(std::sync::Arc::clone(&block));
+            }
+            let _ = blocks.send(block);
+        };
+        let mut emit = |mut sends: &[Send]| {
+            while !sends.is_empty() {
+                let (now, later) = sends.split_at(sends.len().min(IN_ORDER_BLOCK - block.len()));
+                block.extend_from_slice(now);
+                planned += now.len() as u64;
+                sends = later;
+                if block.len() < IN_ORDER_BLOCK {
+                    continue;
+                }
+                hand_over(std::mem::replace(
                     &mut block,
                     Vec::with_capacity(IN_ORDER_BLOCK),
                 ));
@@ -964,16 +999,24 @@ fn simulate_forward(
             }
         };
         let estimate = replay_best(net, p, options, &mut emit);
-        let _ = blocks.send(block);
-        drop(blocks);
+        hand_over(block);
+        drop((blocks, to_check));
         let simulated = consumer
             .join()
             .expect("the in-order simulation does not panic");
-        (estimate, simulated)
+        let checked = checker.map(|checker| {
+            checker
+                .join()
+                .expect("the in-order validation does not panic")
+        });
+        (estimate, simulated, checked)
     });
     let estimate = estimate?;
     if let Some(steps) = progress {
         steps.end();
+    }
+    if let Some(Err(refusal)) = checked {
+        return Ok(Err(refusal));
     }
     if let Err(refusal) = simulated {
         return Ok(Err(refusal));
@@ -994,13 +1037,36 @@ fn simulate_forward(
     }))
 }
 
-/// The consumer's side of [`simulate_forward`]: the greedy's sends simulated, validated and
-/// handed to the tap a block at a time.
+/// The greedy's sends handed from [`simulate_forward`] to the threads behind it, a block at a
+/// time, shared by the simulation and the validation.
+type Block = std::sync::Arc<Vec<Send>>;
+
+/// Validates the next sends of [`simulate_forward`]'s plan; an error is a refusal of the plan.
+fn check_block(
+    net: &Network,
+    p: &Problem,
+    check: &mut crate::schedule::InOrderCheck,
+    block: &[Send],
+) -> Result<(), Error> {
+    let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
+    for (i, s) in block.iter().enumerate() {
+        if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
+            let (src, dst) = net.ends(ahead.link);
+            check.prefetch(src, dst, ahead.chunk, dep_of(ahead));
+        }
+        let (src, dst) = net.ends(s.link);
+        let bytes = p.chunk_bytes[s.chunk as usize];
+        check.push(src, dst, s.chunk, bytes, dep_of(s))?;
+    }
+    Ok(())
+}
+
+/// The simulation's side of [`simulate_forward`]: the greedy's sends simulated and handed to
+/// the tap a block at a time.
 struct InOrderPass<'a, 't> {
     net: &'a Network,
     p: &'a Problem,
     simulation: &'a mut sim::InOrder<'t>,
-    check: Option<&'a mut crate::schedule::InOrderCheck>,
     tapping: Option<(&'a dyn ScheduleTap, u64)>,
     rows: Option<TappedRows>,
     /// The topology link and ends of each synthesis link, where every transfer between two
@@ -1015,7 +1081,6 @@ impl<'a, 't> InOrderPass<'a, 't> {
         net: &'a Network,
         p: &'a Problem,
         simulation: &'a mut sim::InOrder<'t>,
-        check: Option<&'a mut crate::schedule::InOrderCheck>,
         tapping: Option<(&'a dyn ScheduleTap, u64)>,
     ) -> Result<InOrderPass<'a, 't>, Error> {
         let fixed = match simulation.routes_by_transfer() {
@@ -1033,7 +1098,6 @@ impl<'a, 't> InOrderPass<'a, 't> {
             net,
             p,
             simulation,
-            check,
             tapping,
             rows: tapping.map(|_| TappedRows::new(0)),
             fixed,
@@ -1041,7 +1105,7 @@ impl<'a, 't> InOrderPass<'a, 't> {
         })
     }
 
-    /// Simulates and validates the next sends; an error is a refusal of the plan.
+    /// Simulates the next sends; an error is a refusal of the plan.
     fn block(&mut self, block: &[Send]) -> Result<(), Error> {
         // The links first (no memory waits), so that the state of each transfer can be fetched
         // a few transfers ahead of its turn.
@@ -1060,11 +1124,8 @@ impl<'a, 't> InOrderPass<'a, 't> {
         let dep_of = |s: &Send| (s.via != NONE).then_some(s.via as u64);
         for (i, s) in block.iter().enumerate() {
             if let Some(ahead) = block.get(i + 2 * IN_ORDER_AHEAD) {
-                let (link, src, dst) = self.links[i + 2 * IN_ORDER_AHEAD];
+                let (link, _, _) = self.links[i + 2 * IN_ORDER_AHEAD];
                 self.simulation.prefetch(link, dep_of(ahead));
-                if let Some(check) = self.check.as_deref() {
-                    check.prefetch(src, dst, ahead.chunk, dep_of(ahead));
-                }
             }
             if let Some(&(link, _, _)) = self.links.get(i + IN_ORDER_AHEAD) {
                 self.simulation.prefetch_tail(link);
@@ -1072,9 +1133,6 @@ impl<'a, 't> InOrderPass<'a, 't> {
             let (link, src, dst) = self.links[i];
             let bytes = self.p.chunk_bytes[s.chunk as usize];
             let dep = dep_of(s);
-            if let Some(check) = self.check.as_deref_mut() {
-                check.push(src, dst, s.chunk, bytes, dep)?;
-            }
             let times = self.simulation.push_on(link, bytes, dep, Op::Copy)?;
             if let (Some(rows), Some((tap, id))) = (&mut self.rows, self.tapping) {
                 rows.push(Transfer { src, dst, bytes }, s, times);
