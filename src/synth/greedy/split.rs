@@ -53,7 +53,8 @@ pub(super) struct Split {
 
 impl Split {
     /// The split of a run of `problem` on `net`, where one is worth it and keeps the run exact:
-    /// an all-gather (a chunk's use is its destination's claims bit alone), large, on links
+    /// every NPU wants every chunk, as in an all-gather (a chunk's use is its destination's
+    /// claims bit alone), large, on links
     /// where every NPU's incoming links are equally fast (a slow link never leaves a chunk to
     /// a faster one, which would read another NPU's claims), with no clusters, and halves joined
     /// by few links.
@@ -145,22 +146,24 @@ pub(super) fn run(
     let (to_first, from_second) = mpsc::channel();
     let (first_out, first_made) = mpsc::sync_channel(WINDOWS_AHEAD);
     let (second_out, second_made) = mpsc::sync_channel(WINDOWS_AHEAD);
+    let peers = [
+        Peer {
+            to_other: to_second,
+            from_other: from_second,
+            out: first_out,
+        },
+        Peer {
+            to_other: to_first,
+            from_other: from_first,
+            out: second_out,
+        },
+    ];
     let outcomes = std::thread::scope(|scope| {
-        let first = scope.spawn(move || {
-            let peer = Peer {
-                to_other: to_second,
-                from_other: from_second,
-                out: first_out,
-            };
-            work(0, net, problem, plan, streams[0], peer)
-        });
-        let second = scope.spawn(move || {
-            let peer = Peer {
-                to_other: to_first,
-                from_other: from_first,
-                out: second_out,
-            };
-            work(1, net, problem, plan, streams[1], peer)
+        let mut me = 0;
+        let [first, second] = peers.map(|peer| {
+            let (worker, stream) = (me, streams[me]);
+            me += 1;
+            scope.spawn(move || work(worker, net, problem, plan, stream, peer))
         });
         while let (Ok(a), Ok(b)) = (first_made.recv(), second_made.recv()) {
             sink(&a);
