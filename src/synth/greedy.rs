@@ -10,8 +10,9 @@
 //! independent (each link has one destination), so the bookkeeping is per link and per NPU:
 //! a queue of candidate chunks per link, a bitset of held-or-incoming chunks per NPU.
 //!
-//! Large all-gathers run on two workers, each matching the links into half of the NPUs in
-//! windows of simulated time shorter than any send's arrival delay ([`split`]).
+//! Large spreads where every NPU wants every chunk (all-gathers) run on two workers, each
+//! matching the links into half of the NPUs in windows of simulated time shorter than any send's
+//! arrival delay ([`split`]).
 //!
 //! A chunk with one destination (scatter, gather, all-to-all) is forwarded rather than copied:
 //! it has a single holder at a time and moves only over links that bring it strictly closer to
@@ -28,9 +29,9 @@ use rustc_hash::FxHashMap;
 
 use super::network::Network;
 use crate::units::Time;
+use crate::Error;
 
 mod split;
-use crate::Error;
 
 /// No transfer: the chunk was held from the start.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -334,6 +335,10 @@ impl Instants {
                 lane
             }
         };
+        debug_assert!(
+            self.lanes[lane].back().is_none_or(|last| last.time <= time),
+            "a lane's events pushed out of time order"
+        );
         if self.lanes[lane].is_empty() {
             self.heads.push(Reverse((time, pending.pushed, lane)));
         }
@@ -1423,6 +1428,32 @@ mod tests {
         assert!(queue(32).may_want(&entry(0)));
         assert_eq!(queue(5).wanted_bit(), 1 << 5);
         assert_eq!(queue(32).wanted_bit(), 0);
+    }
+
+    /// Events relayed from another worker, pushed between windows at their own instants and
+    /// delays, pop among the others in time order, each instant's in push order.
+    #[test]
+    fn relayed_events_pop_among_the_others_in_time_order() {
+        let mut instants = Instants::default();
+        let event = |link| Event::LinkFree { link };
+        instants.push(Time(10), event(0));
+        instants.push(Time(30), event(1));
+        // In the order the other worker made them: at 1 with a delay of 29, at 2 and 4 with a
+        // delay of 8 (lanes of their own, whatever instant this worker is at).
+        instants.push_relayed(Time(1), Time(30), event(4));
+        instants.push_relayed(Time(2), Time(10), event(3));
+        instants.push_relayed(Time(4), Time(12), event(2));
+        assert_eq!(instants.next_time(), Some(Time(10)));
+        let order: Vec<(Time, Vec<Event>)> = std::iter::from_fn(|| instants.pop()).collect();
+        assert_eq!(
+            order,
+            [
+                (Time(10), vec![event(0), event(3)]),
+                (Time(12), vec![event(2)]),
+                (Time(30), vec![event(1), event(4)]),
+            ]
+        );
+        assert_eq!(instants.next_time(), None);
     }
 
     /// A peek sees the next events in the order they will be handled, as many as asked for or
