@@ -1072,9 +1072,9 @@ pub(crate) fn bytes_for(net: &Network, problem: &Problem) -> u64 {
 }
 
 /// Runs the greedy matching once with the random stream `rng`, handing every send to `sink` (a
-/// few at a time) in an order that keeps each link's sends in start order and every send after the one it
-/// depends on (by start time, or window by window where the run is split between two workers,
-/// [`split`]). Returns the time the last chunk arrives.
+/// few at a time) in an order that keeps each link's sends in start order and every send after
+/// the one it depends on (by start time, or window by window where the run is split between two
+/// workers, [`split`]). Returns the time the last chunk arrives.
 pub(crate) fn run(
     net: &Network,
     problem: &Problem,

@@ -121,6 +121,9 @@ impl Split {
 struct Report {
     /// The sends it made in the window, in the order it made them.
     sends: Arc<Vec<Send>>,
+    /// The places in `sends` of those that arrive at the border: the other schedules their
+    /// arrivals.
+    relayed: Vec<u32>,
     /// Its earliest pending event, or arrival at the other's border, if any: the next window
     /// starts at the earlier of the two workers'.
     next: Option<Time>,
@@ -159,21 +162,26 @@ pub(super) fn run(
         },
     ];
     let outcomes = std::thread::scope(|scope| {
-        let mut me = 0;
-        let [first, second] = peers.map(|peer| {
-            let (worker, stream) = (me, streams[me]);
-            me += 1;
-            scope.spawn(move || work(worker, net, problem, plan, stream, peer))
-        });
+        let workers: Vec<_> = peers
+            .into_iter()
+            .zip(streams)
+            .enumerate()
+            .map(|(me, (peer, stream))| {
+                scope.spawn(move || work(me, net, problem, plan, stream, peer))
+            })
+            .collect();
         while let (Ok(a), Ok(b)) = (first_made.recv(), second_made.recv()) {
             sink(&a);
             sink(&b);
         }
-        [first, second].map(|worker| {
-            worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect::<Vec<_>>()
     });
     let mut makespan = Time::ZERO;
     for outcome in outcomes {
@@ -228,14 +236,17 @@ fn work(
     let mut made: Vec<Send> = Vec::new();
     loop {
         let mine = Arc::new(std::mem::take(&mut made));
-        let next = mine
+        let relayed: Vec<u32> = (0..mine.len() as u32)
+            .filter(|&i| plan.border[net.links[mine[i as usize].link as usize].dst as usize])
+            .collect();
+        let next = relayed
             .iter()
-            .filter(|s| plan.border[net.links[s.link as usize].dst as usize])
-            .map(|s| s.arrive)
+            .map(|&i| mine[i as usize].arrive)
             .chain(matching.pending.next_time())
             .min();
         let report = Report {
             sends: Arc::clone(&mine),
+            relayed,
             next,
         };
         peer.to_other.send(report).map_err(hung_up)?;
@@ -246,18 +257,19 @@ fn work(
         counts[other] = theirs.sends.len() as u32;
         let their_first = ids.counted[other];
         ids.record(counts);
-        for (i, s) in theirs.sends.iter().enumerate() {
+        for s in theirs.sends.iter() {
             matching.state.holders[s.chunk as usize] += 1;
+        }
+        for &i in &theirs.relayed {
+            let s = &theirs.sends[i as usize];
             let link = &net.links[s.link as usize];
-            if plan.border[link.dst as usize] {
-                let arrival = Event::Arrive {
-                    npu: link.dst,
-                    chunk: s.chunk,
-                    send: their_first + i as u32,
-                    from: link.src,
-                };
-                matching.pending.push_relayed(s.start, s.arrive, arrival);
-            }
+            let arrival = Event::Arrive {
+                npu: link.dst,
+                chunk: s.chunk,
+                send: their_first + i,
+                from: link.src,
+            };
+            matching.pending.push_relayed(s.start, s.arrive, arrival);
         }
         let Some(start) = next.into_iter().chain(theirs.next).min() else {
             break;
