@@ -11,6 +11,7 @@ pub mod experiment;
 pub mod flow;
 pub mod forest;
 pub mod memory;
+pub mod nccl;
 pub mod priority;
 pub mod report;
 pub mod schedule;

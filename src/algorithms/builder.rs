@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::collective::Collective;
 use crate::schedule::{Op, Schedule, Transfer, TransferIndex};
+use crate::topology::NodeId;
 use crate::units::Time;
 use crate::Error;
 
@@ -16,6 +17,9 @@ const GROUP: u32 = 1 << 31;
 
 pub(crate) struct Builder<'c> {
     pub c: &'c Collective,
+    /// The participants' NPUs by rank, then the relays' (NPUs that hold no data of their own but
+    /// may reduce and forward it: a switch that reduces in the network).
+    npus: Vec<NodeId>,
     schedule: Schedule,
     pieces: u64,
     /// Per (rank, piece): NONE, the last transfer that wrote it, or `GROUP | g` when several
@@ -32,8 +36,15 @@ pub(crate) struct Builder<'c> {
 impl<'c> Builder<'c> {
     /// A builder for `c`, refused when its (rank, piece) table cannot fit in memory.
     pub fn new(c: &'c Collective) -> Result<Builder<'c>, Error> {
+        Builder::with_relays(c, &[])
+    }
+
+    /// A builder whose ranks `c.ranks()..` are the NPUs `relays` (see [`Builder::relay_rank`]).
+    pub fn with_relays(c: &'c Collective, relays: &[NodeId]) -> Result<Builder<'c>, Error> {
         let pieces = c.piece_count() as u64;
-        let cells = c.ranks() as u64 * pieces;
+        let mut npus = c.npus.clone();
+        npus.extend_from_slice(relays);
+        let cells = npus.len() as u64 * pieces;
         crate::memory::ensure(
             crate::memory::bytes(cells, 4),
             &format!("tracking {} pieces on {} NPUs", pieces, c.ranks()),
@@ -41,14 +52,20 @@ impl<'c> Builder<'c> {
         )?;
         Ok(Builder {
             c,
+            npus,
             schedule: Schedule::new(),
             pieces,
-            writer: vec![NONE; (c.ranks() as u64 * pieces) as usize],
+            writer: vec![NONE; cells as usize],
             groups: Vec::new(),
             free_groups: Vec::new(),
             deps: Vec::new(),
             gates: Vec::new(),
         })
+    }
+
+    /// The rank under which relay `i` (of those given to [`Builder::with_relays`]) sends.
+    pub fn relay_rank(&self, i: u32) -> u32 {
+        self.c.ranks() + i
     }
 
     /// Transfers emitted so far.
@@ -150,7 +167,7 @@ impl<'c> Builder<'c> {
     /// A timer on rank `rank` that completes at `at` (a local wait from the start): a send that
     /// also waits for it starts no earlier, as a time-triggered plan says.
     pub fn timer(&mut self, rank: u32, at: Time) -> TransferIndex {
-        self.schedule.push_wait(self.c.npus[rank as usize], at, &[])
+        self.schedule.push_wait(self.npus[rank as usize], at, &[])
     }
 
     /// Sends pieces `lo..hi` from rank `src` to rank `dst` and returns the transfer.
@@ -197,8 +214,8 @@ impl<'c> Builder<'c> {
         self.deps.sort_unstable();
         self.deps.dedup();
         let transfer = Transfer {
-            src: self.c.npus[src as usize],
-            dst: self.c.npus[dst as usize],
+            src: self.npus[src as usize],
+            dst: self.npus[dst as usize],
             bytes: self.c.piece_bytes(lo, hi),
         };
         let deps = std::mem::take(&mut self.deps);
@@ -230,7 +247,7 @@ impl<'c> Builder<'c> {
     /// A local wait of `duration` on rank `rank` once `after` have completed (pacing).
     pub fn wait(&mut self, rank: u32, duration: Time, after: &[TransferIndex]) -> TransferIndex {
         self.schedule
-            .push_wait(self.c.npus[rank as usize], duration, after)
+            .push_wait(self.npus[rank as usize], duration, after)
     }
 
     /// The finished schedule, claiming the builder's collective.

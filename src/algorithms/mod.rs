@@ -10,6 +10,7 @@ mod direct;
 pub mod forestcoll;
 mod hdrm;
 mod hierarchical;
+pub mod nccl_kernels;
 mod nccl_ring;
 mod nccl_tree;
 mod phases;
@@ -18,6 +19,7 @@ mod ring;
 mod themis;
 mod two_step_tree;
 
+pub(crate) use nccl_ring::channel_rings as nccl_channel_rings;
 pub use phases::{DimAlgorithm, IntraDimension};
 
 use crate::collective::{Collective, CollectiveKind};

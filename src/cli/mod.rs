@@ -4,6 +4,7 @@
 
 mod batch;
 mod bound;
+mod nccl_tests;
 mod simulate;
 mod train;
 mod trees;
@@ -23,6 +24,7 @@ use crate::Error;
 
 pub use batch::{BatchArgs, MergeArgs, RunFileArgs, SweepArgs};
 pub use bound::BoundArgs;
+pub use nccl_tests::NcclTestsArgs;
 pub use simulate::{RunArgs, SimulateArgs, SynthesizeArgs};
 pub use train::{TraceArgs, TrainArgs};
 pub use trees::TreesArgs;
@@ -58,6 +60,10 @@ pub enum Command {
     /// Simulate a training iteration (compute and communication) per algorithm, from a
     /// workload file or Chakra execution traces.
     Train(TrainArgs),
+    /// Predict the table nccl-tests would print on a GPU system (dgx-a100:N, hgx-h100:N, ...):
+    /// NCCL's own choice of algorithm, protocol and channels per size, simulated; --compare
+    /// puts a measured log beside it.
+    NcclTests(NcclTestsArgs),
     /// Write a workload file as Chakra execution traces (one file per rank), as ASTRA-sim 2.x
     /// reads them.
     Trace(TraceArgs),
@@ -417,6 +423,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Merge(args) => batch::merge_shards(args),
         Command::Train(args) => train::train(args),
         Command::Trace(args) => train::trace(args),
+        Command::NcclTests(args) => nccl_tests::nccl_tests(args),
     }
 }
 

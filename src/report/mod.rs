@@ -4,7 +4,7 @@
 
 mod heatmap;
 mod parquet;
-mod plot;
+pub(crate) mod plot;
 mod training;
 mod utilization;
 

@@ -25,7 +25,7 @@ pub use parquet::{
 };
 pub use paths::{pin_paths, PinnedPaths};
 pub use sizes::TransferSizes;
-pub use validate::validate;
+pub use validate::{validate, validate_with_relays};
 
 use std::ops::Range;
 

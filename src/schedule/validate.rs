@@ -82,6 +82,9 @@ struct Validator<'a> {
     schedule: &'a Schedule,
     c: &'a Collective,
     ranks: Ranks,
+    /// Participants and relays (ranks `c.ranks()..`: NPUs that start holding the zero of every
+    /// piece and need nothing at the end, such as a switch that reduces in the network).
+    total_ranks: u32,
     seed: u64,
     /// All pieces of the collective.
     pieces: u64,
@@ -103,6 +106,18 @@ struct Validator<'a> {
 
 /// Checks that `schedule` implements `collective`; the error names the first bad transfer.
 pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Result<(), Error> {
+    validate_with_relays(schedule, collective, &[], seed)
+}
+
+/// [`validate`] for a schedule that may also reduce into and forward from `relays`: NPUs outside
+/// the collective that start holding nothing (the zero of every piece) and need nothing at the
+/// end, as a switch reducing in the network (NVLink SHARP) does.
+pub fn validate_with_relays(
+    schedule: &Schedule,
+    collective: &Collective,
+    relays: &[crate::topology::NodeId],
+    seed: u64,
+) -> Result<(), Error> {
     if !schedule.has_pieces() {
         return Err(Error::input(format!(
             "the schedule claims {} but names no chunks (the 'chunk' column), so it cannot be validated; \
@@ -110,12 +125,12 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
             collective.kind
         )));
     }
-    if collective.kind == CollectiveKind::AllToAll && !schedule.has_deps() {
+    if collective.kind == CollectiveKind::AllToAll && !schedule.has_deps() && relays.is_empty() {
         return validate_one_round_all_to_all(schedule, collective);
     }
-    let ranks = collective.ranks() as u64;
+    let ranks = (collective.ranks() as usize + relays.len()) as u64;
     let pieces = collective.piece_count() as u64;
-    let mut v = Validator::new(schedule, collective, seed);
+    let mut v = Validator::new(schedule, collective, relays, seed);
     v.order_transfers()?;
     if ranks * pieces <= WINDOW_CELLS {
         return v.run();
@@ -127,7 +142,7 @@ pub fn validate(schedule: &Schedule, collective: &Collective, seed: u64) -> Resu
 /// independent (a chunk of an all-reduce and the next), so check one group at a time.
 fn by_windows(mut v: Validator) -> Result<(), Error> {
     let (schedule, pieces) = (v.schedule, v.pieces as u32);
-    let ranks = v.c.ranks() as u64;
+    let ranks = v.total_ranks as u64;
     let (windows, window_at) = piece_windows(schedule, pieces);
     // Neighbouring groups share a pass while their cells fit the dense store.
     let mut passes: Vec<(u32, u32)> = Vec::new();
@@ -231,9 +246,11 @@ fn piece_windows(schedule: &Schedule, pieces: u32) -> (Vec<(u32, u32)>, Vec<u32>
 struct Ranks(Vec<u32>);
 
 impl Ranks {
-    fn new(c: &Collective) -> Ranks {
-        let mut table = vec![NONE; c.npus.iter().max().map_or(0, |&m| m as usize + 1)];
-        for (r, &npu) in c.npus.iter().enumerate() {
+    /// Participants by rank, then `relays`.
+    fn new(c: &Collective, relays: &[u32]) -> Ranks {
+        let all = || c.npus.iter().chain(relays);
+        let mut table = vec![NONE; all().max().map_or(0, |&m| m as usize + 1)];
+        for (r, &npu) in all().enumerate() {
             table[npu as usize] = r as u32;
         }
         Ranks(table)
@@ -260,7 +277,7 @@ impl Ranks {
 fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<(), Error> {
     let (n, k) = (c.ranks(), c.chunks);
     let pieces = c.piece_count();
-    let ranks = Ranks::new(c);
+    let ranks = Ranks::new(c, &[]);
     let mut delivered = vec![0u64; (pieces as usize).div_ceil(64)];
     // A rank's data for itself is in place from the start.
     for r in 0..n {
@@ -316,12 +333,13 @@ fn validate_one_round_all_to_all(schedule: &Schedule, c: &Collective) -> Result<
 }
 
 impl<'a> Validator<'a> {
-    fn new(schedule: &'a Schedule, c: &'a Collective, seed: u64) -> Validator<'a> {
+    fn new(schedule: &'a Schedule, c: &'a Collective, relays: &[u32], seed: u64) -> Validator<'a> {
         let pieces = c.piece_count() as u64;
         Validator {
             schedule,
             c,
-            ranks: Ranks::new(c),
+            ranks: Ranks::new(c, relays),
+            total_ranks: c.ranks() + relays.len() as u32,
             seed,
             pieces,
             window: (0, pieces as u32),
@@ -339,7 +357,7 @@ impl<'a> Validator<'a> {
 
     /// One pass over the current window: initial data, every member transfer, the final state.
     fn run(&mut self) -> Result<(), Error> {
-        let cells = self.c.ranks() as u64 * self.span() as u64;
+        let cells = self.total_ranks as u64 * self.span() as u64;
         match &mut self.store {
             // Passes over piece windows reuse one allocation.
             Store::Dense(v) if cells <= DENSE_CELLS => {
@@ -385,6 +403,15 @@ impl<'a> Validator<'a> {
     fn initialise(&mut self) {
         let c = self.c;
         let (n, root) = (c.ranks(), c.root_rank);
+        for relay in n..self.total_ranks {
+            for p in self.all_pieces() {
+                let zero = Cell {
+                    held: true,
+                    ..EMPTY
+                };
+                self.store.set(self.key(relay, p), zero);
+            }
+        }
         match c.kind {
             CollectiveKind::AllGather | CollectiveKind::Gather => {
                 for r in 0..n {
@@ -865,7 +892,7 @@ mod tests {
         let s = generate(Algorithm::Hierarchical, &t, &c).unwrap();
         let claim = s.collective.clone().unwrap();
         let windowed = |s: &Schedule| {
-            let mut v = Validator::new(s, &claim, 9);
+            let mut v = Validator::new(s, &claim, &[], 9);
             v.order_transfers()?;
             by_windows(v)
         };

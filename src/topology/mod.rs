@@ -10,12 +10,14 @@ mod fabrics;
 mod file;
 mod routing;
 mod spec;
+mod systems;
 
 pub(crate) use build::strides as strides_of;
 pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
+pub use systems::{GpuArch, GpuSystem, Intra, NicKind};
 
 use crate::units::{Bandwidth, Time};
 use crate::Error;

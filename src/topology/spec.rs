@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind, MAX_NPUS};
 use super::fabrics;
-use super::{load_topology_file, NodeId, Topology};
+use super::{load_topology_file, GpuSystem, NodeId, Topology};
 use crate::units::{parse_bandwidth, parse_list, parse_time, Bandwidth, Time};
 use crate::Error;
 
@@ -56,6 +56,15 @@ impl TopologyOptions {
                 )));
             }
             load_topology_file(path)?
+        } else if let Some(system) = GpuSystem::parse(&self.spec)? {
+            if self.bandwidth.is_some() || self.latency.is_some() {
+                return Err(Error::input(format!(
+                    "--bandwidth/--latency apply to generic shapes; {} is a GPU system with its \
+                     own links (override its NICs with --nic where the command takes it)",
+                    self.spec
+                )));
+            }
+            system.topology()?
         } else {
             let bandwidths = parse_list(
                 "--bandwidth",
@@ -240,7 +249,8 @@ pub fn parse_inline(
             return Err(Error::input(format!(
                 "unknown topology '{spec}': expected a YAML file or one of ring:N, uring:N, fc:N, \
                  switch:N, mesh:AxB[xC], torus:AxB[xC], hypercube:D, dims:ring4,fc8,..., dgx1, \
-                 dragonfly:GxA, spineleaf:LxSxH[xG], fattree:K, rail:BxG, bigraph:MxN"
+                 dragonfly:GxA, spineleaf:LxSxH[xG], fattree:K, rail:BxG, bigraph:MxN, \
+                 dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N, mi300x:N, pcie:G"
             )))
         }
     };

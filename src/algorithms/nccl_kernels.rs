@@ -1,0 +1,421 @@
+//! NCCL's algorithms as its kernels run them, for the NCCL model (`crate::nccl`): each channel is
+//! one CUDA block that moves its share of the buffer one step at a time, so every send of a rank
+//! on a channel waits for its previous one (program order) as well as for its data; data moves in
+//! NCCL's chunks (loops of channels x ranks x chunk bytes) cut into slices that pipeline across
+//! the ranks.
+//!
+//! - Ring: reduce-scatter then all-gather around each channel's ring (all-reduce), or one of them.
+//! - Tree: all-reduce up each channel's tree (a chain in each box, a binary tree across boxes) and
+//!   back down, the two directions on separate thread groups (NCCL's split tree kernel).
+//! - NVLS: every GPU reduces its copy of each shard into the box's NVSwitch (a relay NPU) and the
+//!   shard's owner reads the sum (`multimem.ld_reduce`), then stores it into the switch, which
+//!   writes it to every GPU (`multimem.st`); across boxes (NVLSTree) the sum of each box travels a
+//!   binary tree of the channel's head GPUs before the switch spreads it.
+//! - Point-to-point (all-to-all): every pair's data in p2p chunks, the pairs concurrently.
+//!
+//! Ranks are GPUs in box order: box `b` holds ranks `b G .. (b + 1) G`.
+
+use super::builder::Builder;
+use super::dbt::tree;
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::{Op, Schedule, TransferIndex};
+use crate::topology::NodeId;
+use crate::Error;
+
+/// How one call is cut: `units` (loops x channels) of `slices` slices each, per rank part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub channels: u32,
+    /// Loops each channel runs.
+    pub loops: u32,
+    /// Slices per step (pipelined across ranks).
+    pub slices: u32,
+    /// Sends a block may have in flight (NCCL_STEPS slots over the steps a send fills).
+    pub window: u32,
+}
+
+impl Cut {
+    /// Pieces per rank part: one per (loop, channel, slice).
+    pub fn chunks(&self) -> u32 {
+        self.loops * self.channels * self.slices
+    }
+
+    /// The piece of rank part `part` for (loop, channel, slice).
+    fn piece(&self, c: &Collective, part: u32, loop_: u32, ch: u32, slice: u32) -> (u32, u32) {
+        let k = c.chunks;
+        let first = part * k + (loop_ * self.channels + ch) * self.slices + slice;
+        (first, first + 1)
+    }
+}
+
+/// Each block's sends in program order, at most `window` in flight: a send waits for the one
+/// `window` sends before it on the same (rank, channel, thread group) to have arrived, as NCCL's
+/// senders wait for a free slot of the receiver's `NCCL_STEPS` buffer slots.
+struct Program {
+    sent: Vec<std::collections::VecDeque<TransferIndex>>,
+    channels: u32,
+    groups: u32,
+    window: usize,
+}
+
+impl Program {
+    fn new(ranks: u32, channels: u32, groups: u32, window: u32) -> Program {
+        Program {
+            sent: vec![Default::default(); (ranks * channels * groups) as usize],
+            channels,
+            groups,
+            window: window.max(1) as usize,
+        }
+    }
+
+    /// Sends once a slot is free and records it.
+    fn send(
+        &mut self,
+        b: &mut Builder,
+        (src, dst): (u32, u32),
+        pieces: (u32, u32),
+        op: Op,
+        (ch, group): (u32, u32),
+    ) -> TransferIndex {
+        let slot = ((src * self.channels + ch) * self.groups + group) as usize;
+        let queue = &mut self.sent[slot];
+        let after: Vec<TransferIndex> = if queue.len() == self.window {
+            queue.pop_front().into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let t = b.send_after(src, dst, pieces, op, &after);
+        self.sent[slot].push_back(t);
+        t
+    }
+}
+
+/// Ring all-reduce, all-gather or reduce-scatter of `c` (whose chunks are `cut.chunks()`), one
+/// ring of ranks per channel.
+pub fn ring(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, Error> {
+    let phases: &[Op] = match c.kind {
+        CollectiveKind::AllReduce => &[Op::Reduce, Op::Copy],
+        CollectiveKind::ReduceScatter => &[Op::Reduce],
+        CollectiveKind::AllGather => &[Op::Copy],
+        other => return Err(Error::Internal(format!("NCCL ring kernel for {other}"))),
+    };
+    let mut b = Builder::new(c)?;
+    let n = c.ranks();
+    let mut program = Program::new(n, cut.channels, 1, cut.window);
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            let ring = &rings[ch as usize % rings.len()];
+            for &op in phases {
+                let lag = if op == Op::Reduce { 1 } else { 0 };
+                for step in 0..n - 1 {
+                    for s in 0..cut.slices {
+                        for j in 0..n {
+                            let part = ring[((j + 2 * n - step - lag) % n) as usize];
+                            let (src, dst) = (ring[j as usize], ring[((j + 1) % n) as usize]);
+                            let pieces = cut.piece(c, part, l, ch, s);
+                            program.send(&mut b, (src, dst), pieces, op, (ch, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// Rooted ring (broadcast, reduce): a chain from the root (broadcast) or to it (reduce) along
+/// each channel's ring.
+pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, Error> {
+    let op = match c.kind {
+        CollectiveKind::Broadcast => Op::Copy,
+        CollectiveKind::Reduce => Op::Reduce,
+        other => return Err(Error::Internal(format!("NCCL chain kernel for {other}"))),
+    };
+    let mut b = Builder::new(c)?;
+    let n = c.ranks();
+    let mut program = Program::new(n, cut.channels, 1, cut.window);
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            let ring = &rings[ch as usize % rings.len()];
+            let at = ring.iter().position(|&r| r == c.root_rank).unwrap_or(0) as u32;
+            for s in 0..cut.slices {
+                let first = (l * cut.channels + ch) * cut.slices + s;
+                for hop in 0..n - 1 {
+                    // Broadcast leaves the root; reduce arrives at it.
+                    let (from, to) = match op {
+                        Op::Copy => (at + hop, at + hop + 1),
+                        Op::Reduce => (at + hop + 1, at + hop + 2),
+                    };
+                    let (src, dst) = (ring[(from % n) as usize], ring[(to % n) as usize]);
+                    program.send(&mut b, (src, dst), (first, first + 1), op, (ch, 0));
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// Tree all-reduce: per channel, a chain in each box from the channel's head GPU, and a binary
+/// tree over the boxes' heads (odd channels over the boxes shifted by one, NCCL's double tree).
+pub fn tree_all_reduce(c: &Collective, gpus_per_box: u32, cut: Cut) -> Result<Schedule, Error> {
+    let n = c.ranks();
+    let boxes = n / gpus_per_box;
+    let mut b = Builder::new(c)?;
+    // Two thread groups per block: reduce up, broadcast down.
+    let mut program = Program::new(n, cut.channels, 2, cut.window);
+    let trees: Vec<(u32, Vec<Option<u32>>)> = (0..cut.channels)
+        .map(|ch| channel_tree(boxes, gpus_per_box, ch))
+        .collect();
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            let (root, parent) = &trees[ch as usize];
+            let order = post_order(*root, parent);
+            for s in 0..cut.slices {
+                let first = ((l * cut.channels + ch) * cut.slices + s) * n;
+                let pieces = (first, first + n);
+                for &r in &order {
+                    if let Some(p) = parent[r as usize] {
+                        program.send(&mut b, (r, p), pieces, Op::Reduce, (ch, 0));
+                    }
+                }
+                for &r in order.iter().rev() {
+                    if let Some(p) = parent[r as usize] {
+                        program.send(&mut b, (p, r), pieces, Op::Copy, (ch, 1));
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// Channel `ch`'s tree: its root and every rank's parent.
+fn channel_tree(boxes: u32, g: u32, ch: u32) -> (u32, Vec<Option<u32>>) {
+    let mut parent = vec![None; (boxes * g) as usize];
+    let head = |bx: u32| bx * g + ch % g;
+    for bx in 0..boxes {
+        for k in 1..g {
+            let (up, down) = ((ch + k - 1) % g, (ch + k) % g);
+            parent[(bx * g + down) as usize] = Some(bx * g + up);
+        }
+    }
+    let across = tree(boxes as usize);
+    let shift = ch % 2;
+    let box_at = |p: usize| (p as u32 + shift) % boxes;
+    for (p, kids) in across.children.iter().enumerate() {
+        for &k in kids {
+            parent[head(box_at(k)) as usize] = Some(head(box_at(p)));
+        }
+    }
+    (head(box_at(across.root)), parent)
+}
+
+/// Ranks children-first.
+fn post_order(root: u32, parent: &[Option<u32>]) -> Vec<u32> {
+    let mut children = vec![Vec::new(); parent.len()];
+    for (r, p) in parent.iter().enumerate() {
+        if let Some(p) = p {
+            children[*p as usize].push(r as u32);
+        }
+    }
+    let mut order = Vec::with_capacity(parent.len());
+    let mut stack = vec![(root, false)];
+    while let Some((r, expanded)) = stack.pop() {
+        if expanded {
+            order.push(r);
+        } else {
+            stack.push((r, true));
+            for &k in children[r as usize].iter().rev() {
+                stack.push((k, false));
+            }
+        }
+    }
+    order
+}
+
+/// NVLS all-reduce, all-gather or reduce-scatter inside boxes whose NVSwitches are the relays
+/// `switches` (one per box); across boxes (all-reduce only) the box sums meet on a binary tree of
+/// each channel's head GPUs. Each unit of the cut carries one shard per rank.
+pub fn nvls(
+    c: &Collective,
+    gpus_per_box: u32,
+    switches: &[NodeId],
+    cut: Cut,
+) -> Result<Schedule, Error> {
+    let n = c.ranks();
+    let g = gpus_per_box;
+    let boxes = n / g;
+    let mut b = Builder::with_relays(c, switches)?;
+    let relay = |b: &Builder, bx: u32| b.relay_rank(bx);
+    // Groups: 0 reduces into the switch, 1 stores into it, 2 the tree across boxes.
+    let mut program = Program::new(n, cut.channels, 3, cut.window);
+    let reduce = matches!(
+        c.kind,
+        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter
+    );
+    let spread = matches!(
+        c.kind,
+        CollectiveKind::AllReduce | CollectiveKind::AllGather
+    );
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            for s in 0..cut.slices {
+                if boxes > 1 {
+                    // All-reduce: any pieces may travel together; a unit's are contiguous.
+                    let unit = (l * cut.channels + ch) * cut.slices + s;
+                    nvls_tree_unit(&mut b, &mut program, (g, boxes), unit * n, ch);
+                    continue;
+                }
+                for owner in 0..n {
+                    let pieces = cut.piece(c, owner, l, ch, s);
+                    let sw = relay(&b, 0);
+                    if reduce {
+                        for r in 0..n {
+                            program.send(&mut b, (r, sw), pieces, Op::Reduce, (ch, 0));
+                        }
+                        b.send(sw, owner, pieces, Op::Copy);
+                    }
+                    if spread {
+                        program.send(&mut b, (owner, sw), pieces, Op::Copy, (ch, 1));
+                        for r in (0..n).filter(|&r| r != owner) {
+                            b.send(sw, r, pieces, Op::Copy);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// One unit of NVLSTree all-reduce: pieces `first .. first + n` reduced in each box's switch,
+/// read by the box's head, summed up the heads' tree and back down, stored into the switch and
+/// spread to the box.
+fn nvls_tree_unit(
+    b: &mut Builder,
+    program: &mut Program,
+    (g, boxes): (u32, u32),
+    first: u32,
+    ch: u32,
+) {
+    let n = g * boxes;
+    let pieces = (first, first + n);
+    let head = |bx: u32| bx * g + ch % g;
+    for bx in 0..boxes {
+        let sw = b.relay_rank(bx);
+        for r in bx * g..(bx + 1) * g {
+            program.send(b, (r, sw), pieces, Op::Reduce, (ch, 0));
+        }
+        b.send(sw, head(bx), pieces, Op::Copy);
+    }
+    let across = tree(boxes as usize);
+    let shift = ch % 2;
+    let box_at = |p: usize| (p as u32 + shift) % boxes;
+    let mut parent = vec![None; boxes as usize];
+    for (p, kids) in across.children.iter().enumerate() {
+        for &kid in kids {
+            parent[box_at(kid) as usize] = Some(box_at(p));
+        }
+    }
+    let order: Vec<u32> = post_order(box_at(across.root), &parent);
+    for &bx in &order {
+        if let Some(p) = parent[bx as usize] {
+            program.send(b, (head(bx), head(p)), pieces, Op::Reduce, (ch, 2));
+        }
+    }
+    for &bx in order.iter().rev() {
+        if let Some(p) = parent[bx as usize] {
+            program.send(b, (head(p), head(bx)), pieces, Op::Copy, (ch, 2));
+        }
+    }
+    for bx in 0..boxes {
+        let sw = b.relay_rank(bx);
+        program.send(b, (head(bx), sw), pieces, Op::Copy, (ch, 1));
+        for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
+            b.send(sw, r, pieces, Op::Copy);
+        }
+    }
+}
+
+/// Point-to-point all-to-all: every pair's block in `cut.chunks()` pieces sent one after
+/// another, the pairs concurrently.
+pub fn all_to_all(c: &Collective) -> Result<Schedule, Error> {
+    let n = c.ranks();
+    let mut b = Builder::new(c)?;
+    for step in 1..n {
+        for src in 0..n {
+            let dst = (src + step) % n;
+            let (lo, hi) = c.a2a_block(src, dst);
+            let mut last: Option<TransferIndex> = None;
+            for p in lo..hi {
+                let after: Vec<TransferIndex> = last.into_iter().collect();
+                last = Some(b.send_after(src, dst, (p, p + 1), Op::Copy, &after));
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::validate_with_relays;
+
+    fn collective(kind: CollectiveKind, n: u32, chunks: u32) -> Collective {
+        Collective::new(kind, (0..n).collect(), 1 << 20, chunks, None).unwrap()
+    }
+
+    /// Every kernel implements its collective (symbolic validation), relays included.
+    #[test]
+    fn kernels_implement_their_collectives() {
+        let cut = Cut {
+            channels: 2,
+            loops: 2,
+            slices: 2,
+            window: 4,
+        };
+        let rings: Vec<Vec<u32>> = vec![(0..8).collect(), (0..8).rev().collect()];
+        for kind in [
+            CollectiveKind::AllReduce,
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+        ] {
+            let c = collective(kind, 8, cut.chunks());
+            let s = ring(&c, &rings, cut).unwrap();
+            crate::schedule::validate(&s, &c, 7).unwrap();
+            let s = nvls(&c, 8, &[8], cut).unwrap();
+            validate_with_relays(&s, &c, &[8], 7).unwrap();
+        }
+        let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
+        let s = tree_all_reduce(&c, 4, cut).unwrap();
+        crate::schedule::validate(&s, &c, 7).unwrap();
+        let s = nvls(&c, 8, &[16, 17], cut).unwrap();
+        validate_with_relays(&s, &c, &[16, 17], 7).unwrap();
+        for kind in [CollectiveKind::Broadcast, CollectiveKind::Reduce] {
+            let c =
+                Collective::new(kind, (0..8).collect(), 1 << 20, cut.chunks(), Some(3)).unwrap();
+            let s = chain(&c, &rings, cut).unwrap();
+            crate::schedule::validate(&s, &c, 7).unwrap();
+        }
+        let c = collective(CollectiveKind::AllToAll, 4, 3);
+        crate::schedule::validate(&all_to_all(&c).unwrap(), &c, 7).unwrap();
+    }
+
+    /// A block's sends wait for its previous send: on a 4-rank ring of one channel, rank 0's
+    /// second send depends on its first.
+    #[test]
+    fn a_channel_sends_in_program_order() {
+        let cut = Cut {
+            channels: 1,
+            loops: 2,
+            slices: 1,
+            window: 1,
+        };
+        let c = collective(CollectiveKind::AllGather, 4, cut.chunks());
+        let s = ring(&c, &[(0..4).collect()], cut).unwrap();
+        let from_zero: Vec<TransferIndex> = (0..s.len() as TransferIndex)
+            .filter(|&t| s.transfer(t).src == 0)
+            .collect();
+        assert!(s.deps(from_zero[1]).contains(&from_zero[0]));
+    }
+}

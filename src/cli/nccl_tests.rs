@@ -1,0 +1,461 @@
+//! `collsim nccl-tests OP`: the table nccl-tests' `OP_perf` would print on a GPU system, each
+//! size run through the NCCL model (`crate::nccl`), optionally beside a measured log.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::collective::CollectiveKind;
+use crate::nccl::{log, Allowed, Launch, Model, Prediction};
+use crate::report::plot::{self, LinePlot, Series};
+use crate::topology::GpuSystem;
+use crate::units::{format_bytes_approx, parse_bytes};
+use crate::Error;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TableFormat {
+    /// nccl-tests' own table, with the algorithm and protocol per row.
+    Table,
+    /// One CSV row per size.
+    Csv,
+}
+
+#[derive(Args, Debug)]
+pub struct NcclTestsArgs {
+    /// all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce (nccl-tests' names)
+    pub op: String,
+    /// A GPU system: dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N (N boxes of 8), mi300x:N,
+    /// pcie:G
+    #[arg(long)]
+    pub topology: String,
+    /// Smallest size (nccl-tests' -b; K, M, G are powers of 1024)
+    #[arg(short = 'b', long = "minbytes", default_value = "32M")]
+    pub min_bytes: String,
+    /// Largest size (-e)
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
+    pub max_bytes: String,
+    /// Factor between sizes (-f)
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: u64,
+    /// Data type (-d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub datatype: String,
+    /// GPUs driven by one thread (-g): their kernels are launched one after another
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub gpus_per_thread: u32,
+    /// Root rank of broadcast and reduce (-r)
+    #[arg(short = 'r', long, default_value_t = 0)]
+    pub root: u32,
+    /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree; ^ excludes)
+    #[arg(long)]
+    pub nccl_algo: Option<String>,
+    /// Protocols NCCL may use, as NCCL_PROTO takes them (LL,LL128,Simple; ^ excludes)
+    #[arg(long)]
+    pub nccl_proto: Option<String>,
+    /// NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
+    #[arg(long)]
+    pub nic: Option<String>,
+    /// NIC kind: ib or roce
+    #[arg(long)]
+    pub nic_kind: Option<String>,
+    /// A measured nccl-tests log of OP (its own output, or a Markdown table of size, time,
+    /// algbw, busbw): adds the measured time and the error per size
+    #[arg(long)]
+    pub compare: Option<PathBuf>,
+    /// Folder for nccl_tests.csv and, with --compare, busbw.png/.svg (predicted and measured
+    /// bus bandwidth over size)
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+}
+
+/// nccl-tests' sizes: `K`, `M`, `G`, `T` multiply by powers of 1024; collsim's units also work.
+fn nccl_size(text: &str, flag: &str) -> Result<u64, Error> {
+    let t = text.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, c)) if "kKmMgGtT".contains(c) => {
+            let power = match c.to_ascii_uppercase() {
+                'K' => 1,
+                'M' => 2,
+                'G' => 3,
+                _ => 4,
+            };
+            (&t[..i], 1u64 << (10 * power))
+        }
+        _ => (t, 1),
+    };
+    match digits.parse::<u64>() {
+        Ok(v) => v
+            .checked_mul(mult)
+            .ok_or_else(|| Error::input(format!("{flag} '{text}' is too large"))),
+        Err(_) => parse_bytes(t).map_err(|e| Error::input(format!("{flag}: {e}"))),
+    }
+}
+
+/// Bytes of one element of nccl-tests' data types.
+fn type_bytes(name: &str) -> Result<u64, Error> {
+    Ok(match name {
+        "int8" | "uint8" | "char" | "f8e4m3" | "f8e5m2" => 1,
+        "half" | "float16" | "bfloat16" => 2,
+        "float" | "float32" | "int32" | "int" | "uint32" => 4,
+        "double" | "float64" | "int64" | "uint64" => 8,
+        _ => {
+            return Err(Error::input(format!(
+                "-d '{name}': expected float, half, bfloat16, double, int8, uint8, int32, uint32, \
+                 int64 or uint64"
+            )))
+        }
+    })
+}
+
+/// The collective of an nccl-tests operation.
+fn kind_of(op: &str) -> Result<CollectiveKind, Error> {
+    Ok(match op {
+        "all_reduce" => CollectiveKind::AllReduce,
+        "all_gather" => CollectiveKind::AllGather,
+        "reduce_scatter" => CollectiveKind::ReduceScatter,
+        "alltoall" => CollectiveKind::AllToAll,
+        "broadcast" => CollectiveKind::Broadcast,
+        "reduce" => CollectiveKind::Reduce,
+        _ => {
+            return Err(Error::input(format!(
+                "unknown nccl-tests operation '{op}': expected one of {}",
+                log::OPS.join(", ")
+            )))
+        }
+    })
+}
+
+/// The algorithm column: all-to-all runs as NCCL's point-to-point sends, not a collective
+/// algorithm.
+fn algorithm_label(line: &Line) -> &'static str {
+    if line.p2p {
+        "P2P"
+    } else {
+        line.prediction.choice.algo.name()
+    }
+}
+
+/// One printed row.
+struct Line {
+    p2p: bool,
+    size: u64,
+    count: u64,
+    prediction: Prediction,
+    measured: Option<f64>,
+}
+
+pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
+    let kind = kind_of(&args.op)?;
+    let mut system = GpuSystem::parse(&args.topology)?.ok_or_else(|| {
+        Error::input(format!(
+            "--topology '{}': nccl-tests runs on a GPU system: dgx-a100:N, hgx-h100:N, \
+             hgx-h200:N, hgx-b200:N, mi300x:N or pcie:G",
+            args.topology
+        ))
+    })?;
+    if let Some(nic) = &args.nic {
+        system.set_nics(nic)?;
+    }
+    if let Some(k) = &args.nic_kind {
+        system.set_nic_kind(k)?;
+    }
+    let mut allowed = Allowed::default();
+    if let Some(a) = &args.nccl_algo {
+        allowed.set_algos(a)?;
+    }
+    if let Some(p) = &args.nccl_proto {
+        allowed.set_protos(p)?;
+    }
+    let (min, max) = (
+        nccl_size(&args.min_bytes, "-b")?,
+        nccl_size(&args.max_bytes, "-e")?,
+    );
+    if min == 0 || max < min {
+        return Err(Error::input(format!(
+            "-b {} -e {}: sizes must be positive and -e at least -b",
+            args.min_bytes, args.max_bytes
+        )));
+    }
+    if args.factor < 2 {
+        return Err(Error::input("-f must be at least 2"));
+    }
+    let gpus = system.gpus();
+    if args.gpus_per_thread == 0 || args.gpus_per_thread > gpus {
+        return Err(Error::input(format!(
+            "-g {}: between 1 and the system's {gpus} GPUs",
+            args.gpus_per_thread
+        )));
+    }
+    if kind.is_rooted() && args.root >= gpus {
+        return Err(Error::input(format!(
+            "-r {}: the root must be a rank below {gpus}",
+            args.root
+        )));
+    }
+    let tsize = type_bytes(&args.datatype)?;
+    let measured = match &args.compare {
+        Some(path) => Some(log::read(path, &args.op)?),
+        None => None,
+    };
+    let model = Model::with_allowed(&system, allowed);
+    let launch = Launch {
+        gpus_per_thread: args.gpus_per_thread,
+    };
+    // nccl-tests rounds each size down to whole elements per rank where ranks split it.
+    let align = match kind {
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
+            tsize * gpus as u64
+        }
+        _ => tsize,
+    };
+    let mut sizes = Vec::new();
+    let mut size = min;
+    while size <= max {
+        let aligned = size / align * align;
+        if aligned > 0 && sizes.last() != Some(&aligned) {
+            sizes.push(aligned);
+        }
+        size = match size.checked_mul(args.factor) {
+            Some(s) => s,
+            None => break,
+        };
+    }
+    use std::io::IsTerminal;
+    let progress = sizes.len() > 8 && std::io::stderr().is_terminal();
+    let mut lines = Vec::with_capacity(sizes.len());
+    for (i, &size) in sizes.iter().enumerate() {
+        if progress {
+            eprint!(
+                "\rprogress: size {}/{} ({})",
+                i + 1,
+                sizes.len(),
+                format_bytes_approx(size as f64)
+            );
+        }
+        let prediction = model.predict(kind, size, args.root, launch)?;
+        let measured_us = measured
+            .as_ref()
+            .and_then(|rows| rows.iter().find(|r| r.size == size).map(|r| r.time_us));
+        lines.push(Line {
+            p2p: kind == CollectiveKind::AllToAll,
+            size,
+            count: size / tsize,
+            prediction,
+            measured: measured_us,
+        });
+    }
+    if progress {
+        eprintln!();
+    }
+    let factor = kind.busbw_factor(gpus);
+    let root = if kind.is_rooted() {
+        args.root as i64
+    } else {
+        -1
+    };
+    let redop = match kind {
+        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => "sum",
+        _ => "none",
+    };
+    let compare = measured.is_some();
+    let csv = render_csv(&lines, &args.datatype, redop, root, factor, compare);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let path = dir.join("nccl_tests.csv");
+        std::fs::write(&path, &csv).map_err(|e| Error::io(path.display(), e))?;
+        if compare {
+            busbw_plot(&lines, &args.op, &system.name, factor, dir)?;
+        }
+    }
+    let text = match args.format {
+        TableFormat::Csv => csv,
+        TableFormat::Table => render_table(&lines, &args, &system, redop, root, factor, compare),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io("stdout", e))
+}
+
+fn time_us(p: &Prediction) -> f64 {
+    p.time.as_ns_f64() / 1e3
+}
+
+fn render_csv(
+    lines: &[Line],
+    dtype: &str,
+    redop: &str,
+    root: i64,
+    factor: f64,
+    compare: bool,
+) -> String {
+    let mut s =
+        String::from("size,count,type,redop,root,time_us,algbw,busbw,algorithm,protocol,channels");
+    if compare {
+        s.push_str(",measured_time_us,time_error");
+    }
+    s.push('\n');
+    for l in lines {
+        let t = time_us(&l.prediction);
+        let algbw = l.size as f64 / (t * 1e3);
+        let c = &l.prediction.choice;
+        s.push_str(&format!(
+            "{},{},{dtype},{redop},{root},{t:.3},{algbw:.3},{:.3},{},{},{}",
+            l.size,
+            l.count,
+            algbw * factor,
+            algorithm_label(l),
+            c.proto.name(),
+            c.channels
+        ));
+        if compare {
+            match l.measured {
+                Some(m) => s.push_str(&format!(",{m},{:.4}", t / m - 1.0)),
+                None => s.push_str(",,"),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn render_table(
+    lines: &[Line],
+    args: &NcclTestsArgs,
+    system: &GpuSystem,
+    redop: &str,
+    root: i64,
+    factor: f64,
+    compare: bool,
+) -> String {
+    let mut s = format!(
+        "# collsim nccl-tests: {}_perf on {} ({} GPUs in {} box{}), -g {}, NCCL's cost model \
+         choosing, collsim's network simulating\n",
+        args.op,
+        system.name,
+        system.gpus(),
+        system.boxes,
+        if system.boxes == 1 { "" } else { "es" },
+        args.gpus_per_thread
+    );
+    s.push_str("#       size         count      type   redop    root     time   algbw   busbw  algorithm  protocol  channels");
+    if compare {
+        s.push_str("  measured   error");
+    }
+    s.push_str("\n#        (B)    (elements)                               (us)  (GB/s)  (GB/s)");
+    if compare {
+        s.push_str("                                 (us)");
+    }
+    s.push('\n');
+    let mut busbw_sum = 0.0;
+    let mut errors = Vec::new();
+    for l in lines {
+        let t = time_us(&l.prediction);
+        let algbw = l.size as f64 / (t * 1e3);
+        busbw_sum += algbw * factor;
+        let c = &l.prediction.choice;
+        s.push_str(&format!(
+            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7.2}  {:>6.2}  {:>6.2}  {:>9}  {:>8}  {:>8}",
+            l.size,
+            l.count,
+            args.datatype,
+            redop,
+            root,
+            t,
+            algbw,
+            algbw * factor,
+            algorithm_label(l),
+            c.proto.name(),
+            c.channels
+        ));
+        if let Some(m) = l.measured {
+            let e = t / m - 1.0;
+            if l.size >= 1 << 20 {
+                errors.push(e.abs());
+            }
+            s.push_str(&format!("  {m:>8.2}  {:>+6.1}%", 100.0 * e));
+        }
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "# Avg bus bandwidth    : {:.4}\n",
+        busbw_sum / lines.len().max(1) as f64
+    ));
+    if compare && !errors.is_empty() {
+        let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+        let worst = errors.iter().cloned().fold(0.0, f64::max);
+        s.push_str(&format!(
+            "# Time error from 1 MiB up: mean {:.1}%, worst {:.1}% over {} sizes\n",
+            100.0 * mean,
+            100.0 * worst,
+            errors.len()
+        ));
+    }
+    s
+}
+
+fn busbw_plot(
+    lines: &[Line],
+    op: &str,
+    system: &str,
+    factor: f64,
+    dir: &std::path::Path,
+) -> Result<(), Error> {
+    let predicted: Vec<(f64, f64)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l.size as f64,
+                l.size as f64 / (time_us(&l.prediction) * 1e3) * factor,
+            )
+        })
+        .collect();
+    let measured: Vec<(f64, f64)> = lines
+        .iter()
+        .filter_map(|l| {
+            l.measured
+                .map(|m| (l.size as f64, l.size as f64 / (m * 1e3) * factor))
+        })
+        .collect();
+    let figure = LinePlot {
+        title: format!("{op} on {system}: collsim's NCCL model against the measured log"),
+        x_label: "size".into(),
+        y_label: "bus bandwidth (GB/s)".into(),
+        log_x: true,
+        x_format: |x| format_bytes_approx(x),
+        y_max: None,
+        series: vec![
+            Series {
+                name: "collsim (predicted)".into(),
+                points: predicted,
+                dashed: false,
+            },
+            Series {
+                name: "measured".into(),
+                points: measured,
+                dashed: true,
+            },
+        ],
+    };
+    plot::save_png(&figure, &dir.join("busbw.png"))?;
+    plot::save_svg(&figure, &dir.join("busbw.svg"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_nccl_tests_does() {
+        assert_eq!(nccl_size("8", "-b").unwrap(), 8);
+        assert_eq!(nccl_size("8G", "-e").unwrap(), 8 << 30);
+        assert_eq!(nccl_size("128M", "-b").unwrap(), 128 << 20);
+        assert_eq!(nccl_size("1KiB", "-b").unwrap(), 1024);
+        assert!(nccl_size("lots", "-b").is_err());
+        assert!(kind_of("allreduce").is_err());
+        assert_eq!(type_bytes("half").unwrap(), 2);
+    }
+}

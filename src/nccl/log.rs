@@ -1,0 +1,278 @@
+//! Measured nccl-tests results: the log `all_reduce_perf` and friends print (the out-of-place
+//! columns of each data row), or a Markdown table of `size | time | algbw | busbw` rows. A log
+//! holding several tests marks each with its name (`# ... all_gather_perf ...`, `## all_gather,
+//! 8 ranks`); rows belong to the last name seen.
+
+use std::path::Path;
+
+use crate::Error;
+
+/// nccl-tests' names of the operations, as `OP` takes them.
+pub const OPS: [&str; 6] = [
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "alltoall",
+    "broadcast",
+    "reduce",
+];
+
+/// One measured size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Row {
+    pub size: u64,
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    /// 1-based line in the log.
+    pub line: usize,
+}
+
+/// The operation a header line names, if any (`all_reduce_perf`, `## all_gather, ...`).
+fn named_op(line: &str) -> Option<&'static str> {
+    let words = line
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map(|w| w.trim_end_matches("_perf").to_ascii_lowercase());
+    for w in words {
+        if let Some(op) = OPS.iter().find(|op| **op == w) {
+            return Some(op);
+        }
+    }
+    None
+}
+
+/// The time unit a header declares: `(us)`, `time_us`, `(ms)`, `time_ms`.
+fn time_unit(line: &str) -> Option<f64> {
+    let l = line.to_ascii_lowercase();
+    if l.contains("(us)") || l.contains("time_us") {
+        Some(1.0)
+    } else if l.contains("(ms)") || l.contains("time_ms") {
+        Some(1000.0)
+    } else {
+        None
+    }
+}
+
+/// Reads the rows of `op` from the log at `path`. Errors name the file and line: a data row cut
+/// short, no rows at all, a log whose tests do not include `op`, or time units that change.
+pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{shown}: cannot read the log: {}",
+            crate::io_words(&e)
+        ))
+    })?;
+    let mut rows = Vec::new();
+    let mut current: Option<&'static str> = None;
+    let mut seen_ops: Vec<&'static str> = Vec::new();
+    let mut unit: Option<(f64, usize)> = None;
+    let mut has_root = false;
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let header = line.starts_with('#')
+            || line.chars().any(|c| c.is_ascii_alphabetic()) && !looks_like_row(line);
+        if header {
+            if let Some(found) = named_op(line) {
+                current = Some(found);
+                if !seen_ops.contains(&found) {
+                    seen_ops.push(found);
+                }
+            }
+            if line.contains("root") {
+                has_root = true;
+            }
+            if let Some(u) = time_unit(line) {
+                if let Some((before, at)) = unit {
+                    if before != u {
+                        return Err(Error::input(format!(
+                            "{shown}:{line_no}: time unit changes (line {at} gave another): \
+                             mixed units in one log"
+                        )));
+                    }
+                }
+                unit = Some((u, line_no));
+            }
+            continue;
+        }
+        if current.is_some_and(|c| c != op) {
+            continue;
+        }
+        let row = parse_row(line, has_root).map_err(|why| {
+            Error::input(format!("{shown}:{line_no}: {why}: '{}'", shorten(line)))
+        })?;
+        if let Some(mut row) = row {
+            row.line = line_no;
+            row.time_us *= unit.map_or(1.0, |u| u.0);
+            if !rows.iter().any(|r: &Row| r.size == row.size) {
+                rows.push(row);
+            }
+        }
+    }
+    if rows.is_empty() {
+        if !seen_ops.is_empty() && !seen_ops.contains(&op) {
+            return Err(Error::input(format!(
+                "{shown}: the log holds {} results, not {op}",
+                seen_ops.join(", ")
+            )));
+        }
+        return Err(Error::input(format!(
+            "{shown}: no nccl-tests rows (size, count, type, ..., time, algbw, busbw) found for {op}"
+        )));
+    }
+    Ok(rows)
+}
+
+fn shorten(line: &str) -> String {
+    let s: String = line.chars().take(60).collect();
+    s.escape_debug().to_string()
+}
+
+/// A line whose first field is a whole number: a data row (nccl-tests' or a Markdown table's).
+fn looks_like_row(line: &str) -> bool {
+    fields(line)
+        .first()
+        .and_then(|f| f.split_whitespace().next())
+        .is_some_and(|f| f.chars().all(|c| c.is_ascii_digit()))
+}
+
+fn fields(line: &str) -> Vec<&str> {
+    if line.starts_with('|') {
+        line.trim_matches('|').split('|').map(str::trim).collect()
+    } else {
+        line.split_whitespace().collect()
+    }
+}
+
+/// A data row: Markdown `size | time | algbw | busbw` (a size label may follow the size), or
+/// nccl-tests' `size count type redop [root] time algbw busbw #wrong ...`.
+fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
+    let f = fields(line);
+    let size: u64 = match f.first().and_then(|s| s.split_whitespace().next()) {
+        Some(s) => match s.parse() {
+            Ok(v) => v,
+            Err(_) => return Ok(None),
+        },
+        None => return Ok(None),
+    };
+    let number = |s: &str| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+    let values: Vec<f64> = if line.starts_with('|') {
+        f[1..].iter().filter_map(|s| number(s)).collect()
+    } else {
+        // Skip count, type and redop (and root where the header has it).
+        let rest: Vec<&str> = f
+            .iter()
+            .skip(1)
+            .skip_while(|s| s.chars().all(|c| c.is_ascii_digit()))
+            .skip_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
+            .copied()
+            .collect();
+        let rest = if has_root && rest.first().is_some_and(|s| s.parse::<i64>().is_ok()) {
+            &rest[1..]
+        } else {
+            &rest[..]
+        };
+        rest.iter()
+            .take(3)
+            .map(|s| number(s).unwrap_or(-1.0))
+            .collect()
+    };
+    if values.len() < 3 || values.iter().take(3).any(|&v| v < 0.0) {
+        return Err("a data row without time, algbw and busbw (truncated?)".into());
+    }
+    if values[0] <= 0.0 {
+        return Err("a data row with a time of 0".into());
+    }
+    Ok(Some(Row {
+        size,
+        time_us: values[0],
+        algbw: values[1],
+        busbw: values[2],
+        line: 0,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile_path::Temp {
+        tempfile_path::Temp::new(text)
+    }
+
+    /// A tiny stand-in for a temporary file (removed on drop).
+    mod tempfile_path {
+        pub struct Temp(pub std::path::PathBuf);
+        impl Temp {
+            pub fn new(text: &str) -> Temp {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "collsim-log-{}-{}.txt",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::write(&p, text).unwrap();
+                Temp(p)
+            }
+        }
+        impl Drop for Temp {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    const LOG: &str = "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor)
+# Using devices
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2     float     sum      -1    36.47    0.00    0.00      0    35.21    0.00    0.00      0
+     1048576        262144     float     sum      -1    85.58   12.25   22.97      0    84.00   12.48   23.40      0
+# Avg bus bandwidth    : 66.4834
+";
+
+    #[test]
+    fn reads_nccl_tests_output() {
+        let f = write(LOG);
+        let rows = read(&f.0, "all_reduce").unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].size, 1 << 20);
+        assert_eq!((rows[1].time_us, rows[1].busbw), (85.58, 22.97));
+        assert_eq!(rows[1].line, 7);
+    }
+
+    #[test]
+    fn reads_markdown_sections() {
+        let f = write("## all_gather, 8 ranks\n| size_B | time_us | algbw_GBps | busbw_GBps |\n|---:|---:|---:|---:|\n| 128 | 16.12 | 0.01 | 0.01 |\n## alltoall\n| size_B | time_us | a | b |\n| 128 | 11.02 | 0.01 | 0.01 |\n");
+        let rows = read(&f.0, "all_gather").unwrap();
+        assert_eq!((rows.len(), rows[0].time_us), (1, 16.12));
+        assert_eq!(read(&f.0, "alltoall").unwrap()[0].time_us, 11.02);
+        let e = read(&f.0, "all_reduce").unwrap_err().to_string();
+        assert!(
+            e.contains("holds all_gather, alltoall results, not all_reduce"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_logs_name_file_and_line() {
+        let truncated = write(&LOG.replace(
+            "    85.58   12.25   22.97      0    84.00   12.48   23.40      0",
+            "    85.58",
+        ));
+        let e = read(&truncated.0, "all_reduce").unwrap_err().to_string();
+        assert!(e.contains(":7: a data row without time"), "{e}");
+        let empty = write("# nothing here\n");
+        let e = read(&empty.0, "all_reduce").unwrap_err().to_string();
+        assert!(e.contains("no nccl-tests rows"), "{e}");
+        let mixed = write("| size | time_us | a | b |\n| 8 | 1.0 | 0 | 0 |\n| size | time_ms | a | b |\n| 16 | 1.0 | 0 | 0 |\n");
+        let e = read(&mixed.0, "all_reduce").unwrap_err().to_string();
+        assert!(e.contains(":3: time unit changes"), "{e}");
+    }
+}

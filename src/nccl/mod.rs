@@ -1,0 +1,607 @@
+//! The NCCL model: what NCCL would run for a collective on a GPU system, and how long it takes.
+//!
+//! 1. [`graph`]: NCCL's channel search gives each algorithm its channels and per-channel
+//!    bandwidth on the system ([`crate::topology::GpuSystem`]).
+//! 2. [`tuning`]: NCCL's cost model turns them into a latency and bandwidth per (algorithm,
+//!    protocol) and picks the fastest, with the channel and thread counts NCCL would use; the
+//!    user may force algorithms and protocols as NCCL_ALGO / NCCL_PROTO do.
+//! 3. The choice is run, not evaluated by formula: the algorithm's kernels
+//!    ([`crate::algorithms::nccl_kernels`]) produce a schedule of NCCL's channels, loops, chunks
+//!    and slices, which is validated and simulated on the system's network. The network is the
+//!    system's, with each link at the rate NCCL books for it under the protocol (NVLink at NCCL's
+//!    per-link figure, the NIC at its search speed, scaled by the protocol's efficiency as NCCL's
+//!    model scales it) and each hop at NCCL's per-step latency of the protocol; each box's
+//!    NVSwitch is a relay NPU that reduces (NVLS). The call's fixed cost (NCCL's base latency and
+//!    the kernel launches, [`constants::LAUNCH_US`]) is added.
+//!
+//! What is not modelled: CollNet (SHARP) execution and PAT (one GPU per node), user buffer
+//! registration, the proxy thread's network progress, and clocks that differ between GPUs.
+
+pub mod constants;
+pub mod graph;
+pub mod log;
+pub mod tuning;
+
+use crate::algorithms::nccl_kernels::{self, Cut};
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::{validate_with_relays, Schedule};
+use crate::sim::{simulate, SimOptions};
+use crate::topology::{GpuSystem, Intra, Topology};
+use crate::units::{Bandwidth, Time};
+use crate::Error;
+use constants::*;
+use graph::Graph;
+use tuning::Tables;
+
+/// NCCL's algorithms, in its order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algo {
+    Tree = 0,
+    Ring = 1,
+    CollNetDirect = 2,
+    CollNetChain = 3,
+    Nvls = 4,
+    NvlsTree = 5,
+    Pat = 6,
+}
+
+impl Algo {
+    pub const ALL: [Algo; ALGOS] = [
+        Algo::Tree,
+        Algo::Ring,
+        Algo::CollNetDirect,
+        Algo::CollNetChain,
+        Algo::Nvls,
+        Algo::NvlsTree,
+        Algo::Pat,
+    ];
+
+    /// The name NCCL prints and NCCL_ALGO takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Tree => "Tree",
+            Algo::Ring => "Ring",
+            Algo::CollNetDirect => "CollNetDirect",
+            Algo::CollNetChain => "CollNetChain",
+            Algo::Nvls => "NVLS",
+            Algo::NvlsTree => "NVLSTree",
+            Algo::Pat => "PAT",
+        }
+    }
+
+    /// Which functions NCCL's tuning model prices for the algorithm.
+    fn runs(self, func: Func) -> bool {
+        match func {
+            Func::Broadcast | Func::Reduce => self == Algo::Ring,
+            Func::AllGather | Func::ReduceScatter => {
+                matches!(
+                    self,
+                    Algo::Pat | Algo::Ring | Algo::Nvls | Algo::CollNetDirect
+                )
+            }
+            Func::AllReduce => self != Algo::Pat,
+        }
+    }
+
+    /// NVLS and NVLSTree run only Simple; CollNet too.
+    fn takes(self, proto: Proto) -> bool {
+        match self {
+            Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain => {
+                proto == Proto::Simple
+            }
+            _ => true,
+        }
+    }
+}
+
+/// NCCL's protocols.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proto {
+    LL = 0,
+    LL128 = 1,
+    Simple = 2,
+}
+
+impl Proto {
+    pub const ALL: [Proto; PROTOS] = [Proto::LL, Proto::LL128, Proto::Simple];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::LL => "LL",
+            Proto::LL128 => "LL128",
+            Proto::Simple => "Simple",
+        }
+    }
+}
+
+/// Collective functions NCCL's tuning model prices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Func {
+    Broadcast = 0,
+    Reduce = 1,
+    AllGather = 2,
+    ReduceScatter = 3,
+    AllReduce = 4,
+}
+
+impl Func {
+    pub const COUNT: usize = 5;
+    pub const ALL: [Func; 5] = [
+        Func::Broadcast,
+        Func::Reduce,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::AllReduce,
+    ];
+
+    fn of(kind: CollectiveKind) -> Option<Func> {
+        Some(match kind {
+            CollectiveKind::Broadcast => Func::Broadcast,
+            CollectiveKind::Reduce => Func::Reduce,
+            CollectiveKind::AllGather => Func::AllGather,
+            CollectiveKind::ReduceScatter => Func::ReduceScatter,
+            CollectiveKind::AllReduce => Func::AllReduce,
+            _ => return None,
+        })
+    }
+}
+
+/// Which algorithms and protocols may run: NCCL_ALGO / NCCL_PROTO lists (`Ring,Tree`,
+/// `^LL128`), case-insensitive.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Allowed {
+    pub algos: [bool; ALGOS],
+    pub protos: [bool; PROTOS],
+}
+
+impl Default for Allowed {
+    fn default() -> Allowed {
+        Allowed {
+            algos: [true; ALGOS],
+            protos: [true; PROTOS],
+        }
+    }
+}
+
+impl Allowed {
+    /// Applies an NCCL_ALGO-style list (`--nccl-algo`).
+    pub fn set_algos(&mut self, text: &str) -> Result<(), Error> {
+        let names: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
+        self.algos = parse_list(text, "--nccl-algo", &names)?
+            .try_into()
+            .expect("one flag per algorithm");
+        Ok(())
+    }
+
+    /// Applies an NCCL_PROTO-style list (`--nccl-proto`).
+    pub fn set_protos(&mut self, text: &str) -> Result<(), Error> {
+        let names: Vec<&str> = Proto::ALL.iter().map(|p| p.name()).collect();
+        self.protos = parse_list(text, "--nccl-proto", &names)?
+            .try_into()
+            .expect("one flag per protocol");
+        Ok(())
+    }
+}
+
+/// `a,b` enables those names only; `^a,b` all but those.
+fn parse_list(text: &str, flag: &str, names: &[&str]) -> Result<Vec<bool>, Error> {
+    let (except, list) = match text.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let mut on = vec![except; names.len()];
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let i = names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(item))
+            .ok_or_else(|| {
+                Error::input(format!(
+                    "{flag} '{item}': expected one of {}",
+                    names.join(", ")
+                ))
+            })?;
+        on[i] = !except;
+    }
+    if !on.contains(&true) {
+        return Err(Error::input(format!("{flag} '{text}' enables nothing")));
+    }
+    Ok(on)
+}
+
+/// What NCCL runs for one call, and NCCL's own estimate of its time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub channels: u32,
+    pub threads: u64,
+    /// NCCL's cost model's time, us.
+    pub estimate_us: f64,
+}
+
+/// The NCCL model of one system.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub system: GpuSystem,
+    pub graphs: [Graph; ALGOS],
+    pub tables: Tables,
+    pub allowed: Allowed,
+    /// Channels of the communicator (rings doubled by NCCL's connect step).
+    pub comm_channels: u32,
+    pub nvls_channels: u32,
+}
+
+/// How nccl-tests drives the GPUs: `gpus_per_thread` kernels launched one after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub gpus_per_thread: u32,
+}
+
+impl Default for Launch {
+    fn default() -> Launch {
+        Launch { gpus_per_thread: 1 }
+    }
+}
+
+/// A simulated call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    pub choice: Choice,
+    /// The whole call as nccl-tests times it.
+    pub time: Time,
+    /// Transfers simulated.
+    pub transfers: usize,
+}
+
+/// Transfers a simulated call may have; beyond, a channel's loops are merged (such calls are
+/// long enough to be bound by bandwidth, where the loops' count no longer matters).
+const TRANSFER_BUDGET: u64 = 1 << 19;
+
+impl Model {
+    pub fn new(system: &GpuSystem) -> Model {
+        Model::with_allowed(system, Allowed::default())
+    }
+
+    pub fn with_allowed(system: &GpuSystem, allowed: Allowed) -> Model {
+        let graphs = graph::search(system);
+        let tables = tuning::tune(system, &graphs, &allowed.algos, &allowed.protos);
+        let ring = graphs[Algo::Ring as usize].channels;
+        let tree = graphs[Algo::Tree as usize].channels;
+        let comm_channels = (2 * ring.min(tree)).clamp(1, MAX_CHANNELS);
+        let nvls_channels = match system.arch {
+            crate::topology::GpuArch::Blackwell if system.boxes > 1 => NVLS_CHANNELS_SM100,
+            crate::topology::GpuArch::Blackwell => NVLS_CHANNELS_SM100_NVL,
+            _ => NVLS_CHANNELS_SM90,
+        };
+        Model {
+            system: system.clone(),
+            graphs,
+            tables,
+            allowed,
+            comm_channels,
+            nvls_channels,
+        }
+    }
+
+    /// What NCCL picks for a call of `bytes` (nccl-tests' size) of `kind`.
+    pub fn choose(&self, kind: CollectiveKind, bytes: u64) -> Result<Choice, Error> {
+        if kind == CollectiveKind::AllToAll {
+            // Point-to-point: Simple over p2p channels, no tuning table.
+            return Ok(Choice {
+                algo: Algo::Ring,
+                proto: Proto::Simple,
+                channels: self.comm_channels,
+                threads: MAX_THREADS[Proto::Simple as usize],
+                estimate_us: 0.0,
+            });
+        }
+        let func = Func::of(kind).ok_or_else(|| {
+            Error::input(format!("NCCL has no {kind} collective (nccl-tests: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce)"))
+        })?;
+        let mut best: Option<(f64, Algo, Proto)> = None;
+        for algo in Algo::ALL {
+            if !self.runnable(algo) {
+                continue;
+            }
+            for proto in Proto::ALL {
+                let time = tuning::algo_time(
+                    &self.tables,
+                    &self.system,
+                    self.comm_channels,
+                    func,
+                    algo,
+                    proto,
+                    bytes,
+                );
+                if let Some(t) = time {
+                    if best.is_none_or(|(b, _, _)| t < b) {
+                        best = Some((t, algo, proto));
+                    }
+                }
+            }
+        }
+        let (estimate_us, algo, proto) = best.ok_or_else(|| {
+            Error::input(format!(
+                "no NCCL algorithm and protocol allowed by --nccl-algo/--nccl-proto runs {kind} on {}",
+                self.system.name
+            ))
+        })?;
+        let (channels, threads) = tuning::channels_and_threads(
+            self.comm_channels,
+            self.nvls_channels,
+            self.system.gpus(),
+            algo,
+            proto,
+            bytes,
+        );
+        Ok(Choice {
+            algo,
+            proto,
+            channels,
+            threads,
+            estimate_us,
+        })
+    }
+
+    /// Algorithms NCCL enables on this system (`ncclTopoTuneModel`'s disable rules) whose
+    /// execution collsim models.
+    fn runnable(&self, algo: Algo) -> bool {
+        let boxes = self.system.boxes;
+        match algo {
+            Algo::NvlsTree => boxes > 1,
+            // NVLS across boxes needs CollNet; CollNet and PAT are not modelled.
+            Algo::Nvls => boxes == 1,
+            Algo::CollNetDirect | Algo::CollNetChain | Algo::Pat => false,
+            Algo::Ring | Algo::Tree => true,
+        }
+    }
+
+    /// Runs one call of `bytes` of `kind` as NCCL would (or as forced), launched as `launch` says.
+    pub fn predict(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        root: u32,
+        launch: Launch,
+    ) -> Result<Prediction, Error> {
+        let choice = self.choose(kind, bytes)?;
+        let (topology, switches) = self.network(choice)?;
+        let n = self.system.gpus();
+        let npus: Vec<u32> = (0..n).collect();
+        let cut = self.cut(kind, bytes, choice);
+        // A call smaller than one byte a piece is simulated at that size (latency-bound).
+        let chunks = if kind == CollectiveKind::AllToAll {
+            self.p2p_chunks(bytes)
+        } else {
+            cut.chunks()
+        };
+        let per_buffer = match kind {
+            CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
+            CollectiveKind::AllToAll => n as u64 * chunks as u64,
+            _ => n as u64 * chunks as u64,
+        };
+        let root = kind.is_rooted().then_some(root);
+        let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
+        let schedule = self.kernel(&collective, choice, cut, &switches)?;
+        validate_with_relays(&schedule, &collective, &switches, 0x5eed)?;
+        let result = simulate(&topology, &schedule, &SimOptions::default(), &mut ())?;
+        let fixed = self.fixed_cost_us(choice, launch);
+        let time = result.finish + Time::from_ps((fixed * 1e6).round() as u64);
+        Ok(Prediction {
+            choice,
+            time,
+            transfers: schedule.len(),
+        })
+    }
+
+    /// The call's fixed cost outside the simulated traffic, us: NCCL's base latency of the
+    /// algorithm and protocol, the kernel launch, and the launches of the other GPUs a thread
+    /// drives before the last one starts.
+    fn fixed_cost_us(&self, choice: Choice, launch: Launch) -> f64 {
+        let base = match choice.algo {
+            // NVLS's latency in NCCL's model is a fixed cost of the call.
+            Algo::Nvls => HW_LATENCY[HW_NVLINK][Algo::Nvls as usize][2],
+            Algo::NvlsTree => HW_LATENCY[HW_NVLINK][Algo::NvlsTree as usize][2],
+            a => BASE_LATENCY[a as usize][choice.proto as usize],
+        };
+        let others = launch.gpus_per_thread.saturating_sub(1) as f64;
+        base + FIXED_OVERHEAD_US + others * LAUNCH_US
+    }
+
+    /// How NCCL cuts the call: channels, loops of `channels x ranks x chunk` bytes, slices.
+    fn cut(&self, kind: CollectiveKind, bytes: u64, choice: Choice) -> Cut {
+        let p = choice.proto as usize;
+        let n = self.system.gpus() as u64;
+        let channels = choice.channels.max(1);
+        let step = BUFFER_BYTES[p] / STEPS;
+        let ring_like = matches!(
+            kind,
+            CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+        ) && choice.algo == Algo::Ring;
+        let (chunk, slices) = match (choice.algo, choice.proto) {
+            (Algo::Nvls | Algo::NvlsTree, _) => (self.nvls_chunk(bytes, channels), 1),
+            (_, Proto::Simple) if ring_like => (
+                step * RING_CHUNK_STEPS,
+                (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
+            ),
+            (_, Proto::Simple) => (step, 1),
+            // LL carries 8 bytes of data in 16; LL128 120 in 128.
+            (_, Proto::LL) => (step / 2, 1),
+            (_, Proto::LL128) => (step / 128 * 120, 1),
+        };
+        // Data a loop of one channel moves per rank part.
+        // (A tree unit carries the whole chunk; a ring or NVLS unit one chunk per rank.)
+        let per_part = match (kind, choice.algo) {
+            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => bytes,
+            (_, Algo::Tree) => bytes,
+            _ => bytes.div_ceil(n),
+        };
+        let mut loops = per_part.div_ceil(channels as u64 * chunk).max(1);
+        let steps_per_loop = match (kind, choice.algo) {
+            (CollectiveKind::AllReduce, Algo::Ring) => 2 * (n - 1) * n,
+            (_, Algo::Ring) => (n - 1) * n,
+            (_, Algo::Tree) => 2 * (n - 1),
+            (_, Algo::Nvls | Algo::NvlsTree) => 3 * n * n,
+            _ => 2 * n,
+        };
+        let per_loop = channels as u64 * slices as u64 * steps_per_loop;
+        if loops * per_loop > TRANSFER_BUDGET {
+            loops = (TRANSFER_BUDGET / per_loop).max(1);
+        }
+        // At least one byte per piece.
+        let pieces_per_part = |loops: u64| loops * channels as u64 * slices as u64;
+        while loops > 1 && pieces_per_part(loops) > per_part {
+            loops /= 2;
+        }
+        // A send fills `slice steps` of the receiver's NCCL_STEPS slots.
+        let steps_per_send = if slices > 1 { RING_SLICE_STEPS } else { 1 };
+        let mut cut = Cut {
+            channels,
+            loops: loops as u32,
+            slices,
+            window: (STEPS / steps_per_send) as u32,
+        };
+        while cut.chunks() as u64 > per_part.max(1) && cut.slices > 1 {
+            cut.slices -= 1;
+        }
+        while cut.chunks() as u64 > per_part.max(1) && cut.channels > 1 {
+            cut.channels -= 1;
+        }
+        cut
+    }
+
+    /// NVLS's chunk for a call (src/enqueue.cc `calcCollChunking`): 128 KiB, halved down to 16
+    /// KiB as the call shrinks against channels x heads x chunk.
+    fn nvls_chunk(&self, bytes: u64, channels: u32) -> u64 {
+        let ops = channels as u64 * self.system.gpus_per_box as u64;
+        let mut chunk = NVLS_CHUNK_BYTES;
+        if bytes < 64 * ops * chunk && chunk > 65536 {
+            chunk = 65536;
+        }
+        if bytes < 8 * ops * chunk && chunk > 32768 {
+            chunk = 32768;
+        }
+        if bytes < 2 * ops * chunk && chunk > 16384 {
+            chunk = 16384;
+        }
+        chunk
+    }
+
+    /// Pieces per pair of an all-to-all of `bytes` per rank: NCCL's p2p chunk (512 KiB over
+    /// NVLink, 128 KiB across boxes).
+    fn p2p_chunks(&self, bytes: u64) -> u32 {
+        let n = self.system.gpus() as u64;
+        let chunk = if self.system.boxes > 1 {
+            P2P_NET_CHUNK
+        } else {
+            P2P_NVLINK_CHUNK
+        };
+        let per_pair = bytes / n.max(1);
+        let budget = (TRANSFER_BUDGET / (n * n)).max(1);
+        per_pair
+            .div_ceil(chunk)
+            .clamp(1, budget)
+            .min(per_pair.max(1)) as u32
+    }
+
+    /// The schedule of the chosen algorithm.
+    fn kernel(
+        &self,
+        c: &Collective,
+        choice: Choice,
+        cut: Cut,
+        switches: &[u32],
+    ) -> Result<Schedule, Error> {
+        let g = self.system.gpus_per_box;
+        match (c.kind, choice.algo) {
+            (CollectiveKind::AllToAll, _) => nccl_kernels::all_to_all(c),
+            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => {
+                nccl_kernels::chain(c, &self.rings(), cut)
+            }
+            (_, Algo::Nvls | Algo::NvlsTree) => nccl_kernels::nvls(c, g, switches, cut),
+            (CollectiveKind::AllReduce, Algo::Tree) => nccl_kernels::tree_all_reduce(c, g, cut),
+            _ => nccl_kernels::ring(c, &self.rings(), cut),
+        }
+    }
+
+    /// Channel rings: GPUs in box order, entering each box on one local index and leaving on
+    /// another so that the channels spread over the NICs; every other channel reversed.
+    fn rings(&self) -> Vec<Vec<u32>> {
+        let g = self.system.gpus_per_box;
+        let boxes: Vec<Vec<u32>> = (0..self.system.boxes)
+            .map(|b| (b * g..(b + 1) * g).collect())
+            .collect();
+        crate::algorithms::nccl_channel_rings(&boxes, true)
+    }
+
+    /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
+    /// (each box's NVSwitch) for NVLS.
+    fn network(&self, choice: Choice) -> Result<(Topology, Vec<u32>), Error> {
+        let s = &self.system;
+        let (a, p) = (choice.algo as usize, choice.proto as usize);
+        let graph = &self.graphs[a];
+        let raw = graph.channels as f64 * graph.bw_intra;
+        // The protocol's share of the raw channel bandwidth in NCCL's model.
+        let scale = if raw > 0.0 {
+            let f = Func::AllReduce as usize;
+            let ratio = match choice.algo {
+                Algo::Ring => s.gpus() as f64 / (2.0 * (s.gpus() as f64 - 1.0)),
+                _ => 0.5,
+            };
+            match choice.algo {
+                Algo::Ring | Algo::Tree => {
+                    (self.tables.bandwidth[f][a][p] / ratio / raw).clamp(0.01, 1.0)
+                }
+                _ => 1.0,
+            }
+        } else {
+            1.0
+        };
+        let intra = match choice.algo {
+            Algo::Nvls | Algo::NvlsTree => {
+                s.nccl_intra_gbps() * NVLS_EFFICIENCY[s.arch.table_index()]
+            }
+            _ => s.nccl_intra_gbps() * scale,
+        };
+        let nic = graph.bw_inter.max(0.1) * scale * self.nic_channels_per_nic();
+        let hw_intra = if s.intra == Intra::Pcie {
+            HW_PCI
+        } else {
+            HW_NVLINK
+        };
+        let lat_algo = match choice.algo {
+            Algo::Nvls | Algo::NvlsTree => Algo::Ring as usize,
+            _ => a,
+        };
+        let lat_proto = match choice.algo {
+            Algo::Nvls | Algo::NvlsTree => Proto::Simple as usize,
+            _ => p,
+        };
+        let mut intra_lat = HW_LATENCY[hw_intra][lat_algo][lat_proto];
+        if s.boxes > 1 {
+            let overhead = NET_OVERHEAD_US * if p == 2 { 3.0 } else { 1.0 };
+            intra_lat = intra_lat.max(overhead);
+        }
+        let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
+        // Each hop crosses two links (GPU - switch - GPU).
+        let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
+        let gb = Bandwidth::gb_per_sec;
+        let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
+        let topology = s.network_at(nvls, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
+        let switches = if nvls && s.intra != Intra::FullMesh {
+            (s.gpus()..s.gpus() + s.boxes).collect()
+        } else {
+            Vec::new()
+        };
+        Ok((topology, switches))
+    }
+
+    /// NIC link rate per search channel: the search books `channels x bwInter` over the NICs.
+    fn nic_channels_per_nic(&self) -> f64 {
+        let ring = &self.graphs[Algo::Ring as usize];
+        if self.system.nics_per_box == 0 {
+            return 1.0;
+        }
+        (ring.channels as f64 / self.system.nics_per_box as f64).max(1.0)
+    }
+}

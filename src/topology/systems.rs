@@ -1,0 +1,376 @@
+//! GPU systems people own, by name: `dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N` (N
+//! boxes of 8 GPUs on NVSwitch, one NIC per GPU on a rail-optimised leaf/spine), `mi300x:N` (8
+//! GPUs a box on an xGMI full mesh) and `pcie:G` (G GPUs behind PCIe switches, one box).
+//!
+//! A [`GpuSystem`] holds the figures the NCCL model reads (GPU generation, links per GPU and their
+//! rate, NICs); [`GpuSystem::topology`] draws it as a network. Every default figure comes from the
+//! vendor's datasheet (cited on each constructor) and can be overridden (`--nic`, `--nic-kind`,
+//! `--sharp`).
+
+use super::{Link, NodeId, Topology};
+use crate::units::{parse_bandwidth, Bandwidth, Time};
+use crate::Error;
+
+/// GPU generations, as NCCL's tuning tables index them (by CUDA compute capability).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuArch {
+    /// SM 8.0 (A100).
+    Ampere,
+    /// SM 9.0 (H100, H200).
+    Hopper,
+    /// SM 10.0 (B200).
+    Blackwell,
+    /// AMD CDNA3 (MI300X), run by RCCL; modelled with NCCL's Hopper-class constants.
+    Cdna3,
+}
+
+impl GpuArch {
+    /// Index into NCCL's per-generation tables (Volta 0, Ampere 1, Hopper 2, Blackwell 3).
+    pub fn table_index(self) -> usize {
+        match self {
+            GpuArch::Ampere => 1,
+            GpuArch::Hopper | GpuArch::Cdna3 => 2,
+            GpuArch::Blackwell => 3,
+        }
+    }
+
+    /// NCCL's effective bandwidth of one NVLink per direction in GB/s (src/graph/topo.h,
+    /// `SM80_NVLINK_BW` 20.0, `SM90_NVLINK_BW` 20.6, `SM100_NVLINK_BW` 40.1): about 80% of the
+    /// line rate, the NVLink protocol overhead sjeaugey describes in nccl-tests#212.
+    pub fn nccl_link_gbps(self) -> f64 {
+        match self {
+            GpuArch::Ampere => 20.0,
+            GpuArch::Hopper => 20.6,
+            GpuArch::Blackwell => 40.1,
+            // 64 GB/s xGMI line rate at NVLink's 80%.
+            GpuArch::Cdna3 => 51.2,
+        }
+    }
+}
+
+/// How the GPUs of a box reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intra {
+    /// Every GPU's links go to the box's NVSwitches (one switch node in the network).
+    NvSwitch,
+    /// A direct link between every pair of GPUs (xGMI).
+    FullMesh,
+    /// PCIe switches: one shared path per GPU.
+    Pcie,
+}
+
+/// The network adapters' kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NicKind {
+    InfiniBand,
+    RoCE,
+}
+
+/// A GPU system's figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSystem {
+    /// The name as given, e.g. `dgx-a100:2`.
+    pub name: String,
+    pub arch: GpuArch,
+    pub boxes: u32,
+    pub gpus_per_box: u32,
+    pub intra: Intra,
+    /// Links from each GPU to its box's fabric (NVLink or xGMI; 1 for PCIe).
+    pub links_per_gpu: u32,
+    /// Line rate of one such link per direction.
+    pub link_line_rate: Bandwidth,
+    /// NICs per box (spread evenly over the GPUs).
+    pub nics_per_box: u32,
+    /// Line rate of one NIC per direction.
+    pub nic_line_rate: Bandwidth,
+    pub nic_kind: NicKind,
+    /// Whether the network switches reduce in the network (SHARP), enabling CollNet.
+    pub sharp: bool,
+    /// Whether the box's switches reduce (NVLink SHARP, Hopper and later NVSwitches).
+    pub nvls: bool,
+}
+
+impl GpuSystem {
+    /// The system named `spec` (`dgx-a100:2`), or None when `spec` names no GPU system.
+    pub fn parse(spec: &str) -> Result<Option<GpuSystem>, Error> {
+        let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
+        if !matches!(
+            kind,
+            "dgx-a100" | "hgx-h100" | "hgx-h200" | "hgx-b200" | "mi300x" | "pcie"
+        ) {
+            return Ok(None);
+        }
+        let count = match arg.trim() {
+            "" => 1,
+            text => text
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| (1..=4096).contains(&n))
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "topology '{spec}': expected {kind}:N with 1 <= N <= 4096 ({})",
+                        if kind == "pcie" { "GPUs" } else { "boxes" }
+                    ))
+                })?,
+        };
+        let gb = |g: f64| Bandwidth::gb_per_sec(g);
+        let gbit = |g: f64| Bandwidth::gb_per_sec(g / 8.0);
+        let boxed = |arch, links, link_rate, nic_rate| GpuSystem {
+            name: spec.to_string(),
+            arch,
+            boxes: count,
+            gpus_per_box: 8,
+            intra: Intra::NvSwitch,
+            links_per_gpu: links,
+            link_line_rate: gb(link_rate),
+            nics_per_box: 8,
+            nic_line_rate: gbit(nic_rate),
+            nic_kind: NicKind::InfiniBand,
+            sharp: false,
+            nvls: arch != GpuArch::Ampere,
+        };
+        let system = match kind {
+            // DGX A100 datasheet: 8 A100 SXM4, 6 NVSwitches, 12 NVLink3 links per GPU at 25 GB/s a
+            // direction (600 GB/s bidirectional), 8 ConnectX-6 HDR 200 Gb/s compute NICs.
+            "dgx-a100" => boxed(GpuArch::Ampere, 12, 25.0, 200.0),
+            // HGX H100 / H200: 18 NVLink4 links at 25 GB/s a direction (900 GB/s bidirectional),
+            // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX H100/H200 datasheets).
+            "hgx-h100" => boxed(GpuArch::Hopper, 18, 25.0, 400.0),
+            "hgx-h200" => boxed(GpuArch::Hopper, 18, 25.0, 400.0),
+            // HGX B200: 18 NVLink5 links at 50 GB/s a direction (1.8 TB/s bidirectional),
+            // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX B200 datasheet).
+            "hgx-b200" => boxed(GpuArch::Blackwell, 18, 50.0, 400.0),
+            // AMD Instinct MI300X platform: 8 GPUs, each with 7 xGMI links of 128 GB/s
+            // bidirectional to its peers; one 400 Gb/s NIC per GPU.
+            "mi300x" => GpuSystem {
+                intra: Intra::FullMesh,
+                nvls: false,
+                ..boxed(GpuArch::Cdna3, 7, 64.0, 400.0)
+            },
+            // A box of G GPUs on PCIe Gen4 x16 (32 GB/s a direction); A100 PCIe cards.
+            _ => GpuSystem {
+                boxes: 1,
+                gpus_per_box: count,
+                intra: Intra::Pcie,
+                links_per_gpu: 1,
+                link_line_rate: gb(32.0),
+                nics_per_box: 0,
+                nvls: false,
+                ..boxed(GpuArch::Ampere, 1, 32.0, 200.0)
+            },
+        };
+        Ok(Some(system))
+    }
+
+    /// Replaces the NICs by `COUNTxSPEED` per box (`16x100Gb`, `8x400Gbps`, `8x50GB/s`).
+    pub fn set_nics(&mut self, text: &str) -> Result<(), Error> {
+        let bad = |why: &str| Error::input(format!("--nic '{text}': {why}"));
+        let (count, speed) = text
+            .split_once(['x', 'X'])
+            .ok_or_else(|| bad("expected COUNTxSPEED, e.g. 16x100Gb"))?;
+        let count: u32 = count
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&c| (1..=64).contains(&c))
+            .ok_or_else(|| bad("the count must be 1 to 64"))?;
+        let speed = speed.trim();
+        // `100Gb` is read as bits, like a NIC's datasheet.
+        let speed = if speed.ends_with("Gb") || speed.ends_with("gb") {
+            format!("{speed}ps")
+        } else {
+            speed.to_string()
+        };
+        self.nic_line_rate = parse_bandwidth(&speed).map_err(|e| bad(&e.to_string()))?;
+        self.nics_per_box = count;
+        Ok(())
+    }
+
+    /// Sets the NIC kind by name (`ib`, `roce`).
+    pub fn set_nic_kind(&mut self, text: &str) -> Result<(), Error> {
+        self.nic_kind = match text.to_ascii_lowercase().as_str() {
+            "ib" | "infiniband" => NicKind::InfiniBand,
+            "roce" => NicKind::RoCE,
+            _ => {
+                return Err(Error::input(format!(
+                    "--nic-kind '{text}': expected ib or roce"
+                )))
+            }
+        };
+        Ok(())
+    }
+
+    pub fn gpus(&self) -> u32 {
+        self.boxes * self.gpus_per_box
+    }
+
+    /// Per-GPU bandwidth into its box's fabric as NCCL counts it, GB/s (links x NCCL's per-link
+    /// figure; PCIe Gen4 at NCCL's 24 GB/s).
+    pub fn nccl_intra_gbps(&self) -> f64 {
+        match self.intra {
+            Intra::Pcie => 24.0,
+            _ => self.links_per_gpu as f64 * self.arch.nccl_link_gbps(),
+        }
+    }
+
+    /// One NIC's rate per direction, GB/s, as NCCL reads it from the adapter (line rate / 8).
+    pub fn nic_gbps(&self) -> f64 {
+        self.nic_line_rate.as_bytes_per_sec() / 1e9
+    }
+
+    /// The system as a network: GPUs `0..n` (box `b` holds `b G .. (b + 1) G`); per box an
+    /// NVSwitch (switches `n..n + boxes`) or the xGMI / PCIe links; with more than one box, one
+    /// leaf switch per rail (GPU `i` of every box on leaf `i`, at its NIC's line rate) and as many
+    /// spines, each joined to every leaf (rail-optimised: cross-rail traffic goes through a
+    /// spine). Links have 500 ns of latency.
+    pub fn topology(&self) -> Result<Topology, Error> {
+        self.network(false, |_| Time::from_ns(500), |_| Time::from_ns(500))
+    }
+
+    /// [`GpuSystem::topology`] with each box's NVSwitch as an NPU (ids `n..n + boxes`, after the
+    /// GPUs) so that schedules may reduce in it, and links at the given rates and latencies:
+    /// `intra(bw)` for GPU-fabric links, `nic(bw)` for the NIC links.
+    pub fn network(
+        &self,
+        nvswitch_as_npu: bool,
+        intra_latency: impl Fn(Bandwidth) -> Time,
+        nic_latency: impl Fn(Bandwidth) -> Time,
+    ) -> Result<Topology, Error> {
+        let intra_rate = Bandwidth::gb_per_sec(self.nccl_intra_gbps());
+        let nic_rate = self.nic_line_rate;
+        self.network_at(
+            nvswitch_as_npu,
+            (intra_rate, intra_latency(intra_rate)),
+            (nic_rate, nic_latency(nic_rate)),
+        )
+    }
+
+    /// The network with every GPU-fabric link at `intra` and every NIC link at `nic`
+    /// (bandwidth, latency); the GPU-fabric figure is per GPU (split evenly over a full mesh's
+    /// links).
+    pub fn network_at(
+        &self,
+        nvswitch_as_npu: bool,
+        intra: (Bandwidth, Time),
+        nic: (Bandwidth, Time),
+    ) -> Result<Topology, Error> {
+        let g = self.gpus_per_box;
+        let n = self.gpus();
+        let boxes = self.boxes;
+        let fabric_nodes = match self.intra {
+            Intra::FullMesh => 0,
+            _ => boxes,
+        };
+        let multi = boxes > 1 && self.nics_per_box > 0;
+        let rails = if multi { self.nics_per_box.min(g) } else { 0 };
+        let spines = if multi && rails > 1 { rails } else { 0 };
+        let mut links = Vec::new();
+        let mut join = |a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)| {
+            for (src, dst) in [(a, b), (b, a)] {
+                links.push(Link {
+                    src,
+                    dst,
+                    latency,
+                    bandwidth,
+                    dim: None,
+                });
+            }
+        };
+        for b in 0..boxes {
+            for i in 0..g {
+                let gpu = b * g + i;
+                match self.intra {
+                    Intra::FullMesh => {
+                        let per_link = (intra.0.divided(g - 1), intra.1);
+                        for j in i + 1..g {
+                            join(gpu, b * g + j, per_link);
+                        }
+                    }
+                    _ => join(gpu, n + b, intra),
+                }
+            }
+        }
+        let leaf = |r: u32| n + fabric_nodes + r;
+        if multi {
+            // NICs per GPU (or GPUs per NIC): a NIC's rate is shared by the GPUs that use it.
+            let nics_per_gpu = self.nics_per_box as f64 / g as f64;
+            let per_gpu = Bandwidth::bytes_per_sec(nic.0.as_bytes_per_sec() * nics_per_gpu);
+            for b in 0..boxes {
+                for i in 0..g {
+                    join(b * g + i, leaf(i % rails), (per_gpu, nic.1));
+                }
+            }
+            let spine = |s: u32| n + fabric_nodes + rails + s;
+            let uplink = Bandwidth::bytes_per_sec(nic.0.as_bytes_per_sec() * boxes as f64 / 2.0);
+            for r in 0..rails {
+                for s in 0..spines {
+                    join(leaf(r), spine(s), (uplink, nic.1));
+                }
+            }
+        }
+        let (npus, switches) = if nvswitch_as_npu {
+            (n + fabric_nodes, rails + spines)
+        } else {
+            (n, fabric_nodes + rails + spines)
+        };
+        Topology::from_parts(
+            self.name.clone(),
+            npus,
+            switches,
+            links,
+            Vec::new(),
+            Vec::new(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_systems_have_their_datasheet_figures() {
+        let a100 = GpuSystem::parse("dgx-a100:2").unwrap().unwrap();
+        assert_eq!((a100.gpus(), a100.links_per_gpu), (16, 12));
+        assert!((a100.nic_gbps() - 25.0).abs() < 1e-9);
+        assert!((a100.nccl_intra_gbps() - 240.0).abs() < 1e-9);
+        let b200 = GpuSystem::parse("hgx-b200:1").unwrap().unwrap();
+        assert!((b200.nccl_intra_gbps() - 721.8).abs() < 1e-9);
+        assert!(b200.nvls && !a100.nvls);
+        assert!(GpuSystem::parse("ring:8").unwrap().is_none());
+        assert!(GpuSystem::parse("hgx-h100:0").is_err());
+    }
+
+    #[test]
+    fn nic_overrides_parse_bits_and_bytes() {
+        let mut s = GpuSystem::parse("dgx-a100:2").unwrap().unwrap();
+        s.set_nics("16x100Gb").unwrap();
+        assert_eq!(s.nics_per_box, 16);
+        assert!((s.nic_gbps() - 12.5).abs() < 1e-9);
+        s.set_nics("8x50GB/s").unwrap();
+        assert!((s.nic_gbps() - 50.0).abs() < 1e-9);
+        assert!(s.set_nics("0x100Gb").is_err());
+        assert!(s.set_nics("lots").is_err());
+        assert!(s.set_nic_kind("roce").is_ok() && s.nic_kind == NicKind::RoCE);
+    }
+
+    /// Two boxes: 16 GPUs, 2 NVSwitches, 8 rail leaves and 8 spines; every GPU has one NVLink
+    /// fabric link and one NIC link (both directions).
+    #[test]
+    fn boxes_are_joined_by_rails() {
+        let s = GpuSystem::parse("hgx-h100:2").unwrap().unwrap();
+        let t = s.topology().unwrap();
+        assert_eq!((t.npus(), t.nodes()), (16, 16 + 2 + 8 + 8));
+        assert_eq!(t.links().len(), 2 * (16 + 16 + 64));
+        let t = s
+            .network_at(
+                true,
+                (Bandwidth::gb_per_sec(1.0), Time::ZERO),
+                (Bandwidth::gb_per_sec(1.0), Time::ZERO),
+            )
+            .unwrap();
+        assert_eq!(t.npus(), 18, "the NVSwitches are NPUs");
+        let mesh = GpuSystem::parse("mi300x:1").unwrap().unwrap();
+        assert_eq!(mesh.topology().unwrap().links().len(), 2 * 28);
+    }
+}
