@@ -58,6 +58,19 @@ pub struct Link {
     pub dim: Option<u8>,
 }
 
+impl Link {
+    /// Both directions of a link between `a` and `b` (no dimension).
+    pub fn both_ways(a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)) -> [Link; 2] {
+        [(a, b), (b, a)].map(|(src, dst)| Link {
+            src,
+            dst,
+            latency,
+            bandwidth,
+            dim: None,
+        })
+    }
+}
+
 /// A network: nodes, directed links and the information routing needs.
 #[derive(Clone, Debug)]
 pub struct Topology {

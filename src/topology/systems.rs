@@ -265,16 +265,8 @@ impl GpuSystem {
         let rails = if multi { self.nics_per_box.min(g) } else { 0 };
         let spines = if multi && rails > 1 { rails } else { 0 };
         let mut links = Vec::new();
-        let mut join = |a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)| {
-            for (src, dst) in [(a, b), (b, a)] {
-                links.push(Link {
-                    src,
-                    dst,
-                    latency,
-                    bandwidth,
-                    dim: None,
-                });
-            }
+        let mut join = |a: NodeId, b: NodeId, tier: (Bandwidth, Time)| {
+            links.extend(Link::both_ways(a, b, tier));
         };
         for b in 0..boxes {
             for i in 0..g {
