@@ -50,6 +50,26 @@ pub(crate) fn ring_exchange_parts(
     op: Op,
     pieces: &dyn Fn(u32, u32) -> (u32, u32),
 ) {
+    let mut send = |b: &mut Builder, src, dst, range, op| {
+        b.send(src, dst, range, op);
+    };
+    ring_exchange_sending(b, members, segments, bidirectional, op, pieces, &mut send);
+}
+
+/// Issues one send of a ring exchange: `(builder, src, dst, pieces, op)`.
+pub(crate) type SendHook<'a> = dyn FnMut(&mut Builder, u32, u32, (u32, u32), Op) + 'a;
+
+/// [`ring_exchange_parts`] issuing each send through `send(builder, src, dst, pieces, op)`: a
+/// caller that adds dependencies of its own (a CUDA block's program order) to every send.
+pub(crate) fn ring_exchange_sending(
+    b: &mut Builder,
+    members: &[u32],
+    segments: u32,
+    bidirectional: bool,
+    op: Op,
+    pieces: &dyn Fn(u32, u32) -> (u32, u32),
+    send: &mut SendHook,
+) {
     let g = members.len() as u32;
     // Reduce-scatter sends at step s the part it received at step s-1, one behind all-gather.
     let lag = if op == Op::Reduce { 1 } else { 0 };
@@ -58,7 +78,8 @@ pub(crate) fn ring_exchange_parts(
             let d = ring_direction(bidirectional, segments, s);
             for j in 0..g as i64 {
                 let p = wrap(j - d * (step + lag), g);
-                b.send(
+                send(
+                    b,
                     members[j as usize],
                     members[wrap(j + d, g) as usize],
                     pieces(p, s),

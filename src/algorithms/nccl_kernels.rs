@@ -16,6 +16,7 @@
 //! Ranks are GPUs in box order: box `b` holds ranks `b G .. (b + 1) G`.
 
 use super::builder::Builder;
+use super::collectives::ring_exchange_sending;
 use super::dbt::tree;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, TransferIndex};
@@ -105,18 +106,12 @@ pub fn ring(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, Er
     for l in 0..cut.loops {
         for ch in 0..cut.channels {
             let ring = &rings[ch as usize % rings.len()];
+            let pieces = |p: u32, s: u32| cut.piece(c, ring[p as usize], l, ch, s);
+            let mut send = |b: &mut Builder, src, dst, range, op| {
+                program.send(b, (src, dst), range, op, (ch, 0));
+            };
             for &op in phases {
-                let lag = if op == Op::Reduce { 1 } else { 0 };
-                for step in 0..n - 1 {
-                    for s in 0..cut.slices {
-                        for j in 0..n {
-                            let part = ring[((j + 2 * n - step - lag) % n) as usize];
-                            let (src, dst) = (ring[j as usize], ring[((j + 1) % n) as usize]);
-                            let pieces = cut.piece(c, part, l, ch, s);
-                            program.send(&mut b, (src, dst), pieces, op, (ch, 0));
-                        }
-                    }
-                }
+                ring_exchange_sending(&mut b, ring, cut.slices, false, op, &pieces, &mut send);
             }
         }
     }
