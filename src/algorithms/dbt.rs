@@ -34,6 +34,13 @@ pub(crate) fn tree(len: usize) -> Tree {
     Tree { root, children }
 }
 
+/// Every position of `t` in post-order (children before parents).
+pub(crate) fn post_ordered(t: &Tree) -> Vec<usize> {
+    let mut order = Vec::with_capacity(t.children.len());
+    post_order(t, t.root, &mut order);
+    order
+}
+
 /// Positions in post-order (children before parents).
 fn post_order(t: &Tree, at: usize, out: &mut Vec<usize>) {
     for &c in &t.children[at] {
@@ -44,9 +51,7 @@ fn post_order(t: &Tree, at: usize, out: &mut Vec<usize>) {
 
 /// Reduce `pieces` up the tree over `ranks` to its root.
 pub(crate) fn reduce_up(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
-    let mut order = Vec::new();
-    post_order(t, t.root, &mut order);
-    for &at in &order {
+    for &at in &post_ordered(t) {
         for &c in &t.children[at] {
             b.send(ranks[c], ranks[at], pieces, Op::Reduce);
         }
@@ -55,9 +60,7 @@ pub(crate) fn reduce_up(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, 
 
 /// Broadcast `pieces` from the tree's root down to every rank.
 pub(crate) fn broadcast_down(b: &mut Builder, t: &Tree, ranks: &[u32], pieces: (u32, u32)) {
-    let mut order = Vec::new();
-    post_order(t, t.root, &mut order);
-    for &at in order.iter().rev() {
+    for &at in post_ordered(t).iter().rev() {
         for &c in &t.children[at] {
             b.send(ranks[at], ranks[c], pieces, Op::Copy);
         }

@@ -17,7 +17,8 @@
 
 use super::builder::Builder;
 use super::collectives::ring_exchange_sending;
-use super::dbt::tree;
+use super::dbt::{post_ordered, Tree};
+use super::nccl_tree::{boxes_tree, channel_tree};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::NodeId;
@@ -151,81 +152,46 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
 }
 
 /// Tree all-reduce: per channel, a chain in each box from the channel's head GPU, and a binary
-/// tree over the boxes' heads (odd channels over the boxes shifted by one, NCCL's double tree).
+/// tree over the boxes' heads (odd channels over the boxes shifted by one, NCCL's double tree:
+/// [`channel_tree`], channel `ch` heading from local GPU `ch % G`).
 pub fn tree_all_reduce(c: &Collective, gpus_per_box: u32, cut: Cut) -> Result<Schedule, Error> {
     let n = c.ranks();
-    let boxes = n / gpus_per_box;
+    let g = gpus_per_box;
+    let boxes: Vec<Vec<u32>> = (0..n / g).map(|b| (b * g..(b + 1) * g).collect()).collect();
     let mut b = Builder::new(c)?;
     // Two thread groups per block: reduce up, broadcast down.
     let mut program = Program::new(n, cut.channels, 2, cut.window);
-    let trees: Vec<(u32, Vec<Option<u32>>)> = (0..cut.channels)
-        .map(|ch| channel_tree(boxes, gpus_per_box, ch))
+    let trees: Vec<(Tree, Vec<usize>)> = (0..cut.channels)
+        .map(|ch| {
+            let mut t = channel_tree(&boxes, ch % g, n);
+            // NCCL sends to all of a node's children in one step; they go in rank order.
+            t.children.iter_mut().for_each(|kids| kids.sort_unstable());
+            let order = post_ordered(&t);
+            (t, order)
+        })
         .collect();
     for l in 0..cut.loops {
         for ch in 0..cut.channels {
-            let (root, parent) = &trees[ch as usize];
-            let order = post_order(*root, parent);
+            let (t, order) = &trees[ch as usize];
             for s in 0..cut.slices {
                 let first = ((l * cut.channels + ch) * cut.slices + s) * n;
                 let pieces = (first, first + n);
-                for &r in &order {
-                    if let Some(p) = parent[r as usize] {
-                        program.send(&mut b, (r, p), pieces, Op::Reduce, (ch, 0));
+                for &at in order {
+                    for &kid in &t.children[at] {
+                        let edge = (kid as u32, at as u32);
+                        program.send(&mut b, edge, pieces, Op::Reduce, (ch, 0));
                     }
                 }
-                for &r in order.iter().rev() {
-                    if let Some(p) = parent[r as usize] {
-                        program.send(&mut b, (p, r), pieces, Op::Copy, (ch, 1));
+                for &at in order.iter().rev() {
+                    for &kid in &t.children[at] {
+                        let edge = (at as u32, kid as u32);
+                        program.send(&mut b, edge, pieces, Op::Copy, (ch, 1));
                     }
                 }
             }
         }
     }
     Ok(b.finish())
-}
-
-/// Channel `ch`'s tree: its root and every rank's parent.
-fn channel_tree(boxes: u32, g: u32, ch: u32) -> (u32, Vec<Option<u32>>) {
-    let mut parent = vec![None; (boxes * g) as usize];
-    let head = |bx: u32| bx * g + ch % g;
-    for bx in 0..boxes {
-        for k in 1..g {
-            let (up, down) = ((ch + k - 1) % g, (ch + k) % g);
-            parent[(bx * g + down) as usize] = Some(bx * g + up);
-        }
-    }
-    let across = tree(boxes as usize);
-    let shift = ch % 2;
-    let box_at = |p: usize| (p as u32 + shift) % boxes;
-    for (p, kids) in across.children.iter().enumerate() {
-        for &k in kids {
-            parent[head(box_at(k)) as usize] = Some(head(box_at(p)));
-        }
-    }
-    (head(box_at(across.root)), parent)
-}
-
-/// Ranks children-first.
-fn post_order(root: u32, parent: &[Option<u32>]) -> Vec<u32> {
-    let mut children = vec![Vec::new(); parent.len()];
-    for (r, p) in parent.iter().enumerate() {
-        if let Some(p) = p {
-            children[*p as usize].push(r as u32);
-        }
-    }
-    let mut order = Vec::with_capacity(parent.len());
-    let mut stack = vec![(root, false)];
-    while let Some((r, expanded)) = stack.pop() {
-        if expanded {
-            order.push(r);
-        } else {
-            stack.push((r, true));
-            for &k in children[r as usize].iter().rev() {
-                stack.push((k, false));
-            }
-        }
-    }
-    order
 }
 
 /// NVLS all-reduce, all-gather or reduce-scatter inside boxes whose NVSwitches are the relays
@@ -303,24 +269,22 @@ fn nvls_tree_unit(
         }
         b.send(sw, head(bx), pieces, Op::Copy);
     }
-    let across = tree(boxes as usize);
-    let shift = ch % 2;
-    let box_at = |p: usize| (p as u32 + shift) % boxes;
-    let mut parent = vec![None; boxes as usize];
-    for (p, kids) in across.children.iter().enumerate() {
-        for &kid in kids {
-            parent[box_at(kid) as usize] = Some(box_at(p));
+    let mut across = boxes_tree(boxes as usize, ch);
+    across
+        .children
+        .iter_mut()
+        .for_each(|kids| kids.sort_unstable());
+    let order = post_ordered(&across);
+    for &at in &order {
+        for &kid in &across.children[at] {
+            let edge = (head(kid as u32), head(at as u32));
+            program.send(b, edge, pieces, Op::Reduce, (ch, 2));
         }
     }
-    let order: Vec<u32> = post_order(box_at(across.root), &parent);
-    for &bx in &order {
-        if let Some(p) = parent[bx as usize] {
-            program.send(b, (head(bx), head(p)), pieces, Op::Reduce, (ch, 2));
-        }
-    }
-    for &bx in order.iter().rev() {
-        if let Some(p) = parent[bx as usize] {
-            program.send(b, (head(p), head(bx)), pieces, Op::Copy, (ch, 2));
+    for &at in order.iter().rev() {
+        for &kid in &across.children[at] {
+            let edge = (head(at as u32), head(kid as u32));
+            program.send(b, edge, pieces, Op::Copy, (ch, 2));
         }
     }
     for bx in 0..boxes {

@@ -47,9 +47,24 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     Ok(b.finish())
 }
 
+/// Channel `ch`'s binary tree over `boxes` boxes: the in-order tree, over the boxes shifted by
+/// one for odd channels (NCCL's double binary tree), as box indices.
+pub(crate) fn boxes_tree(boxes: usize, ch: u32) -> Tree {
+    let across = tree(boxes);
+    let box_at = |p: usize| (p + ch as usize % 2) % boxes;
+    let mut children = vec![Vec::new(); boxes];
+    for (p, kids) in across.children.iter().enumerate() {
+        children[box_at(p)].extend(kids.iter().map(|&k| box_at(k)));
+    }
+    Tree {
+        root: box_at(across.root),
+        children,
+    }
+}
+
 /// Channel `ch`'s tree over all `n` ranks: each box a chain from its GPU `ch`, the chains' heads
-/// joined by the channel's binary tree over the boxes.
-fn channel_tree(boxes: &[Vec<u32>], ch: u32, n: u32) -> Tree {
+/// joined by the channel's binary tree over the boxes ([`boxes_tree`]).
+pub(crate) fn channel_tree(boxes: &[Vec<u32>], ch: u32, n: u32) -> Tree {
     let g = boxes[0].len();
     let mut children = vec![Vec::new(); n as usize];
     let head = |b: usize| boxes[b][ch as usize] as usize;
@@ -59,17 +74,14 @@ fn channel_tree(boxes: &[Vec<u32>], ch: u32, n: u32) -> Tree {
             children[gpus[up] as usize].push(gpus[down] as usize);
         }
     }
-    // The odd channels' tree runs over the boxes shifted by one.
-    let across = tree(boxes.len());
-    let shift = ch as usize % 2;
-    let box_at = |p: usize| (p + shift) % boxes.len();
+    let across = boxes_tree(boxes.len(), ch);
     for (p, kids) in across.children.iter().enumerate() {
         for &k in kids {
-            children[head(box_at(p))].push(head(box_at(k)));
+            children[head(p)].push(head(k));
         }
     }
     Tree {
-        root: head(box_at(across.root)),
+        root: head(across.root),
         children,
     }
 }
