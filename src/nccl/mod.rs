@@ -343,17 +343,10 @@ impl Model {
         })
     }
 
-    /// Algorithms NCCL enables on this system (`ncclTopoTuneModel`'s disable rules) whose
-    /// execution collsim models.
+    /// Whether collsim models the algorithm's execution (CollNet and PAT it does not; NCCL's own
+    /// disable rules are applied in [`tuning::tune`]).
     fn runnable(&self, algo: Algo) -> bool {
-        let boxes = self.system.boxes;
-        match algo {
-            Algo::NvlsTree => boxes > 1,
-            // NVLS across boxes needs CollNet; CollNet and PAT are not modelled.
-            Algo::Nvls => boxes == 1,
-            Algo::CollNetDirect | Algo::CollNetChain | Algo::Pat => false,
-            Algo::Ring | Algo::Tree => true,
-        }
+        !matches!(algo, Algo::CollNetDirect | Algo::CollNetChain | Algo::Pat)
     }
 
     /// Runs one call of `bytes` of `kind` as NCCL would (or as forced), launched as `launch` says.
@@ -540,22 +533,12 @@ impl Model {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let graph = &self.graphs[a];
-        let raw = graph.channels as f64 * graph.bw_intra;
-        // The protocol's share of the raw channel bandwidth in NCCL's model.
-        let scale = if raw > 0.0 {
-            let f = Func::AllReduce as usize;
-            let ratio = match choice.algo {
-                Algo::Ring => s.gpus() as f64 / (2.0 * (s.gpus() as f64 - 1.0)),
-                _ => 0.5,
-            };
-            match choice.algo {
-                Algo::Ring | Algo::Tree => {
-                    (self.tables.bandwidth[f][a][p] / ratio / raw).clamp(0.01, 1.0)
-                }
-                _ => 1.0,
+        // The protocol's share of the channels' bandwidth in NCCL's model.
+        let scale = match choice.algo {
+            Algo::Ring | Algo::Tree => {
+                self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
             }
-        } else {
-            1.0
+            _ => 1.0,
         };
         let intra = match choice.algo {
             Algo::Nvls | Algo::NvlsTree => {

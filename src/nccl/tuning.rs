@@ -13,6 +13,10 @@ use crate::topology::{GpuSystem, Intra};
 pub struct Tables {
     pub bandwidth: [[[f64; PROTOS]; ALGOS]; Func::COUNT],
     pub latency: [[[f64; PROTOS]; ALGOS]; Func::COUNT],
+    /// The share of its graph's channels x per-channel bandwidth that NCCL's refinements leave a
+    /// combination (the protocol's wire efficiency, per-channel caps), before the bus-to-algorithm
+    /// ratio: the rate the simulated links run at for it.
+    pub share: [[[f64; PROTOS]; ALGOS]; Func::COUNT],
 }
 
 /// log2 rounded down, -1 for 0 (NCCL's `log2i`).
@@ -54,6 +58,7 @@ pub fn tune(
     let mut tables = Tables {
         bandwidth: [[[0.0; PROTOS]; ALGOS]; Func::COUNT],
         latency: [[[0.0; PROTOS]; ALGOS]; Func::COUNT],
+        share: [[[0.0; PROTOS]; ALGOS]; Func::COUNT],
     };
     if comm.ranks <= 1 {
         return tables;
@@ -75,7 +80,15 @@ pub fn tune(
         for algo in Algo::ALL {
             let a = algo as usize;
             let graph = &graphs[a];
-            if !graph.exists() || !algos[a] || !algo.runs(func) {
+            // NCCL's disable rules: NVLSTree needs several boxes, NVLS across boxes needs
+            // CollNet (not enabled here), PAT one GPU per box.
+            let disabled = match algo {
+                Algo::NvlsTree => nodes == 1,
+                Algo::Nvls => nodes > 1,
+                Algo::Pat => ranks != nodes,
+                _ => false,
+            };
+            if disabled || !graph.exists() || !algos[a] || !algo.runs(func) {
                 continue;
             }
             for proto in Proto::ALL {
@@ -148,6 +161,7 @@ pub fn tune(
                         }
                     }
                 }
+                tables.share[f][a][p] = bus / (channels * bw);
                 // Bus bandwidth to algorithm bandwidth.
                 let gathers = matches!(func, Func::AllGather | Func::ReduceScatter);
                 if !(algo != Algo::Ring && gathers) {
@@ -327,6 +341,23 @@ mod tests {
             [Proto::Simple as usize];
         assert!((bw - 272.0).abs() < 1.0, "{bw}");
         assert!((bw - 275.0).abs() / 275.0 < 0.02);
+    }
+
+    /// Across more than two boxes NCCL's tree bandwidth is the network speed's: 8 channels x 24
+    /// GB/s on four DGX A100s, x 0.92, capped at 8 x 17.8 (perChMaxTreeBws, Ampere, N4) = 142.4,
+    /// a share of 142.4 / 192 of the channels' bandwidth (not of the trees' raised intra-box
+    /// speed, 8 x 30).
+    #[test]
+    fn tree_share_across_many_boxes_is_of_the_network_speed() {
+        let m = model("dgx-a100:4");
+        let (f, a, p) = (
+            Func::AllReduce as usize,
+            Algo::Tree as usize,
+            Proto::Simple as usize,
+        );
+        assert_eq!(m.graphs[a].bw_intra, 30.0);
+        assert!((m.tables.share[f][a][p] - 142.4 / 192.0).abs() < 1e-9);
+        assert!((m.tables.bandwidth[f][a][p] - 142.4 * 0.5).abs() < 1e-9);
     }
 
     /// NCCL drops channels for small calls: an 8-GPU Simple ring call of 64 KiB runs on 2 of 24
