@@ -280,8 +280,16 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         .map_err(|e| Error::io("stdout", e))
 }
 
-fn time_us(p: &Prediction) -> f64 {
-    p.time.as_ns_f64() / 1e3
+impl Line {
+    /// The predicted time, us.
+    fn time_us(&self) -> f64 {
+        self.prediction.time.as_ns_f64() / 1e3
+    }
+
+    /// nccl-tests' algorithm bandwidth (GB/s) of a call taking `time_us`.
+    fn algbw(&self, time_us: f64) -> f64 {
+        self.size as f64 / (time_us * 1e3)
+    }
 }
 
 fn render_csv(
@@ -299,8 +307,8 @@ fn render_csv(
     }
     s.push('\n');
     for l in lines {
-        let t = time_us(&l.prediction);
-        let algbw = l.size as f64 / (t * 1e3);
+        let t = l.time_us();
+        let algbw = l.algbw(t);
         let c = &l.prediction.choice;
         s.push_str(&format!(
             "{},{},{dtype},{redop},{root},{t:.3},{algbw:.3},{:.3},{},{},{}",
@@ -353,8 +361,8 @@ fn render_table(
     let mut busbw_sum = 0.0;
     let mut errors = Vec::new();
     for l in lines {
-        let t = time_us(&l.prediction);
-        let algbw = l.size as f64 / (t * 1e3);
+        let t = l.time_us();
+        let algbw = l.algbw(t);
         busbw_sum += algbw * factor;
         let c = &l.prediction.choice;
         s.push_str(&format!(
@@ -406,19 +414,11 @@ fn busbw_plot(
 ) -> Result<(), Error> {
     let predicted: Vec<(f64, f64)> = lines
         .iter()
-        .map(|l| {
-            (
-                l.size as f64,
-                l.size as f64 / (time_us(&l.prediction) * 1e3) * factor,
-            )
-        })
+        .map(|l| (l.size as f64, l.algbw(l.time_us()) * factor))
         .collect();
     let measured: Vec<(f64, f64)> = lines
         .iter()
-        .filter_map(|l| {
-            l.measured
-                .map(|m| (l.size as f64, l.size as f64 / (m * 1e3) * factor))
-        })
+        .filter_map(|l| l.measured.map(|m| (l.size as f64, l.algbw(m) * factor)))
         .collect();
     let figure = LinePlot {
         title: format!("{op} on {system}: collsim's NCCL model against the measured log"),

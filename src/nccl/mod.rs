@@ -370,7 +370,6 @@ impl Model {
         };
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
-            CollectiveKind::AllToAll => n as u64 * chunks as u64,
             _ => n as u64 * chunks as u64,
         };
         let root = kind.is_rooted().then_some(root);
@@ -391,11 +390,11 @@ impl Model {
     /// algorithm and protocol, the kernel launch, and the launches of the other GPUs a thread
     /// drives before the last one starts.
     fn fixed_cost_us(&self, choice: Choice, launch: Launch) -> f64 {
+        let (a, p) = (choice.algo as usize, choice.proto as usize);
         let base = match choice.algo {
             // NVLS's latency in NCCL's model is a fixed cost of the call.
-            Algo::Nvls => HW_LATENCY[HW_NVLINK][Algo::Nvls as usize][2],
-            Algo::NvlsTree => HW_LATENCY[HW_NVLINK][Algo::NvlsTree as usize][2],
-            a => BASE_LATENCY[a as usize][choice.proto as usize],
+            Algo::Nvls | Algo::NvlsTree => HW_LATENCY[HW_NVLINK][a][p],
+            _ => BASE_LATENCY[a][p],
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
         base + FIXED_OVERHEAD_US + others * LAUNCH_US
@@ -425,8 +424,7 @@ impl Model {
         // Data a loop of one channel moves per rank part.
         // (A tree unit carries the whole chunk; a ring or NVLS unit one chunk per rank.)
         let per_part = match (kind, choice.algo) {
-            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => bytes,
-            (_, Algo::Tree) => bytes,
+            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) | (_, Algo::Tree) => bytes,
             _ => bytes.div_ceil(n),
         };
         let mut loops = per_part.div_ceil(channels as u64 * chunk).max(1);
@@ -533,6 +531,7 @@ impl Model {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let graph = &self.graphs[a];
+        let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
         // The protocol's share of the channels' bandwidth in NCCL's model.
         let scale = match choice.algo {
             Algo::Ring | Algo::Tree => {
@@ -540,11 +539,10 @@ impl Model {
             }
             _ => 1.0,
         };
-        let intra = match choice.algo {
-            Algo::Nvls | Algo::NvlsTree => {
-                s.nccl_intra_gbps() * NVLS_EFFICIENCY[s.arch.table_index()]
-            }
-            _ => s.nccl_intra_gbps() * scale,
+        let intra = if nvls {
+            s.nccl_intra_gbps() * NVLS_EFFICIENCY[s.arch.table_index()]
+        } else {
+            s.nccl_intra_gbps() * scale
         };
         let nic = graph.bw_inter.max(0.1) * scale * self.nic_channels_per_nic();
         let hw_intra = if s.intra == Intra::Pcie {
@@ -552,24 +550,22 @@ impl Model {
         } else {
             HW_NVLINK
         };
-        let lat_algo = match choice.algo {
-            Algo::Nvls | Algo::NvlsTree => Algo::Ring as usize,
-            _ => a,
-        };
-        let lat_proto = match choice.algo {
-            Algo::Nvls | Algo::NvlsTree => Proto::Simple as usize,
-            _ => p,
+        // NVLS's steps synchronise as the Simple ring's do.
+        let (lat_algo, lat_proto) = if nvls {
+            (Algo::Ring as usize, Proto::Simple as usize)
+        } else {
+            (a, p)
         };
         let mut intra_lat = HW_LATENCY[hw_intra][lat_algo][lat_proto];
         if s.boxes > 1 {
-            let overhead = NET_OVERHEAD_US * if p == 2 { 3.0 } else { 1.0 };
+            let simple = choice.proto == Proto::Simple;
+            let overhead = NET_OVERHEAD_US * if simple { 3.0 } else { 1.0 };
             intra_lat = intra_lat.max(overhead);
         }
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
         let gb = Bandwidth::gb_per_sec;
-        let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
         let topology = s.network_at(nvls, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
         let switches = if nvls && s.intra != Intra::FullMesh {
             (s.gpus()..s.gpus() + s.boxes).collect()
