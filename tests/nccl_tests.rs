@@ -279,6 +279,38 @@ fn bad_logs_are_refused_naming_file_and_line() {
     assert!(err.contains("not alltoall"), "{err}");
 }
 
+/// A results folder holding files of the user's is refused without --force, and --force keeps
+/// them (it replaces only what collsim wrote there).
+#[test]
+fn out_folder_keeps_the_users_files() {
+    let dir = scratch("collsim-nccl", "theirs");
+    let theirs = dir.join("notes.txt");
+    std::fs::write(&theirs, "mine").unwrap();
+    let args = [
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        "dgx-a100:1",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let out = collsim(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!dir.join("nccl_tests.csv").exists());
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    stdout_of(&forced);
+    stdout_of(&forced);
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "mine");
+    assert!(dir.join("nccl_tests.csv").exists());
+}
+
 /// With --out and --compare, the CSV and the bus-bandwidth figure are written.
 #[test]
 fn out_folder_gets_the_table_and_the_figure() {

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use crate::collective::CollectiveKind;
 use crate::nccl::{log, Allowed, Launch, Model, Prediction};
-use crate::report::plot::{self, LinePlot, Series};
+use crate::report::{save_figure, LinePlot, OutputDir, Series};
 use crate::topology::GpuSystem;
 use crate::units::{format_bytes_approx, parse_bytes};
 use crate::Error;
@@ -63,10 +63,14 @@ pub struct NcclTestsArgs {
     /// algbw, busbw): adds the measured time and the error per size
     #[arg(long)]
     pub compare: Option<PathBuf>,
-    /// Folder for nccl_tests.csv and, with --compare, busbw.png/.svg (predicted and measured
-    /// bus bandwidth over size)
+    /// Results folder for nccl_tests.csv and, with --compare, busbw.png/.svg (predicted and
+    /// measured bus bandwidth over size); made if missing, must be empty unless --force. (No
+    /// `-o`: nccl-tests' `-o` is the reduction.)
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write into a non-empty --out folder, first removing what collsim wrote there before
+    #[arg(long)]
+    pub force: bool,
     #[arg(long, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
 }
@@ -200,6 +204,12 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         Some(path) => Some(log::read(path, &args.op)?),
         None => None,
     };
+    // The folder is checked before anything runs.
+    let mut out = args
+        .out
+        .as_deref()
+        .map(|dir| OutputDir::prepare(dir, args.force))
+        .transpose()?;
     let model = Model::with_allowed(&system, allowed);
     let launch = Launch {
         gpus_per_thread: args.gpus_per_thread,
@@ -262,13 +272,13 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     };
     let compare = measured.is_some();
     let csv = render_csv(&lines, &args.datatype, redop, root, factor, compare);
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let path = dir.join("nccl_tests.csv");
+    if let Some(mut dir) = out.take() {
+        let path = dir.file("nccl_tests.csv");
         std::fs::write(&path, &csv).map_err(|e| Error::io(path.display(), e))?;
         if compare {
-            busbw_plot(&lines, &args.op, &system.name, factor, dir)?;
+            busbw_plot(&lines, &args.op, &system.name, factor, &mut dir)?;
         }
+        dir.commit()?;
     }
     let text = match args.format {
         TableFormat::Csv => csv,
@@ -410,7 +420,7 @@ fn busbw_plot(
     op: &str,
     system: &str,
     factor: f64,
-    dir: &std::path::Path,
+    out: &mut OutputDir,
 ) -> Result<(), Error> {
     let predicted: Vec<(f64, f64)> = lines
         .iter()
@@ -440,8 +450,7 @@ fn busbw_plot(
             },
         ],
     };
-    plot::save_png(&figure, &dir.join("busbw.png"))?;
-    plot::save_svg(&figure, &dir.join("busbw.svg"))
+    save_figure(&figure, out, "busbw")
 }
 
 #[cfg(test)]

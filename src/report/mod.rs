@@ -4,7 +4,7 @@
 
 mod heatmap;
 mod parquet;
-pub(crate) mod plot;
+mod plot;
 mod training;
 mod utilization;
 
