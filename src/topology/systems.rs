@@ -218,31 +218,18 @@ impl GpuSystem {
         self.nic_line_rate.as_bytes_per_sec() / 1e9
     }
 
-    /// The system as a network: GPUs `0..n` (box `b` holds `b G .. (b + 1) G`); per box an
-    /// NVSwitch (switches `n..n + boxes`) or the xGMI / PCIe links; with more than one box, one
-    /// leaf switch per rail (GPU `i` of every box on leaf `i`, at its NIC's line rate) and as many
-    /// spines, each joined to every leaf (rail-optimised: cross-rail traffic goes through a
-    /// spine). Links have 500 ns of latency.
+    /// The system as a network at its datasheet rates: GPUs `0..n` (box `b` holds `b G .. (b +
+    /// 1) G`); per box an NVSwitch (switches `n..n + boxes`, each GPU's link at all its NVLinks'
+    /// line rate) or the xGMI / PCIe links; with more than one box, one leaf switch per rail (GPU
+    /// `i` of every box on leaf `i`, at its NIC's line rate) and as many spines, each joined to
+    /// every leaf (rail-optimised: cross-rail traffic goes through a spine). Links have 500 ns of
+    /// latency. The NCCL model draws the same network at NCCL's own rates ([`Self::network_at`]).
     pub fn topology(&self) -> Result<Topology, Error> {
-        self.network(false, |_| Time::from_ns(500), |_| Time::from_ns(500))
-    }
-
-    /// [`GpuSystem::topology`] with each box's NVSwitch as an NPU (ids `n..n + boxes`, after the
-    /// GPUs) so that schedules may reduce in it, and links at the given rates and latencies:
-    /// `intra(bw)` for GPU-fabric links, `nic(bw)` for the NIC links.
-    pub fn network(
-        &self,
-        nvswitch_as_npu: bool,
-        intra_latency: impl Fn(Bandwidth) -> Time,
-        nic_latency: impl Fn(Bandwidth) -> Time,
-    ) -> Result<Topology, Error> {
-        let intra_rate = Bandwidth::gb_per_sec(self.nccl_intra_gbps());
-        let nic_rate = self.nic_line_rate;
-        self.network_at(
-            nvswitch_as_npu,
-            (intra_rate, intra_latency(intra_rate)),
-            (nic_rate, nic_latency(nic_rate)),
-        )
+        let latency = Time::from_ns(500);
+        let intra = Bandwidth::bytes_per_sec(
+            self.link_line_rate.as_bytes_per_sec() * self.links_per_gpu as f64,
+        );
+        self.network_at(false, (intra, latency), (self.nic_line_rate, latency))
     }
 
     /// The network with every GPU-fabric link at `intra` and every NIC link at `nic`
@@ -326,6 +313,16 @@ mod tests {
         assert_eq!((a100.gpus(), a100.links_per_gpu), (16, 12));
         assert!((a100.nic_gbps() - 25.0).abs() < 1e-9);
         assert!((a100.nccl_intra_gbps() - 240.0).abs() < 1e-9);
+        // As a network it runs at the datasheet's rates: 12 x 25 GB/s into the NVSwitch, 25 GB/s
+        // a NIC.
+        let t = a100.topology().unwrap();
+        let rate = |a, b| {
+            t.link(t.link_between(a, b).unwrap())
+                .bandwidth
+                .as_bytes_per_sec()
+        };
+        assert_eq!(rate(0, 16), 300e9);
+        assert_eq!(rate(0, 18), 25e9);
         let b200 = GpuSystem::parse("hgx-b200:1").unwrap().unwrap();
         assert!((b200.nccl_intra_gbps() - 721.8).abs() < 1e-9);
         assert!(b200.nvls && !a100.nvls);
