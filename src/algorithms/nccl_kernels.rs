@@ -360,6 +360,34 @@ mod tests {
         crate::schedule::validate(&all_to_all(&c).unwrap(), &c, 7).unwrap();
     }
 
+    /// A switch relay's sum is checked like any other: spreading it before every GPU's
+    /// reduction arrived is refused, and so is a relay the validation is not told of.
+    #[test]
+    fn relays_are_validated() {
+        let c = collective(CollectiveKind::AllReduce, 4, 1);
+        let mut b = Builder::with_relays(&c, &[4]).unwrap();
+        let sw = b.relay_rank(0);
+        for owner in 0..4 {
+            let pieces = (owner, owner + 1);
+            // Rank 3's contribution never reaches the switch.
+            for r in 0..3 {
+                b.send(r, sw, pieces, Op::Reduce);
+            }
+            for r in 0..4 {
+                b.send(sw, r, pieces, Op::Copy);
+            }
+        }
+        let s = b.finish();
+        let e = validate_with_relays(&s, &c, &[4], 7)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ends with 3 of 4 contributions"), "{e}");
+        let e = crate::schedule::validate(&s, &c, 7)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NPU 4 is not a participant"), "{e}");
+    }
+
     /// A block's sends wait for its previous send: on a 4-rank ring of one channel, rank 0's
     /// second send depends on its first.
     #[test]

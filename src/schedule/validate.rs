@@ -128,11 +128,10 @@ pub fn validate_with_relays(
     if collective.kind == CollectiveKind::AllToAll && !schedule.has_deps() && relays.is_empty() {
         return validate_one_round_all_to_all(schedule, collective);
     }
-    let ranks = (collective.ranks() as usize + relays.len()) as u64;
     let pieces = collective.piece_count() as u64;
     let mut v = Validator::new(schedule, collective, relays, seed);
     v.order_transfers()?;
-    if ranks * pieces <= WINDOW_CELLS {
+    if v.total_ranks as u64 * pieces <= WINDOW_CELLS {
         return v.run();
     }
     by_windows(v)
