@@ -24,6 +24,46 @@ use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::NodeId;
 use crate::Error;
 
+/// The kernel that runs a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    Ring,
+    /// Broadcast and reduce along a ring.
+    Chain,
+    Tree,
+    /// NVLS in one box, NVLSTree across boxes.
+    Nvls,
+    AllToAll,
+}
+
+impl Kernel {
+    /// Sends one unit of a [`Cut`] (one slice of one loop of one channel) issues on `n` ranks in
+    /// `boxes` boxes: what sizes a call's schedule.
+    pub fn sends_per_unit(self, kind: CollectiveKind, n: u64, boxes: u64) -> u64 {
+        match self {
+            Kernel::Ring if kind == CollectiveKind::AllReduce => 2 * (n - 1) * n,
+            Kernel::Ring => (n - 1) * n,
+            Kernel::Chain => n - 1,
+            Kernel::Tree => 2 * (n - 1),
+            // Into the switches, to the heads, up and down the heads' tree, back into the
+            // switches, out to the other GPUs.
+            Kernel::Nvls if boxes > 1 => 2 * n + 3 * boxes - 2,
+            Kernel::Nvls => {
+                let reduce = match kind {
+                    CollectiveKind::AllGather => 0,
+                    _ => n * (n + 1),
+                };
+                let spread = match kind {
+                    CollectiveKind::ReduceScatter => 0,
+                    _ => n * n,
+                };
+                reduce + spread
+            }
+            Kernel::AllToAll => n * (n - 1),
+        }
+    }
+}
+
 /// How one call is cut: `units` (loops x channels) of `slices` slices each, per rank part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cut {
@@ -386,6 +426,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("NPU 4 is not a participant"), "{e}");
+    }
+
+    /// The send count that sizes a call is the kernels' own: every kernel's schedule has
+    /// `units x sends_per_unit` transfers.
+    #[test]
+    fn sends_per_unit_counts_the_kernels_sends() {
+        let cut = Cut {
+            channels: 3,
+            loops: 2,
+            slices: 2,
+            window: 4,
+        };
+        let units = cut.chunks() as usize;
+        let rings: Vec<Vec<u32>> = vec![(0..8).collect()];
+        let count = |k: Kernel, c: &Collective, boxes: u64| {
+            units * k.sends_per_unit(c.kind, c.ranks() as u64, boxes) as usize
+        };
+        for kind in [
+            CollectiveKind::AllReduce,
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+        ] {
+            let c = collective(kind, 8, cut.chunks());
+            assert_eq!(
+                ring(&c, &rings, cut).unwrap().len(),
+                count(Kernel::Ring, &c, 1)
+            );
+            let s = nvls(&c, 8, &[8], cut).unwrap();
+            assert_eq!(s.len(), count(Kernel::Nvls, &c, 1), "{kind}");
+        }
+        let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
+        let s = tree_all_reduce(&c, 4, cut).unwrap();
+        assert_eq!(s.len(), count(Kernel::Tree, &c, 4));
+        let s = nvls(&c, 4, &[16, 17, 18, 19], cut).unwrap();
+        assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));
+        let c = Collective::new(
+            CollectiveKind::Broadcast,
+            (0..8).collect(),
+            1 << 20,
+            cut.chunks(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            chain(&c, &rings, cut).unwrap().len(),
+            count(Kernel::Chain, &c, 1)
+        );
     }
 
     /// A block's sends wait for its previous send: on a 4-rank ring of one channel, rank 0's

@@ -22,7 +22,7 @@ pub mod graph;
 pub mod log;
 pub mod tuning;
 
-use crate::algorithms::nccl_kernels::{self, Cut};
+use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
@@ -253,6 +253,17 @@ pub struct Prediction {
     pub transfers: usize,
 }
 
+/// The kernel that runs `kind` with `algo`.
+fn kernel_of(kind: CollectiveKind, algo: Algo) -> Kernel {
+    match (kind, algo) {
+        (CollectiveKind::AllToAll, _) => Kernel::AllToAll,
+        (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => Kernel::Chain,
+        (_, Algo::Nvls | Algo::NvlsTree) => Kernel::Nvls,
+        (CollectiveKind::AllReduce, Algo::Tree) => Kernel::Tree,
+        _ => Kernel::Ring,
+    }
+}
+
 /// Transfers a simulated call may have; beyond, a channel's loops are merged (such calls are
 /// long enough to be bound by bandwidth, where the loops' count no longer matters).
 const TRANSFER_BUDGET: u64 = 1 << 19;
@@ -428,13 +439,8 @@ impl Model {
             _ => bytes.div_ceil(n),
         };
         let mut loops = per_part.div_ceil(channels as u64 * chunk).max(1);
-        let steps_per_loop = match (kind, choice.algo) {
-            (CollectiveKind::AllReduce, Algo::Ring) => 2 * (n - 1) * n,
-            (_, Algo::Ring) => (n - 1) * n,
-            (_, Algo::Tree) => 2 * (n - 1),
-            (_, Algo::Nvls | Algo::NvlsTree) => 3 * n * n,
-            _ => 2 * n,
-        };
+        let g = self.system.gpus_per_box as u64;
+        let steps_per_loop = kernel_of(kind, choice.algo).sends_per_unit(kind, n, n / g);
         let per_loop = channels as u64 * slices as u64 * steps_per_loop;
         if loops * per_loop > TRANSFER_BUDGET {
             loops = (TRANSFER_BUDGET / per_loop).max(1);
@@ -504,14 +510,12 @@ impl Model {
         switches: &[u32],
     ) -> Result<Schedule, Error> {
         let g = self.system.gpus_per_box;
-        match (c.kind, choice.algo) {
-            (CollectiveKind::AllToAll, _) => nccl_kernels::all_to_all(c),
-            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => {
-                nccl_kernels::chain(c, &self.rings(), cut)
-            }
-            (_, Algo::Nvls | Algo::NvlsTree) => nccl_kernels::nvls(c, g, switches, cut),
-            (CollectiveKind::AllReduce, Algo::Tree) => nccl_kernels::tree_all_reduce(c, g, cut),
-            _ => nccl_kernels::ring(c, &self.rings(), cut),
+        match kernel_of(c.kind, choice.algo) {
+            Kernel::AllToAll => nccl_kernels::all_to_all(c),
+            Kernel::Chain => nccl_kernels::chain(c, &self.rings(), cut),
+            Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
+            Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut),
+            Kernel::Ring => nccl_kernels::ring(c, &self.rings(), cut),
         }
     }
 
