@@ -4,6 +4,7 @@
 //! schedules; the simulator consumes only the schedule IR and knows nothing of algorithms.
 
 pub mod algorithms;
+pub mod astra;
 pub mod bound;
 pub mod cli;
 pub mod collective;

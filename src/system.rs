@@ -1,6 +1,8 @@
-//! ASTRA-sim system configurations (`--system FILE`): the collective implementation of each
+//! ASTRA-sim system configurations read for collsim's own multi-dimensional algorithms
+//! (`--system FILE --algorithm hierarchical|themis`): the collective implementation of each
 //! network dimension, how chunks share the dimensions, how many chunks a collective is cut into,
-//! and endpoint costs. Reads ASTRA-sim 2.x JSON and the 1.x `key: value` text form (where
+//! and endpoint costs. Without `--algorithm`, `--system` runs ASTRA-sim's system layer itself
+//! ([`crate::astra`]). Reads ASTRA-sim 2.x JSON and the 1.x `key: value` text form (where
 //! implementations are joined by `_`, e.g. `ring_direct`). `inter-dimension-scheduling` and
 //! `intra-dimension-scheduling`, which ASTRA-sim 1.x honoured and 2.x silently ignores, are
 //! honoured here.
@@ -43,8 +45,9 @@ impl SystemConfig {
     }
 }
 
-/// Keys of ASTRA-sim system files that describe things collsim does not model (memory, compute,
-/// tracing, several concurrent collectives' priority); accepted and reported once.
+/// Keys of ASTRA-sim system files that only ASTRA-sim's system layer gives meaning to (memory,
+/// compute, tracing, several concurrent collectives' priority): collsim's algorithms have no use
+/// for them, and a warning says so and how to run the system layer.
 const WITHOUT_EFFECT: [&str; 15] = [
     "scheduling-policy",
     "collective-optimization",
@@ -162,7 +165,8 @@ pub fn parse_system(value: &Value, file: &str) -> Result<SystemConfig, Error> {
     }
     if !inert.is_empty() {
         config.warnings.push(format!(
-            "{file}: key(s) accepted without effect in collsim: {}",
+            "{file}: key(s) that take effect only in ASTRA-sim's system layer, not in collsim's \
+             algorithms (drop --algorithm to run the system layer): {}",
             inert.join(", ")
         ));
     }
@@ -255,7 +259,7 @@ mod tests {
             a.multi_dim.intra_dimension,
             Some(IntraDimension::SmallestFirst)
         );
-        assert!(a.warnings.iter().any(|w| w.contains("without effect")));
+        assert!(a.warnings.iter().any(|w| w.contains("drop --algorithm")));
         let yaml: serde_yaml::Value = serde_yaml::from_str(
             "scheduling-policy: LIFO\nendpoint-delay: 10\nactive-chunks-per-dimension: 1\n\
              preferred-dataset-splits: 4\nall-reduce-implementation: ring_direct\n\

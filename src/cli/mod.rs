@@ -6,6 +6,7 @@ mod batch;
 mod bound;
 mod nccl_tests;
 mod simulate;
+mod system;
 mod train;
 mod trees;
 

@@ -9,7 +9,6 @@ use super::{
     TopologyArgs,
 };
 use crate::algorithms::Algorithm;
-use crate::collective::CollectiveKind;
 use crate::experiment::{self, CollectiveRequest, RunSpec, ScheduleSource};
 use crate::report::{HeatMetric, SUMMARY_HEADER};
 use crate::schedule::write_msccl;
@@ -34,9 +33,10 @@ pub struct RunArgs {
     /// the network allows (ACCL's path control; the routes are kept in the schedule)
     #[arg(long, value_enum, default_value = "dor")]
     pub routing: RoutingArg,
-    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
-    #[arg(long, value_enum, default_value = "exact")]
-    pub time_model: TimeModelArg,
+    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation [default: exact; with
+    /// --system always astra]
+    #[arg(long, value_enum)]
+    pub time_model: Option<TimeModelArg>,
     /// Delay added at the destination of every message (e.g. 10ns)
     #[arg(long)]
     pub endpoint_delay: Option<String>,
@@ -118,7 +118,7 @@ pub struct SimulateArgs {
     pub collective: CollectiveArgs,
     /// ring, direct, direct-staggered, rhd, dbt, hierarchical, themis, tacos, tacos-ilp,
     /// taccl-like, forestcoll, hdrm, accl-hybrid, nccl-ring, nccl-tree, two-step-tree
-    /// [default with --system: themis or hierarchical, as its inter-dimension-scheduling says]
+    /// [with --system and no algorithm: ASTRA-sim's system layer runs the collective]
     #[arg(long, short = 'a')]
     pub algorithm: Option<String>,
     #[command(flatten)]
@@ -165,7 +165,7 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
         record_transfers: args.output.out.is_some() && !args.no_transfers,
         record_busy_intervals: args.output.out.is_some(),
         routing: Routing::from(args.routing).seeded(args.seed.unwrap_or(1)),
-        ..system.sim_options(args.time_model.into())
+        ..system.sim_options(args.time_model.unwrap_or(TimeModelArg::Exact).into())
     })
 }
 
@@ -318,28 +318,15 @@ fn run_and_report(
 }
 
 pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
+    if let (Some(path), None, None) = (&args.multi_dim.system, &args.algorithm, &args.schedule) {
+        let path = path.clone();
+        return super::system::simulate(args, &path);
+    }
     let system = args.multi_dim.resolve()?;
     let collectives = args.collective.requests_with(system.chunks)?;
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
         (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
-        (None, None) if args.multi_dim.system.is_some() => {
-            // As ASTRA-sim runs a system file: its scheduling for the multi-dimensional
-            // collectives, direct all-to-all otherwise.
-            let multi_dimensional = collectives.iter().all(|c| {
-                matches!(
-                    c.kind,
-                    CollectiveKind::AllReduce
-                        | CollectiveKind::AllGather
-                        | CollectiveKind::ReduceScatter
-                )
-            });
-            ScheduleSource::Algorithm(match system.algorithm {
-                _ if !multi_dimensional => Algorithm::Direct,
-                Some(a) => a,
-                None => Algorithm::Hierarchical,
-            })
-        }
         (None, None) => return Err(Error::input("give --schedule FILE or --algorithm NAME")),
         (Some(_), Some(_)) => unreachable!("clap rejects --schedule with --algorithm"),
     };

@@ -28,9 +28,10 @@ pub struct TrainArgs {
     /// (0..16,32..48) [default: rank r on the r-th NPU, when the counts agree]
     #[arg(long)]
     pub ranks_map: Option<String>,
-    /// Algorithms for the collectives, comma-separated (one iteration each)
-    #[arg(long, short = 'a', default_value = "ring")]
-    pub algorithm: String,
+    /// Algorithms for the collectives, comma-separated (one iteration each) [default: ring;
+    /// with --system the collectives run as the system file's implementations]
+    #[arg(long, short = 'a')]
+    pub algorithm: Option<String>,
     #[command(flatten)]
     pub multi_dim: MultiDimArgs,
     /// Seed of the synthesizer and of validation
@@ -45,9 +46,10 @@ pub struct TrainArgs {
     /// Skip the symbolic validation of the collective schedules
     #[arg(long)]
     pub no_validate: bool,
-    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation
-    #[arg(long, value_enum, default_value = "exact")]
-    pub time_model: TimeModelArg,
+    /// exact: picoseconds; astra: ASTRA-sim's whole-ns truncation [default: exact; with
+    /// --system always astra]
+    #[arg(long, value_enum)]
+    pub time_model: Option<TimeModelArg>,
     // Results folder: breakdown.csv, breakdown.png/.svg, ranks.csv, timeline.json and, up to 64
     // ranks, timeline.png/.svg
     #[command(flatten)]
@@ -122,22 +124,34 @@ fn ranks_map(text: &str, ranks: usize, topology: &Topology) -> Result<Vec<NodeId
     Ok(npus)
 }
 
-pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
-    let system = args.multi_dim.resolve()?;
-    let topology = args.topology.build()?;
-    let (program, layers) = match chakra::find_traces(&args.workload)? {
+/// The workload as a program, and its layer count when it came from a layer file.
+pub(super) fn load_program(
+    workload: &std::path::Path,
+    topology: &Topology,
+    durations: chakra::Durations,
+) -> Result<(crate::workload::program::Program, Option<usize>), Error> {
+    Ok(match chakra::find_traces(workload)? {
         Some(files) => {
             let name = chakra::trace_name(&files[0]);
-            let program = chakra::load_traces(&files, &name, &mut |w| eprintln!("warning: {w}"))?;
+            let program =
+                chakra::load_traces(&files, &name, durations, &mut |w| eprintln!("warning: {w}"))?;
             (program, None)
         }
         None => {
-            let workload = load_workload(&args.workload)?;
-            (workload.program(&topology)?, Some(workload.layers.len()))
+            let workload = load_workload(workload)?;
+            (workload.program(topology)?, Some(workload.layers.len()))
         }
-    };
-    let npus = match &args.ranks_map {
-        Some(text) => ranks_map(text, program.ranks.len(), &topology)?,
+    })
+}
+
+/// The NPU each rank runs on: `--ranks-map`, or rank r on the r-th NPU.
+pub(super) fn placement(
+    args: &TrainArgs,
+    program: &crate::workload::program::Program,
+    topology: &Topology,
+) -> Result<Vec<NodeId>, Error> {
+    Ok(match &args.ranks_map {
+        Some(text) => ranks_map(text, program.ranks.len(), topology)?,
         None => {
             let npus = topology.active_npus();
             if npus.len() != program.ranks.len() {
@@ -151,12 +165,26 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             }
             npus
         }
-    };
-    let algorithms = parse_list("--algorithm", &args.algorithm, Algorithm::parse)?;
+    })
+}
+
+pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
+    if let Some(path) = args.multi_dim.system.clone() {
+        return super::system::train(args, &path);
+    }
+    let system = args.multi_dim.resolve()?;
+    let topology = args.topology.build()?;
+    let (program, layers) = load_program(&args.workload, &topology, chakra::Durations::Exact)?;
+    let npus = placement(&args, &program, &topology)?;
+    let algorithms = parse_list(
+        "--algorithm",
+        args.algorithm.as_deref().unwrap_or("ring"),
+        Algorithm::parse,
+    )?;
     let out = args.output.prepare()?;
     let options = TrainOptions {
         algorithm: algorithms[0],
-        sim: system.sim_options(args.time_model.into()),
+        sim: system.sim_options(args.time_model.unwrap_or(TimeModelArg::Exact).into()),
         multi_dim: system.multi_dim,
         synth: SynthOptions::default(),
         validate: !args.no_validate,

@@ -209,16 +209,27 @@ pub fn find_traces(path: &Path) -> Result<Option<Vec<PathBuf>>, Error> {
     Ok(Some(files.into_iter().map(|(_, p)| p).collect()))
 }
 
+/// Which field gives a compute node its duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durations {
+    /// collsim's own `collsim_duration_ps` where a trace has it (traces collsim wrote keep the
+    /// picoseconds), else `duration_micros`.
+    Exact,
+    /// `duration_micros` only, whole microseconds, as ASTRA-sim reads every trace.
+    Recorded,
+}
+
 /// Reads the traces of `files` (rank `r` from `files[r]`) as a program named `name`; warnings
 /// about node types collsim does not model go to `warn`.
 pub fn load_traces(
     files: &[PathBuf],
     name: &str,
+    durations: Durations,
     warn: &mut dyn FnMut(String),
 ) -> Result<Program, Error> {
     let ranks = files
         .iter()
-        .map(|f| read_rank(f, files.len(), warn))
+        .map(|f| read_rank(f, files.len(), durations, warn))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Program {
         name: name.to_string(),
@@ -240,7 +251,12 @@ pub fn trace_name(first: &Path) -> String {
         .map_or(stem.to_string(), |(n, _)| n.to_string())
 }
 
-fn read_rank(path: &Path, ranks: usize, warn: &mut dyn FnMut(String)) -> Result<Vec<Node>, Error> {
+fn read_rank(
+    path: &Path,
+    ranks: usize,
+    durations: Durations,
+    warn: &mut dyn FnMut(String),
+) -> Result<Vec<Node>, Error> {
     let shown = path.display().to_string();
     let raw = std::fs::read(path).map_err(|e| Error::io(&shown, e))?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
@@ -298,7 +314,7 @@ fn read_rank(path: &Path, ranks: usize, warn: &mut dyn FnMut(String)) -> Result<
                     deps.push(i);
                 }
             }
-            let task = task_of(&n, ranks)
+            let task = task_of(&n, ranks, durations)
                 .map_err(|why| bad(format!("node {} ({}): {why}", n.id, n.name)))?;
             if task.is_none() && !unknown.contains(&n.node_type) {
                 unknown.push(n.node_type);
@@ -377,7 +393,7 @@ fn text<'n>(node: &'n ChakraNode, name: &str) -> Option<&'n str> {
 }
 
 /// What a node does; None for node types collsim does not model.
-fn task_of(n: &ChakraNode, ranks: usize) -> Result<Option<Task>, String> {
+fn task_of(n: &ChakraNode, ranks: usize, durations: Durations) -> Result<Option<Task>, String> {
     let size = || -> Result<u64, String> {
         let v = integer(n, "comm_size").ok_or("no comm_size attribute")?;
         u64::try_from(v).map_err(|_| format!("comm_size {v} is negative"))
@@ -392,7 +408,11 @@ fn task_of(n: &ChakraNode, ranks: usize) -> Result<Option<Task>, String> {
     let tag = || integer(n, "comm_tag").unwrap_or(0) as u64;
     Ok(Some(match n.node_type {
         COMP_NODE => {
-            let duration = match integer(n, "collsim_duration_ps") {
+            let exact = match durations {
+                Durations::Exact => integer(n, "collsim_duration_ps"),
+                Durations::Recorded => None,
+            };
+            let duration = match exact {
                 Some(ps) if ps >= 0 && ps <= u64::MAX as i128 => Time(ps as u64),
                 _ => Time::from_ns(n.duration_micros.saturating_mul(1000)),
             };
