@@ -8,6 +8,7 @@ mod collectives;
 mod dbt;
 mod direct;
 pub mod forestcoll;
+mod hamiltonian;
 mod hdrm;
 mod hierarchical;
 pub mod nccl_kernels;

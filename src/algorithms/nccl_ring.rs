@@ -5,13 +5,16 @@
 //! offset of the entry GPU so that a ring leaves one box and enters the next on the same local
 //! index (the same rail).
 //!
-//! One box (no slower links) gives rotations of a single ring: plain ring, pipelined; where its
-//! links are bidirectional, every channel's ring also runs the other way round (NCCL's reversed
-//! channels), each direction with half of the channel's data.
+//! One box (no slower links) whose GPUs are linked directly (DGX-1 cube-mesh, NVLink and xGMI
+//! meshes) gets as many edge-disjoint Hamiltonian rings as its links allow, as NCCL's search
+//! finds them; GPUs joined through a switch get rotations of a single ring. Where the links are
+//! bidirectional, every channel's ring also runs the other way round (NCCL's reversed channels),
+//! each direction with half of the channel's data.
 
 use super::boxes::equal_boxes;
 use super::builder::Builder;
 use super::collectives::ring_exchange_parts;
+use super::hamiltonian::disjoint_rings;
 use super::Algorithm;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
@@ -27,7 +30,26 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         other => return Err(Algorithm::NcclRing.refusal(other)),
     };
     let boxes = equal_boxes(topology, c, Algorithm::NcclRing)?;
-    let rings = channel_rings(&boxes, topology.is_bidirectional());
+    let graph_rings = match boxes.len() {
+        1 => disjoint_rings(topology, &c.npus),
+        _ => Vec::new(),
+    };
+    let rings = if graph_rings.is_empty() {
+        channel_rings(&boxes, topology.is_bidirectional())
+    } else {
+        let mut rings: Vec<Vec<u32>> = graph_rings
+            .iter()
+            .map(|r| r.iter().map(|&i| i as u32).collect())
+            .collect();
+        if topology.is_bidirectional() {
+            let reversed: Vec<Vec<u32>> = rings
+                .iter()
+                .map(|r| r.iter().rev().copied().collect())
+                .collect();
+            rings.extend(reversed);
+        }
+        rings
+    };
     let channels = rings.len() as u32;
     let refined = Collective {
         chunks: c.chunks * channels,
