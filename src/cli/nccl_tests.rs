@@ -44,6 +44,10 @@ pub struct NcclTestsArgs {
     /// GPUs driven by one thread (-g): their kernels are launched one after another
     #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
     pub gpus_per_thread: u32,
+    /// GPUs taking part (nccl-tests' ranks: processes x threads x -g), the first N GPUs of a
+    /// single box [default: every GPU of the system]
+    #[arg(long)]
+    pub gpus: Option<u32>,
     /// Root rank of broadcast and reduce (-r)
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: u32,
@@ -165,6 +169,9 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     }
     if let Some(k) = &args.nic_kind {
         system.set_nic_kind(k)?;
+    }
+    if let Some(n) = args.gpus {
+        system.use_first_gpus(n)?;
     }
     let mut allowed = Allowed::default();
     if let Some(a) = &args.nccl_algo {

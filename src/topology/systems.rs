@@ -91,6 +91,27 @@ pub struct GpuSystem {
 }
 
 impl GpuSystem {
+    /// Runs on the first `n` GPUs of a single box (nccl-tests on part of a machine).
+    pub fn use_first_gpus(&mut self, n: u32) -> Result<(), Error> {
+        if self.boxes != 1 {
+            return Err(Error::input(format!(
+                "--gpus {n}: a subset of GPUs is taken from a single box; {} has {} boxes",
+                self.name, self.boxes
+            )));
+        }
+        if n < 2 || n > self.gpus_per_box {
+            return Err(Error::input(format!(
+                "--gpus {n}: between 2 and the box's {} GPUs",
+                self.gpus_per_box
+            )));
+        }
+        if n < self.gpus_per_box {
+            self.name = format!("{} ({n} of {} GPUs)", self.name, self.gpus_per_box);
+            self.gpus_per_box = n;
+        }
+        Ok(())
+    }
+
     /// The system named `spec` (`dgx-a100:2`), or None when `spec` names no GPU system.
     pub fn parse(spec: &str) -> Result<Option<GpuSystem>, Error> {
         let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
