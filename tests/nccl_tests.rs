@@ -343,7 +343,10 @@ fn ll_latency_on_two_to_eight_gpus_within_20_percent() {
     let text = std::fs::read_to_string(format!("{DATA}/a100_latency_by_protocol.md")).unwrap();
     let round2 = text.split("## Round 2").nth(1).unwrap();
     let mut checked = 0;
-    for line in round2.lines().filter(|l| l.starts_with("| ") && !l.contains("GPUs")) {
+    for line in round2
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.contains("GPUs"))
+    {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let gpus = cells[1];
         let measured: f64 = cells[2].trim_start_matches('~').parse().unwrap();
@@ -368,13 +371,27 @@ fn ll_latency_on_two_to_eight_gpus_within_20_percent() {
         let row: Vec<&str> = out.lines().last().unwrap().split(',').collect();
         let predicted: f64 = row[5].parse().unwrap();
         let error = predicted / measured - 1.0;
-        assert!(error.abs() <= 0.20, "{gpus} GPUs: {predicted} us against {measured}");
+        assert!(
+            error.abs() <= 0.20,
+            "{gpus} GPUs: {predicted} us against {measured}"
+        );
         checked += 1;
     }
     assert_eq!(checked, 7);
     // A subset is taken from one box only, and is at least two GPUs.
-    for (topology, gpus) in [("dgx-a100:2", "4"), ("dgx-a100:1", "1"), ("dgx-a100:1", "9")] {
-        let out = collsim(&["nccl-tests", "all_reduce", "--topology", topology, "--gpus", gpus]);
+    for (topology, gpus) in [
+        ("dgx-a100:2", "4"),
+        ("dgx-a100:1", "1"),
+        ("dgx-a100:1", "9"),
+    ] {
+        let out = collsim(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            topology,
+            "--gpus",
+            gpus,
+        ]);
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("--gpus"));
     }

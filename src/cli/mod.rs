@@ -442,10 +442,23 @@ pub struct OutArgs {
 impl OutArgs {
     /// The results folder, ready to write, or None without --out.
     pub fn prepare(&self) -> Result<Option<crate::report::OutputDir>, Error> {
-        self.out
-            .as_deref()
-            .map(|dir| crate::report::OutputDir::prepare(dir, self.force))
-            .transpose()
+        self.prepare_reading(&[])
+    }
+
+    /// As [`OutArgs::prepare`], refusing when one of the run's `inputs` (path, flag) is an earlier
+    /// result in the folder that `--force` would replace.
+    pub fn prepare_reading(
+        &self,
+        inputs: &[(&std::path::Path, &str)],
+    ) -> Result<Option<crate::report::OutputDir>, Error> {
+        let Some(dir) = self.out.as_deref() else {
+            return Ok(None);
+        };
+        let out = crate::report::OutputDir::prepare(dir, self.force)?;
+        for (path, flag) in inputs {
+            out.keep_input(path, flag)?;
+        }
+        Ok(Some(out))
     }
 }
 

@@ -72,7 +72,9 @@ pub(super) fn train(args: TrainArgs, path: &Path) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let (program, _) = load_program(&args.workload, &topology, Durations::Recorded)?;
     let npus = placement(&args, &program, &topology)?;
-    let out = args.output.prepare()?;
+    let out = args
+        .output
+        .prepare_reading(&[(args.workload.as_path(), "--workload"), (path, "--system")])?;
     let heartbeat = crate::report::Heartbeat::start("training iteration");
     let ranks = run(&topology, &program, &npus, &settings)?.ranks;
     drop(heartbeat);

@@ -68,9 +68,12 @@ pub struct TraceArgs {
     /// The network whose NPUs are the ranks (and whose dimensions give hybrid parallelism's groups)
     #[command(flatten)]
     pub topology: TopologyArgs,
-    /// Folder for NAME.RANK.et (made if missing)
+    /// Folder for NAME.RANK.et (made if missing; must be empty unless --force)
     #[arg(long, short = 'o')]
     pub out: PathBuf,
+    /// Write into a non-empty --out folder, replacing what collsim wrote there before
+    #[arg(long)]
+    pub force: bool,
     /// Write gzip-compressed NAME.RANK.et.gz files
     #[arg(long)]
     pub gzip: bool,
@@ -83,7 +86,10 @@ pub(super) fn trace(args: TraceArgs) -> Result<(), Error> {
     let topology = args.topology.build()?;
     let workload = load_workload(&args.workload)?;
     let program = workload.program(&topology)?;
-    let files = chakra::write_traces(&program, &args.out, args.gzip)?;
+    let mut out = crate::report::OutputDir::prepare(&args.out, args.force)?;
+    out.keep_input(&args.workload, "--workload")?;
+    let files = chakra::write_traces(&program, &mut |name| out.file(name), args.gzip)?;
+    out.commit()?;
     let nodes: usize = program.ranks.iter().map(Vec::len).sum();
     println!(
         "{}: {} ranks, {nodes} nodes, written to {}",
@@ -181,7 +187,9 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         args.algorithm.as_deref().unwrap_or("ring"),
         Algorithm::parse,
     )?;
-    let out = args.output.prepare()?;
+    let out = args
+        .output
+        .prepare_reading(&[(args.workload.as_path(), "--workload")])?;
     let options = TrainOptions {
         algorithm: algorithms[0],
         sim: system.sim_options(args.time_model.unwrap_or(TimeModelArg::Exact).into()),

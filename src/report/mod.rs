@@ -223,20 +223,29 @@ impl Summary {
 
 /// A results folder whose files are written under temporary names and renamed into place only when
 /// the whole run succeeded, so a failed or interrupted run never leaves a folder that looks
-/// complete. It is prepared before the run, so a folder that cannot be written is found at once.
+/// complete, and a `--force` rerun that fails leaves the previous results as they were. It is
+/// prepared before the run, so a folder that cannot be written (or that another run is writing)
+/// is found at once.
 pub struct OutputDir {
     dir: PathBuf,
     pending: Vec<(PathBuf, PathBuf)>,
+    /// What the previous run listed in the manifest (with `--force`): removed at the commit.
+    previous: Vec<PathBuf>,
+    lock: PathBuf,
 }
 
 /// The file in a results folder listing what collsim wrote there, so `--force` removes exactly
 /// that before writing again.
 pub const MANIFEST: &str = ".collsim-manifest";
 
-/// Temporary files of every open [`OutputDir`], removed on Ctrl-C.
+/// The file that marks a results folder as being written by a run (its process id inside).
+pub const LOCK: &str = ".collsim-lock";
+
+/// Temporary files and locks of every open [`OutputDir`], removed on Ctrl-C, SIGTERM or SIGHUP.
 static PENDING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
-/// On Ctrl-C (or SIGTERM), removes the temporary files of unfinished outputs and exits with 130.
+/// On Ctrl-C, SIGTERM or SIGHUP (what Slurm sends at a time limit, what a closed terminal sends),
+/// removes the temporary files and locks of unfinished outputs and exits with 130.
 pub fn remove_partial_outputs_on_interrupt() {
     // A second handler cannot be installed (tests run many commands in one process): the first
     // one already does this.
@@ -247,7 +256,7 @@ pub fn remove_partial_outputs_on_interrupt() {
     });
 }
 
-/// Removes the temporary files of outputs not yet moved into place (a run ending early).
+/// Removes the temporary files and locks of outputs not yet moved into place (a run ending early).
 pub fn remove_pending_outputs() {
     let pending = PENDING.lock().map(|p| p.clone()).unwrap_or_default();
     for path in pending {
@@ -255,9 +264,15 @@ pub fn remove_pending_outputs() {
     }
 }
 
+/// Whether a file name is one of collsim's temporary names (`.name.partial.ext`, `.name.partial`).
+fn is_partial(name: &str) -> bool {
+    name.starts_with('.') && (name.contains(".partial.") || name.ends_with(".partial"))
+}
+
 impl OutputDir {
     /// Checks that `dir` can take the results before anything runs: it must be a folder (made if
-    /// missing), writable, and empty unless `force`, which removes what collsim wrote there.
+    /// missing), writable, not being written by another run, and empty unless `force`. With
+    /// `force` what collsim wrote there before is replaced when this run's results are complete.
     pub fn prepare(dir: &Path, force: bool) -> Result<OutputDir, Error> {
         let shown = dir.display();
         if dir.exists() && !dir.is_dir() {
@@ -266,9 +281,19 @@ impl OutputDir {
             )));
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(&shown, e))?;
+        let lock = take_lock(dir)?;
+        let mut out = OutputDir {
+            dir: dir.to_path_buf(),
+            pending: Vec::new(),
+            previous: Vec::new(),
+            lock,
+        };
+        // Temporary files of a run that was killed: no run is writing now (the lock says so).
+        remove_stale_partials(dir);
         let entries = std::fs::read_dir(dir)
             .map_err(|e| Error::io(&shown, e))?
             .filter_map(|e| e.ok())
+            .filter(|e| e.file_name() != LOCK)
             .count();
         if entries > 0 {
             if !force {
@@ -277,19 +302,36 @@ impl OutputDir {
                      wrote there, or another folder"
                 )));
             }
-            remove_previous_outputs(dir)?;
+            out.previous = previous_outputs(dir);
         }
         let probe = dir.join(".collsim-write-test");
         std::fs::write(&probe, b"").map_err(|e| Error::io(&shown, e))?;
         let _ = std::fs::remove_file(&probe);
-        Ok(OutputDir {
-            dir: dir.to_path_buf(),
-            pending: Vec::new(),
-        })
+        Ok(out)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Refuses to go on when `input`, which this run reads, is a result of an earlier run that
+    /// `--force` would replace.
+    pub fn keep_input(&self, input: &Path, flag: &str) -> Result<(), Error> {
+        let (Ok(input), Ok(dir)) = (input.canonicalize(), self.dir.canonicalize()) else {
+            return Ok(());
+        };
+        let Ok(relative) = input.strip_prefix(&dir) else {
+            return Ok(());
+        };
+        if self.previous.iter().any(|p| p == relative) {
+            return Err(Error::input(format!(
+                "{flag} {}: --force would replace it, as a result of an earlier run in {}; \
+                 copy it elsewhere or write the results to another folder",
+                input.display(),
+                self.dir.display()
+            )));
+        }
+        Ok(())
     }
 
     /// A path to write `name` to; it appears under its real name at [`OutputDir::commit`]. The
@@ -331,10 +373,47 @@ impl OutputDir {
         forget_pending(&dropped);
     }
 
-    /// Moves every written file into place (summary files last, by call order) and records them
+    /// Replaces the previous run's files by this run's: refuses (changing nothing) where a file
+    /// of this run would land on one collsim did not write; removes the previous run's files;
+    /// moves every written file into place (summary files last, by call order) and records them
     /// in the manifest.
     pub fn commit(mut self) -> Result<(), Error> {
         let pending = std::mem::take(&mut self.pending);
+        for (_, real) in &pending {
+            let ours = real
+                .strip_prefix(&self.dir)
+                .is_ok_and(|r| self.previous.iter().any(|p| p == r));
+            if real.exists() && !ours {
+                for (tmp, _) in &pending {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                forget_pending(&pending);
+                return Err(Error::input(format!(
+                    "{}: is not a file collsim wrote (the folder's manifest does not list it), \
+                     so it was left as it was and this run's results were not written; move it \
+                     or give another folder",
+                    real.display()
+                )));
+            }
+        }
+        for relative in std::mem::take(&mut self.previous) {
+            let path = self.dir.join(&relative);
+            if pending.iter().any(|(_, real)| *real == path) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(path.display(), e)),
+            }
+            let mut parent = path.parent();
+            while let Some(p) = parent.filter(|p| *p != self.dir) {
+                if std::fs::remove_dir(p).is_err() {
+                    break;
+                }
+                parent = p.parent();
+            }
+        }
         let mut manifest = String::new();
         for (tmp, real) in &pending {
             std::fs::rename(tmp, real).map_err(|e| Error::io(real.display(), e))?;
@@ -354,6 +433,10 @@ impl Drop for OutputDir {
             let _ = std::fs::remove_file(tmp);
         }
         forget_pending(&self.pending);
+        let _ = std::fs::remove_file(&self.lock);
+        if let Ok(mut pending) = PENDING.lock() {
+            pending.retain(|p| *p != self.lock);
+        }
     }
 }
 
@@ -363,38 +446,91 @@ fn forget_pending(files: &[(PathBuf, PathBuf)]) {
     }
 }
 
-/// Removes the files a previous run listed in `dir`'s manifest, and the folders that leaves
-/// empty. Files collsim did not write stay.
-fn remove_previous_outputs(dir: &Path) -> Result<(), Error> {
-    let manifest = dir.join(MANIFEST);
-    let Ok(text) = std::fs::read_to_string(&manifest) else {
-        return Ok(());
-    };
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let relative = Path::new(line);
-        // Only paths inside the folder: a tampered manifest must not reach elsewhere.
-        if relative.is_absolute()
-            || relative
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+/// Marks `dir` as written by this process, or names the run that is writing it. A lock whose
+/// process is gone (killed outright) is taken over.
+fn take_lock(dir: &Path) -> Result<PathBuf, Error> {
+    let lock = dir.join(LOCK);
+    let me = std::process::id();
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
         {
-            continue;
-        }
-        let path = dir.join(relative);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(path.display(), e)),
-        }
-        let mut parent = path.parent();
-        while let Some(p) = parent.filter(|p| *p != dir) {
-            if std::fs::remove_dir(p).is_err() {
-                break;
+            Ok(mut file) => {
+                let _ = write!(file, "{me}");
+                if let Ok(mut pending) = PENDING.lock() {
+                    pending.push(lock.clone());
+                }
+                return Ok(lock);
             }
-            parent = p.parent();
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let owner: Option<u32> = std::fs::read_to_string(&lock)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok());
+                let alive = match owner {
+                    Some(pid) if Path::new("/proc/self").exists() => {
+                        Path::new(&format!("/proc/{pid}")).exists()
+                    }
+                    // Without /proc, a lock is taken to be live.
+                    _ => true,
+                };
+                if alive {
+                    return Err(Error::input(format!(
+                        "{}: another collsim run{} is writing results here; wait for it or give \
+                         another folder (if no run is, remove {})",
+                        dir.display(),
+                        owner.map_or(String::new(), |p| format!(" (process {p})")),
+                        lock.display()
+                    )));
+                }
+                let _ = std::fs::remove_file(&lock);
+            }
+            Err(e) => return Err(Error::io(dir.display(), e)),
         }
     }
-    std::fs::remove_file(&manifest).map_err(|e| Error::io(manifest.display(), e))
+    Err(Error::input(format!(
+        "{}: cannot take the folder's lock {}",
+        dir.display(),
+        lock.display()
+    )))
+}
+
+/// Removes temporary files a killed run left anywhere under `dir`.
+fn remove_stale_partials(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            remove_stale_partials(&path);
+        } else if is_partial(&name) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The files a previous run listed in `dir`'s manifest, relative to `dir`; only paths inside the
+/// folder (a tampered manifest must not reach elsewhere).
+fn previous_outputs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string(dir.join(MANIFEST)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .filter(|relative| {
+            !relative.is_absolute()
+                && relative
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+        })
+        .collect();
+    files.push(PathBuf::from(MANIFEST));
+    files
 }
 
 pub(crate) fn writer(path: &Path) -> Result<BufWriter<File>, Error> {
@@ -801,13 +937,53 @@ mod tests {
             err.contains("--force") && err.contains("not empty"),
             "{err}"
         );
+        // Replaced only when the new results are complete: a run that fails keeps the old ones.
         let out = OutputDir::prepare(&dir, true).unwrap();
-        assert!(!dir.join("summary.csv").exists() && !dir.join("runs").exists());
-        assert!(dir.join("notes.txt").exists());
         drop(out);
+        assert!(dir.join("summary.csv").exists() && dir.join("runs/3/link_bytes.csv").exists());
+        let mut out = OutputDir::prepare(&dir, true).unwrap();
+        std::fs::write(out.file("summary.csv"), "new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("summary.csv")).unwrap(),
+            "new"
+        );
+        assert!(!dir.join("runs").exists());
+        assert!(dir.join("notes.txt").exists());
+        // A file collsim did not write is never replaced: the run's results are refused.
+        let mut out = OutputDir::prepare(&dir, true).unwrap();
+        std::fs::write(out.file("notes.txt"), "results").unwrap();
+        let err = out.commit().unwrap_err().to_string();
+        assert!(err.contains("notes.txt"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+            "mine"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("summary.csv")).unwrap(),
+            "new"
+        );
         let file = dir.join("notes.txt");
         let err = OutputDir::prepare(&file, true).err().unwrap().to_string();
         assert!(err.contains("is a file"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_folder_another_run_writes_is_refused_and_a_dead_runs_lock_taken_over() {
+        let dir = std::env::temp_dir().join(format!("collsim-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = OutputDir::prepare(&dir, false).unwrap();
+        let err = OutputDir::prepare(&dir, true).err().unwrap().to_string();
+        assert!(err.contains("another collsim run"), "{err}");
+        drop(first);
+        assert!(!dir.join(LOCK).exists());
+        // A killed run: its lock names a process that is gone, its temporary file is left.
+        std::fs::write(dir.join(LOCK), "4294967").unwrap();
+        std::fs::write(dir.join(".summary.partial.csv"), "half").unwrap();
+        let out = OutputDir::prepare(&dir, false).unwrap();
+        assert!(!dir.join(".summary.partial.csv").exists());
+        drop(out);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

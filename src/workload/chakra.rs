@@ -521,14 +521,20 @@ fn chakra_node(node: &Node) -> ChakraNode {
     n
 }
 
-/// Writes `program` as Chakra traces `DIR/NAME.{rank}.et` (gzip-compressed `.et.gz` when
-/// `gzip`), returning the files written.
-pub fn write_traces(program: &Program, dir: &Path, gzip: bool) -> Result<Vec<PathBuf>, Error> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+/// Writes `program` as Chakra traces `NAME.{rank}.et` (gzip-compressed `.et.gz` when `gzip`),
+/// each to the path `path_for` gives its name, returning the names written. A workload name
+/// that is not one plain file name (`../victim`) is refused.
+pub fn write_traces(
+    program: &Program,
+    path_for: &mut dyn FnMut(&str) -> PathBuf,
+    gzip: bool,
+) -> Result<Vec<String>, Error> {
+    file_name_safe(&program.name)?;
     let mut files = Vec::with_capacity(program.ranks.len());
     for (r, nodes) in program.ranks.iter().enumerate() {
         let ext = if gzip { "et.gz" } else { "et" };
-        let path = dir.join(format!("{}.{r}.{ext}", program.name));
+        let name = format!("{}.{r}.{ext}", program.name);
+        let path = path_for(&name);
         let mut bytes = Vec::new();
         let metadata = GlobalMetadata {
             version: VERSION.into(),
@@ -552,7 +558,24 @@ pub fn write_traces(program: &Program, dir: &Path, gzip: bool) -> Result<Vec<Pat
             file.write_all(&bytes).map_err(io)?;
             file.flush().map_err(io)?;
         }
-        files.push(path);
+        files.push(name);
     }
     Ok(files)
+}
+
+/// A workload's name becomes trace file names: it must stay one plain name inside the folder.
+fn file_name_safe(name: &str) -> Result<(), Error> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'));
+    if plain {
+        return Ok(());
+    }
+    Err(Error::input(format!(
+        "workload name '{}' cannot name trace files: letters, digits, '-', '_', '+' and '.' \
+         only, not starting with '.' (the files must stay inside --out)",
+        name.escape_default()
+    )))
 }
