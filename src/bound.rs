@@ -73,7 +73,8 @@ pub fn bounds(topology: &Topology, collective: &Collective, cut_budget: Option<u
 /// all-reduce is both. Broadcast and reduce are limited by the smallest root cut (Edmonds); gather
 /// by the cuts around the root (its shards must all get in), scatter the same reversed. The
 /// ratio is found exactly ([`crate::forest::rate`]), so it is the very rate ForestColl's trees
-/// reach. None for the other collectives, or when the work would exceed `budget`.
+/// reach. All-to-all takes the groups the links join ([`all_to_all_cut_bound`]). None when the
+/// work would exceed `budget`.
 pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Option<Time> {
     let rooted = matches!(c.kind, CollectiveKind::Broadcast | CollectiveKind::Reduce);
     let to_root = matches!(c.kind, CollectiveKind::Gather | CollectiveKind::Scatter);
@@ -91,7 +92,7 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
         CollectiveKind::AllGather | CollectiveKind::Broadcast | CollectiveKind::Gather => &[false],
         CollectiveKind::ReduceScatter | CollectiveKind::Reduce | CollectiveKind::Scatter => &[true],
         CollectiveKind::AllReduce => &[true, false],
-        CollectiveKind::AllToAll => return None,
+        CollectiveKind::AllToAll => return all_to_all_cut_bound(topology, c),
     };
     let symmetric = all && symmetry_representatives(topology).len() == 1;
     let work = sinks.len() as u64
@@ -128,6 +129,57 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
             .max(crossing_bound(topology, c, budget))
     };
     Some(seconds(secs))
+}
+
+/// All-to-all: a node set `S` holding `k` of the `n` participants sends `k (n - k) size / n`
+/// bytes out of itself and takes as much in, through the links leaving and entering it. Every
+/// such set bounds the time; the sets tried are the groups the network's links join at each of
+/// its speeds (boxes behind their switch, groups of a dimension, pods), beside the per-NPU bound.
+/// None when no group holds some but not all participants.
+fn all_to_all_cut_bound(topology: &Topology, c: &Collective) -> Option<Time> {
+    let mut speeds: Vec<f64> = topology
+        .links()
+        .iter()
+        .map(|l| l.bandwidth.as_bytes_per_sec())
+        .collect();
+    speeds.sort_by(f64::total_cmp);
+    speeds.dedup();
+    let nodes = topology.nodes() as usize;
+    let n = c.npus.len() as f64;
+    let per_pair = c.size as f64 / n;
+    let mut best: Option<f64> = None;
+    for &threshold in speeds.iter().skip(1) {
+        let group = topology.groups_joined_at(threshold);
+        let mut members = vec![0.0f64; nodes];
+        for &v in &c.npus {
+            members[group[v as usize] as usize] += 1.0;
+        }
+        let (mut into, mut out) = (vec![0.0f64; nodes], vec![0.0f64; nodes]);
+        for l in topology.links() {
+            let (a, b) = (
+                group[l.src as usize] as usize,
+                group[l.dst as usize] as usize,
+            );
+            if a != b {
+                into[b] += l.bandwidth.as_bytes_per_sec();
+                out[a] += l.bandwidth.as_bytes_per_sec();
+            }
+        }
+        for g in 0..nodes {
+            let k = members[g];
+            if k == 0.0 || k == n {
+                continue;
+            }
+            let traffic = k * (n - k) * per_pair;
+            for capacity in [into[g], out[g]] {
+                if capacity > 0.0 {
+                    let t = traffic / capacity;
+                    best = Some(best.map_or(t, |b: f64| b.max(t)));
+                }
+            }
+        }
+    }
+    best.map(seconds)
 }
 
 /// All-reduce: every piece must cross every cut that separates participants once each way (a
@@ -362,6 +414,33 @@ mod tests {
 
     fn collective(kind: CollectiveKind, n: u32) -> Collective {
         Collective::new(kind, (0..n).collect(), 1 << 30, 1, None).unwrap()
+    }
+
+    #[test]
+    fn all_to_all_pushes_each_box_half_its_data_through_its_uplinks() {
+        // Two boxes of 4 NPUs (100 GB/s switch inside), each NPU with one 10 GB/s link to the
+        // switch between boxes: a box sends 4 x 4 x size/8 = 2 size out through 4 x 10 GB/s.
+        let t = TopologyOptions::new("dims:switch4,switch2")
+            .with_links("100GB/s,10GB/s", "0ns")
+            .build()
+            .unwrap();
+        let c = Collective::new(
+            CollectiveKind::AllToAll,
+            (0..8).collect(),
+            1_000_000_000,
+            1,
+            None,
+        )
+        .unwrap();
+        let b = bounds(&t, &c, None);
+        assert_eq!(b.cut, Some(Time::from_ns(50_000_000)));
+        assert_eq!(b.total(), Time::from_ns(50_000_000));
+        // One switch of 8: no group holds some but not all NPUs; the per-NPU bound stands.
+        let t = TopologyOptions::new("switch:8")
+            .with_links("10GB/s", "0ns")
+            .build()
+            .unwrap();
+        assert_eq!(bounds(&t, &c, None).cut, None);
     }
 
     #[test]

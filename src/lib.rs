@@ -60,6 +60,37 @@ impl Error {
     }
 }
 
+/// Readers of untrusted binary input running now (see [`read_untrusted`]).
+static UNTRUSTED_READERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a reader of untrusted binary input is running: a panic then is the file's fault, and
+/// the binary's panic hook lets [`read_untrusted`] turn it into an input error.
+pub fn reading_untrusted() -> bool {
+    UNTRUSTED_READERS.load(std::sync::atomic::Ordering::SeqCst) > 0
+}
+
+/// Runs a third-party reader on untrusted input (a Parquet file): a panic inside it (a corrupt
+/// file the library does not check) becomes an input error naming `what`.
+pub(crate) fn read_untrusted<T>(
+    what: &str,
+    read: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    use std::sync::atomic::Ordering;
+    UNTRUSTED_READERS.fetch_add(1, Ordering::SeqCst);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
+    UNTRUSTED_READERS.fetch_sub(1, Ordering::SeqCst);
+    result.unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::input(format!(
+            "{what}: the file is corrupt (its reader failed: {message})"
+        )))
+    })
+}
+
 /// An I/O error in words: "permission denied", not "Permission denied (os error 13)".
 pub(crate) fn io_words(e: &std::io::Error) -> String {
     use std::io::ErrorKind as K;
@@ -76,5 +107,18 @@ pub(crate) fn io_words(e: &std::io::Error) -> String {
     match words.find(" (os error") {
         Some(i) => words[..i].to_string(),
         None => words,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_panicking_reader_of_untrusted_input_is_an_input_error() {
+        let result: Result<(), super::Error> =
+            super::read_untrusted("f.parquet", || panic!("index out of bounds"));
+        let err = result.unwrap_err();
+        assert!(matches!(err, super::Error::Input(_)));
+        assert!(err.to_string().contains("f.parquet") && err.to_string().contains("corrupt"));
+        assert!(!super::reading_untrusted());
     }
 }

@@ -282,6 +282,13 @@ pub fn parse_time(text: &str) -> Result<Time, UnitError> {
             "is too large: at most 18446744 s (about 213 days, 2^64 ps)",
         ));
     }
+    if ps > 0.0 && ps.round() == 0.0 {
+        return Err(unit_error(
+            "time",
+            text,
+            "rounds to 0 at collsim's resolution of 1 ps: give 0 or at least 0.5ps",
+        ));
+    }
     Ok(Time(ps.round() as u64))
 }
 

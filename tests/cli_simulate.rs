@@ -763,3 +763,33 @@ fn a_small_synthesized_schedule_leaves_only_its_json() {
         "{listed:?}"
     );
 }
+
+/// A time below collsim's resolution is refused rather than printed as 0.000 ns with no
+/// efficiency: a latency that rounds to 0 ps, and a run that takes less than one.
+#[test]
+fn times_below_a_picosecond_are_refused() {
+    let run = |latency: &str| {
+        collsim(&[
+            "simulate",
+            "--topology",
+            "ring:8",
+            "--latency",
+            latency,
+            "--bandwidth",
+            "1e18B/s",
+            "--collective",
+            "all-reduce",
+            "--size",
+            "8B",
+            "--algorithm",
+            "ring",
+        ])
+    };
+    for (latency, words) in [("0.4ps", "--latency"), ("0ps", "less than a picosecond")] {
+        let out = run(latency);
+        assert_eq!(out.status.code(), Some(2), "{latency}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error:") && err.contains(words), "{err}");
+    }
+    assert!(run("1ps").status.success());
+}

@@ -225,3 +225,55 @@ proptest! {
         one_line(Experiment::parse_in(&text, "e.yaml", &root().join("configs/experiments")))?;
     }
 }
+
+/// Byte-mutated Parquet schedules, through the whole command: a corrupt file ends with exit 2
+/// and one `error:` line naming it, never a panic of the Parquet reader (exit 70).
+#[test]
+fn corrupt_parquet_schedules_are_input_errors() {
+    let dir = scratch("parquet");
+    let out = dir.join("o");
+    let made = std::process::Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args([
+            "synthesize",
+            "--topology",
+            "mesh:3x3",
+            "--collective",
+            "all-gather",
+        ])
+        .args(["--size", "1MB", "--table-format", "parquet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let data = std::fs::read(out.join("schedule.parquet")).unwrap();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let target = dir.join("fuzzed.parquet");
+    for _ in 0..(cases() / 4).max(16) {
+        let mut bytes = data.clone();
+        for _ in 0..1 + next() % 8 {
+            let at = (next() % bytes.len() as u64) as usize;
+            bytes[at] = next() as u8;
+        }
+        std::fs::write(&target, &bytes).unwrap();
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_collsim"))
+            .args(["simulate", "--topology", "mesh:3x3", "--schedule"])
+            .arg(&target)
+            .output()
+            .unwrap();
+        let code = run.status.code();
+        assert!(matches!(code, Some(0) | Some(2)), "{code:?}: {run:?}");
+        if code == Some(2) {
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(
+                err.starts_with("error:") && err.lines().count() == 1,
+                "{err}"
+            );
+        }
+    }
+}

@@ -95,6 +95,12 @@ impl Summary {
     /// The invariants every reported summary keeps: its times are in range, and neither its
     /// efficiency nor its utilisation passes 1 (beyond the picoseconds of rounding).
     pub fn check(&self) -> Result<(), Error> {
+        if self.collective_time == Time::ZERO && self.transfers > 0 {
+            return Err(Error::input(
+                "the collective takes less than a picosecond, collsim's time resolution: give \
+                 a larger size, slower links or longer latencies",
+            ));
+        }
         if let Some(bound) = self.bound.filter(|b| !b.fits()) {
             return Err(Error::input(format!(
                 "the lower bound ({bound}) passes the largest time collsim represents (2^64 ps, \

@@ -52,7 +52,9 @@ pub fn load_schedule_file(path: &Path) -> Result<Schedule, Error> {
             let (raw, claim) = read_json(&shown, file)?;
             (assemble(&shown, raw)?, claim)
         }
-        Some("parquet") => super::parquet::read_parquet(&shown, file)?,
+        Some("parquet") => {
+            crate::read_untrusted(&shown, || super::parquet::read_parquet(&shown, file))?
+        }
         _ => {
             return Err(Error::input(format!(
                 "{shown}: unknown schedule format; use a .csv, .json or .parquet file"
