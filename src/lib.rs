@@ -44,8 +44,20 @@ impl Error {
     /// An input error. Its message is one line: line breaks in quoted input are shown as `\n`.
     pub fn input(message: impl Into<String>) -> Error {
         let message: String = message.into();
-        if message.contains(['\n', '\r']) {
-            Error::Input(message.replace('\n', "\\n").replace('\r', "\\r"))
+        if message.chars().any(char::is_control) {
+            // Control characters from input (line breaks, escape sequences) are shown escaped.
+            Error::Input(
+                message
+                    .chars()
+                    .map(|c| {
+                        if c.is_control() {
+                            c.escape_default().to_string()
+                        } else {
+                            c.to_string()
+                        }
+                    })
+                    .collect(),
+            )
         } else {
             Error::Input(message)
         }
@@ -89,6 +101,20 @@ pub(crate) fn read_untrusted<T>(
             "{what}: the file is corrupt (its reader failed: {message})"
         )))
     })
+}
+
+/// A YAML value as a user wrote it, for messages: `50`, `true`, `a list`, not `Number(50)`.
+pub(crate) fn yaml_words(value: &serde_yaml::Value) -> String {
+    use serde_yaml::Value;
+    match value {
+        Value::Null => "an empty value".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{}'", s.escape_default()),
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
 }
 
 /// An I/O error in words: "permission denied", not "Permission denied (os error 13)".

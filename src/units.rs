@@ -219,13 +219,17 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
         "GiB" => 1 << 30,
         "TB" => 1_000_000_000_000,
         "TiB" => 1 << 40,
+        "PB" => 1_000_000_000_000_000,
+        "PiB" => 1 << 50,
+        "EB" => 1_000_000_000_000_000_000,
+        "EiB" => 1 << 60,
         _ => return Err(unit_error("size", text, format!("unknown unit '{unit}'"))),
     };
     let too_large = || {
         unit_error(
             "size",
             text,
-            format!("is too large: at most {} B (16 EiB)", u64::MAX),
+            format!("is too large: at most {} B (16 EiB - 1 B)", u64::MAX),
         )
     };
     let plain = digits.replace('_', "");

@@ -793,3 +793,63 @@ fn times_below_a_picosecond_are_refused() {
     }
     assert!(run("1ps").status.success());
 }
+
+/// Messages that name what the user wrote: two tenants count 32 NPUs, `--root=-1` keeps its
+/// value, 16 EiB is read and refused as too large, a YAML number without unit is shown as
+/// written.
+#[test]
+fn messages_name_what_was_written() {
+    let tenants = summary(&[
+        "--topology",
+        "ring:32",
+        "--collective",
+        "all-reduce,all-reduce",
+        "--size",
+        "1MB,1MB",
+        "--npus",
+        "0-15;16-31",
+        "--algorithm",
+        "ring",
+    ]);
+    assert_eq!(tenants["npus"], "32");
+    let err = |args: &[&str]| {
+        let out = collsim(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let base = ["simulate", "--topology", "ring:8", "--algorithm", "ring"];
+    let root = err(&[
+        &base[..],
+        &["--collective", "broadcast", "--size", "1MB", "--root=-1"],
+    ]
+    .concat());
+    assert!(root.contains("'-1'"), "{root}");
+    let huge = err(&[
+        &base[..],
+        &["--collective", "all-reduce", "--size", "16EiB"],
+    ]
+    .concat());
+    assert!(huge.contains("too large"), "{huge}");
+    let dir = scratch("yaml-number");
+    let file = dir.join("t.yml");
+    std::fs::write(
+        &file,
+        "npus: 2\nswitches: 0\nlinks:\n  - {src: 0, dst: 1, bandwidth: 50, latency: 1us}\n",
+    )
+    .unwrap();
+    let number = err(&[
+        "simulate",
+        "--topology",
+        file.to_str().unwrap(),
+        "--collective",
+        "all-gather",
+        "--size",
+        "1MB",
+        "--algorithm",
+        "ring",
+    ]);
+    assert!(
+        number.contains(": 50 needs a unit") && !number.contains("Number("),
+        "{number}"
+    );
+}

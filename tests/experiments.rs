@@ -390,3 +390,53 @@ fn a_long_sweep_writes_progress_lines_while_its_runs_are_in_flight() {
         );
     }
 }
+
+/// A Slurm array larger than the experiment: the extra tasks succeed with an empty shard, and
+/// the shards merge; a folder that is no shard is named as such, in words.
+#[test]
+fn empty_shards_succeed_and_merge() {
+    let dir = scratch("empty-shards");
+    let exp = write(
+        &dir,
+        "tiny.yaml",
+        "name: tiny\nbandwidth: 50GB/s\nlatency: 500ns\ntopologies:\n  - {spec: \"ring:8\", name: Ring 8}\n\
+         collectives: [all-reduce]\nsizes: \"1MB\"\nalgorithms: [ring, direct]\nseeds: [1]\n",
+    );
+    let shards: Vec<String> = (0..3)
+        .map(|i| {
+            let out = dir.join(format!("s{i}"));
+            ok(&[
+                "run",
+                &exp,
+                "--shard",
+                &format!("{i}/3"),
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            out.to_str().unwrap().to_string()
+        })
+        .collect();
+    let merged = dir.join("m");
+    ok(&[
+        "merge",
+        &shards[0],
+        &shards[1],
+        &shards[2],
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(csv_rows(&merged.join("summary.csv")).len(), 2);
+    let out = collsim(&[
+        "merge",
+        &shards[0],
+        dir.join("nope").to_str().unwrap(),
+        "--out",
+        dir.join("m2").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no such file") && !err.contains("os error"),
+        "{err}"
+    );
+}

@@ -297,3 +297,37 @@ fn sigterm_leaves_no_partial_files() {
     assert!(!lock.exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A run that fails leaves no empty results folder behind (one it did not make stays), and input
+/// echoed in an error shows control characters escaped, never raw.
+#[test]
+fn failed_runs_leave_no_folder_and_errors_no_raw_control_characters() {
+    let dir = scratch("lost", "failed");
+    let out = dir.join("new");
+    let run = collsim(&[
+        "simulate",
+        "--topology",
+        "ring:8",
+        "--collective",
+        "all-reduce",
+        "--size",
+        "1B",
+        "--algorithm",
+        "ring",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(!out.exists());
+    let run = collsim(&[
+        "simulate",
+        "--topology",
+        "ring:\u{1b}[31m8",
+        "--algorithm",
+        "ring",
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!err.contains('\u{1b}') && err.contains("\\u{1b}"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

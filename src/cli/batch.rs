@@ -174,6 +174,18 @@ fn run_experiment(
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let out = args.output.prepare()?;
     let result = run_batch(&experiment, shard)?;
+    if let Some(s) = shard.filter(|_| result.rows.is_empty() && result.skipped.is_empty()) {
+        // A Slurm array larger than the experiment: this task has nothing to do, which is fine.
+        eprintln!(
+            "note: shard {} holds none of the experiment's runs (the array is larger than the \
+             runs); nothing to do",
+            args.shard.as_deref().unwrap_or_default()
+        );
+        if let Some(out) = out {
+            write_batch(out, &experiment, source, &result, Some(s))?;
+        }
+        return Ok(());
+    }
     if result.rows.is_empty() {
         let why = result
             .skipped

@@ -142,6 +142,12 @@ pub(crate) fn parse_ids(flag: &str, list: &str) -> Result<Vec<u32>, Error> {
     };
     let mut out = Vec::new();
     for item in list.split(',') {
+        if item.trim().starts_with('-') {
+            return Err(Error::input(format!(
+                "{flag}: '{}' is not an NPU id (ids start at 0)",
+                item.trim()
+            )));
+        }
         match item.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (id(a)?, id(b)?);

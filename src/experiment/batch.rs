@@ -238,8 +238,14 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path, force: bool) -> Result<usize, Err
     for dir in dirs {
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read_to_string(&path)
-                .map_err(|e| Error::input(format!("{}: {e}", path.display())))
+            std::fs::read_to_string(&path).map_err(|e| {
+                Error::input(format!(
+                    "{}: {} (is {} a results folder of `collsim run --shard`?)",
+                    path.display(),
+                    crate::io_words(&e),
+                    dir.display()
+                ))
+            })
         };
         let this: BatchInfo = serde_json::from_str(&read("batch.json")?)
             .map_err(|e| Error::input(format!("{}: {e}", dir.join("batch.json").display())))?;

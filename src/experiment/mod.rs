@@ -422,11 +422,16 @@ fn summarise(
     };
     let summary = Summary {
         topology: topology.name().to_string(),
-        npus: claims
-            .iter()
-            .map(Collective::ranks)
-            .max()
-            .unwrap_or(topology.active_npus().len() as u32),
+        // Every NPU taking part in any of the collectives (several tenants count once each).
+        npus: if claims.is_empty() {
+            topology.active_npus().len() as u32
+        } else {
+            claims
+                .iter()
+                .flat_map(|c| c.npus.iter().copied())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len() as u32
+        },
         collective: if claims.is_empty() {
             "schedule".to_string()
         } else {

@@ -238,6 +238,9 @@ pub struct OutputDir {
     /// What the previous run listed in the manifest (with `--force`): removed at the commit.
     previous: Vec<PathBuf>,
     lock: PathBuf,
+    /// The folder did not exist before: a run that fails removes it again (when empty).
+    created: bool,
+    committed: bool,
 }
 
 /// The file in a results folder listing what collsim wrote there, so `--force` removes exactly
@@ -286,6 +289,7 @@ impl OutputDir {
                 "{shown}: is a file; --out names the folder the results go to"
             )));
         }
+        let created = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| Error::io(&shown, e))?;
         let lock = take_lock(dir)?;
         let mut out = OutputDir {
@@ -293,6 +297,8 @@ impl OutputDir {
             pending: Vec::new(),
             previous: Vec::new(),
             lock,
+            created,
+            committed: false,
         };
         // Temporary files of a run that was killed: no run is writing now (the lock says so).
         remove_stale_partials(dir);
@@ -428,6 +434,7 @@ impl OutputDir {
             }
         }
         forget_pending(&pending);
+        self.committed = true;
         let path = self.dir.join(MANIFEST);
         std::fs::write(&path, manifest).map_err(|e| Error::io(path.display(), e))
     }
@@ -442,6 +449,10 @@ impl Drop for OutputDir {
         let _ = std::fs::remove_file(&self.lock);
         if let Ok(mut pending) = PENDING.lock() {
             pending.retain(|p| *p != self.lock);
+        }
+        if self.created && !self.committed {
+            // Only an empty folder goes: a failed run leaves no empty results folder behind.
+            let _ = std::fs::remove_dir(&self.dir);
         }
     }
 }
@@ -925,6 +936,13 @@ mod tests {
             let mut out = OutputDir::prepare(&dir, false).unwrap();
             std::fs::write(out.file("summary.csv"), "x").unwrap();
         }
+        // The folder this run made is gone again; one that existed stays, emptied.
+        assert!(!dir.exists());
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let mut out = OutputDir::prepare(&dir, false).unwrap();
+            std::fs::write(out.file("summary.csv"), "x").unwrap();
+        }
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -979,6 +997,7 @@ mod tests {
     fn a_folder_another_run_writes_is_refused_and_a_dead_runs_lock_taken_over() {
         let dir = std::env::temp_dir().join(format!("collsim-lock-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let first = OutputDir::prepare(&dir, false).unwrap();
         let err = OutputDir::prepare(&dir, true).err().unwrap().to_string();
         assert!(err.contains("another collsim run"), "{err}");

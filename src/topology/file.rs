@@ -151,7 +151,8 @@ fn quantity<T, E: std::fmt::Display>(
             parse(s).map_err(|e| Error::input(format!("{file}: field '{field}': {e}")))
         }
         other => Err(Error::input(format!(
-            "{file}: field '{field}': {other:?} needs a unit, e.g. '50GB/s', '50GiB/s' or '500ns'"
+            "{file}: field '{field}': {} needs a unit, e.g. '50GB/s', '50GiB/s' or '500ns'",
+            crate::yaml_words(other)
         ))),
     }
 }

@@ -244,7 +244,10 @@ pub fn parse_yaml(text: &str, file: &str, default_name: &str) -> Result<Workload
             Some(Value::String(s)) => parse_time(s).map_err(|e| field(what, e.to_string())),
             Some(other) => Err(field(
                 what,
-                format!("{other:?} needs a unit, e.g. 120us or 2ms"),
+                format!(
+                    "{} needs a unit, e.g. 120us or 2ms",
+                    crate::yaml_words(other)
+                ),
             )),
         }
     };
