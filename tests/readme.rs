@@ -47,8 +47,11 @@ fn words(line: &str) -> Vec<String> {
 
 /// The collsim commands of the README's `sh` blocks, continuation lines joined, comments cut.
 fn examples() -> Vec<Example> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = [
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap(),
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/GUIDE.md")).unwrap(),
+    ]
+    .join("\n");
     let mut out = Vec::new();
     let mut in_sh = false;
     let mut pending = String::new();
@@ -81,6 +84,7 @@ fn examples() -> Vec<Example> {
         {
             ["collsim", ..] => all[1..].to_vec(),
             ["cargo", "run", "--release", "--", ..] => all[4..].to_vec(),
+            ["cargo", "run", "--release", "--locked", "--", ..] => all[5..].to_vec(),
             _ => continue,
         };
         out.push(Example { text, args });
@@ -143,7 +147,7 @@ fn the_readmes_commands_work_as_written() {
     assert!(
         examples[0]
             .text
-            .starts_with("cargo run --release -- simulate"),
+            .starts_with("cargo run --release --locked -- simulate"),
         "the first example is the newcomer's first command"
     );
     assert!(examples
