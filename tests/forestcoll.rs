@@ -512,6 +512,14 @@ fn trees_command_prints_text_csv_and_json() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("algorithm bandwidth  346.667 GB/s"), "{text}");
     assert!(text.contains("13 trees per root"), "{text}");
+    // The summary alone by default; every tree with --show-trees.
+    assert!(
+        text.lines().count() < 10 && text.contains("--show-trees"),
+        "{text}"
+    );
+    let out = collsim(&["trees", "-t", &file, "--show-trees"]);
+    let all = String::from_utf8_lossy(&out.stdout);
+    assert!(all.lines().count() > 16 * 13, "{all}");
     let out = collsim(&["trees", "-t", &file, "--format", "csv"]);
     let csv = String::from_utf8_lossy(&out.stdout);
     let mut lines = csv.lines();

@@ -29,9 +29,13 @@ pub struct TreesArgs {
     /// Trees per NPU (fixed-k mode: the best rate k trees allow) [default: the optimal number]
     #[arg(long)]
     pub trees: Option<u64>,
-    /// text: a summary and every tree; csv: one row per tree arc and path; json: everything
+    /// text: a summary (and every tree with --show-trees); csv: one row per tree arc and path;
+    /// json: everything
     #[arg(long, value_enum, default_value = "text")]
     pub format: TreesFormat,
+    /// With the text format, print every tree after the summary (long on large fabrics)
+    #[arg(long)]
+    pub show_trees: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,7 +75,7 @@ pub(super) fn trees(args: TreesArgs) -> Result<(), Error> {
     drop(heartbeat);
     let elapsed = started.elapsed();
     match args.format {
-        TreesFormat::Text => print_text(&topology, &c, &forests, elapsed),
+        TreesFormat::Text => print_text(&topology, &c, &forests, elapsed, args.show_trees),
         TreesFormat::Csv => print_csv(&c, &forests),
         TreesFormat::Json => print_json(&topology, &c, &forests)?,
     }
@@ -110,6 +114,7 @@ fn print_text(
     c: &Collective,
     forests: &[Forest],
     elapsed: std::time::Duration,
+    show_trees: bool,
 ) {
     println!(
         "ForestColl trees for {} over {} NPUs of {}",
@@ -148,6 +153,19 @@ fn print_text(
         }
     }
     println!("  built in {:.1} ms", elapsed.as_secs_f64() * 1e3);
+    if !show_trees {
+        let trees: usize = forests.iter().map(|f| f.trees.len()).sum();
+        let arcs: usize = forests
+            .iter()
+            .flat_map(|f| &f.trees)
+            .map(|t| t.edges.len())
+            .sum();
+        println!(
+            "  {trees} tree classes, {arcs} arcs: --show-trees prints them, --format csv or json writes \
+             them as a table"
+        );
+        return;
+    }
     for f in forests {
         let mut index = std::collections::HashMap::new();
         for tree in &f.trees {
