@@ -137,13 +137,7 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
 /// its speeds (boxes behind their switch, groups of a dimension, pods), beside the per-NPU bound.
 /// None when no group holds some but not all participants.
 fn all_to_all_cut_bound(topology: &Topology, c: &Collective) -> Option<Time> {
-    let mut speeds: Vec<f64> = topology
-        .links()
-        .iter()
-        .map(|l| l.bandwidth.as_bytes_per_sec())
-        .collect();
-    speeds.sort_by(f64::total_cmp);
-    speeds.dedup();
+    let speeds = link_speeds(topology);
     let nodes = topology.nodes() as usize;
     let n = c.npus.len() as f64;
     let per_pair = c.size as f64 / n;
@@ -182,6 +176,18 @@ fn all_to_all_cut_bound(topology: &Topology, c: &Collective) -> Option<Time> {
     best.map(seconds)
 }
 
+/// The topology's distinct link bandwidths, in bytes per second, ascending.
+fn link_speeds(topology: &Topology) -> Vec<f64> {
+    let mut speeds: Vec<f64> = topology
+        .links()
+        .iter()
+        .map(|l| l.bandwidth.as_bytes_per_sec())
+        .collect();
+    speeds.sort_by(f64::total_cmp);
+    speeds.dedup();
+    speeds
+}
+
 /// All-reduce: every piece must cross every cut that separates participants once each way (a
 /// participant on each side needs the other side's contribution), so `size` bytes cross each
 /// way: `size / λ`, with λ the least capacity, either way, of such a cut. λ is the least max-flow
@@ -214,13 +220,7 @@ fn crossing_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> f
 /// or more between the link bandwidths (boxes behind a fast switch, the inner dimensions of a
 /// hierarchy); singletons are [`npu_bound`]'s. Seconds, 0 where no partition applies.
 fn group_bound(topology: &Topology, c: &Collective) -> f64 {
-    let mut speeds: Vec<f64> = topology
-        .links()
-        .iter()
-        .map(|l| l.bandwidth.as_bytes_per_sec())
-        .collect();
-    speeds.sort_by(f64::total_cmp);
-    speeds.dedup();
+    let speeds = link_speeds(topology);
     let nodes = topology.nodes() as usize;
     let mut best = 0.0f64;
     for w in speeds.windows(2).filter(|w| w[1] / w[0] >= 2.0) {

@@ -68,6 +68,13 @@ const WITHOUT_EFFECT: [&str; 15] = [
 
 /// Reads an ASTRA-sim system file (JSON, or the 1.x text form).
 pub fn load_system(path: &Path) -> Result<SystemConfig, Error> {
+    let (value, shown) = read_system_file(path)?;
+    parse_system(&value, &shown)
+}
+
+/// The parsed contents of a system file (JSON, or the 1.x `key: value` text form) and the name
+/// errors give it.
+pub(crate) fn read_system_file(path: &Path) -> Result<(Value, String), Error> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::input(format!(
@@ -82,7 +89,7 @@ pub fn load_system(path: &Path) -> Result<SystemConfig, Error> {
             serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
         serde_json::to_value(yaml).map_err(|e| Error::input(format!("{shown}: {e}")))?
     };
-    parse_system(&value, &shown)
+    Ok((value, shown))
 }
 
 /// Reads the settings of a parsed system file; `file` names it in errors.
@@ -173,13 +180,15 @@ pub fn parse_system(value: &Value, file: &str) -> Result<SystemConfig, Error> {
     Ok(config)
 }
 
-fn number(v: &Value) -> Result<f64, String> {
+/// A number as system files write them: a JSON number, a numeric string, or a boolean (0/1).
+pub(crate) fn number(v: &Value) -> Result<f64, String> {
     match v {
         Value::Number(n) => n.as_f64().ok_or_else(|| "not a number".to_string()),
         Value::String(s) => s
             .trim()
             .parse::<f64>()
             .map_err(|_| format!("'{s}' is not a number")),
+        Value::Bool(b) => Ok(f64::from(u8::from(*b))),
         other => Err(format!("expected a number, got {other}")),
     }
 }
@@ -200,13 +209,13 @@ fn positive(v: &Value) -> Result<u32, String> {
     Ok(n as u32)
 }
 
-fn text(v: &Value) -> Result<&str, String> {
+pub(crate) fn text(v: &Value) -> Result<&str, String> {
     v.as_str()
         .ok_or_else(|| format!("expected a string, got {v}"))
 }
 
-/// A JSON list of names, or the 1.x form `ring_direct`.
-fn implementations(v: &Value) -> Result<Vec<DimAlgorithm>, String> {
+/// The names of an `*-implementation` key: a JSON list, or the 1.x form `ring_direct`.
+pub(crate) fn implementation_names(v: &Value) -> Result<Vec<&str>, String> {
     let names: Vec<&str> = match v {
         Value::Array(items) => items.iter().map(text).collect::<Result<_, _>>()?,
         Value::String(s) => s.split('_').collect(),
@@ -215,7 +224,11 @@ fn implementations(v: &Value) -> Result<Vec<DimAlgorithm>, String> {
     if names.is_empty() {
         return Err("the list is empty".into());
     }
-    names
+    Ok(names)
+}
+
+fn implementations(v: &Value) -> Result<Vec<DimAlgorithm>, String> {
+    implementation_names(v)?
         .into_iter()
         .map(|n| {
             DimAlgorithm::parse(n).ok_or_else(|| {

@@ -28,6 +28,8 @@ fn run(topology: &[&str], collective: &str, algorithm: &[&str]) -> HashMap<Strin
 }
 
 const ILP: &[&str] = &["--algorithm", "tacos-ilp"];
+/// The integer program alone, at the user's chunking (no greedy over finer sub-chunks beside it).
+const ILP_ALONE: &[&str] = &["--algorithm", "tacos-ilp", "--x-way", "1"];
 const TACCL_LIKE: &[&str] = &["--algorithm", "taccl-like"];
 /// TACOS-Greedy at the integer program's chunking, best of 16 seeded trials.
 const GREEDY: &[&str] = &["--algorithm", "tacos", "--trials", "16", "--x-way", "1"];
@@ -109,9 +111,55 @@ fn the_integer_program_is_never_slower_than_greedy_where_its_steps_are_exact() {
 /// greedy reaches 5 sends.
 #[test]
 fn the_unwound_switch_all_gather_meets_its_ingress_bound() {
-    let ilp = run(&["--topology", UNWOUND_SWITCH], "all-gather", ILP);
+    let ilp = run(&["--topology", UNWOUND_SWITCH], "all-gather", ILP_ALONE);
     // 1 MiB / 8 = 131072 B per chunk at 25 GB/s: 5242.88 ns a send; 4 sends on the busier link.
     assert_eq!(number(&ilp, "collective_time_ns"), 4.0 * 5242.88);
+    // At the default flags the greedy's finer sub-chunks beat that whole-chunk optimum, and
+    // tacos-ilp keeps the faster plan: never slower than tacos.
+    let default = number(
+        &run(&["--topology", UNWOUND_SWITCH], "all-gather", ILP),
+        "collective_time_ns",
+    );
+    let tacos = number(
+        &run(
+            &["--topology", UNWOUND_SWITCH],
+            "all-gather",
+            &["--algorithm", "tacos"],
+        ),
+        "collective_time_ns",
+    );
+    assert!(
+        default < 4.0 * 5242.88 && default <= tacos,
+        "{default} {tacos}"
+    );
+}
+
+/// At default flags `tacos-ilp` is never slower than `tacos` (the cases: latency where
+/// the program's steps round, heterogeneous lines).
+#[test]
+fn tacos_ilp_is_never_slower_than_tacos_at_default_flags() {
+    for topology in [
+        &["--topology", "ring:6", "--latency", "1us"][..],
+        &["--topology", "mesh:3x3", "--latency", "1us"],
+        &[
+            "--topology",
+            "mesh:3x2",
+            "--bandwidth",
+            "50GB/s,20GB/s",
+            "--latency",
+            "0.5us",
+        ],
+    ] {
+        let ilp = number(&run(topology, "all-gather", ILP), "collective_time_ns");
+        let tacos = number(
+            &run(topology, "all-gather", &["--algorithm", "tacos"]),
+            "collective_time_ns",
+        );
+        assert!(
+            ilp <= tacos,
+            "{topology:?}: tacos-ilp {ilp} ns, tacos {tacos} ns"
+        );
+    }
 }
 
 #[test]
@@ -139,6 +187,8 @@ fn synthesize_method_ilp_reports_the_program_beside_the_simulated_time() {
         "1MiB",
         "--method",
         "ilp",
+        "--x-way",
+        "1",
     ]);
     assert!(
         out.status.success(),

@@ -42,11 +42,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
             .map(|r| r.iter().map(|&i| i as u32).collect())
             .collect();
         if topology.is_bidirectional() {
-            let reversed: Vec<Vec<u32>> = rings
-                .iter()
-                .map(|r| r.iter().rev().copied().collect())
-                .collect();
-            rings.extend(reversed);
+            add_reversed(&mut rings);
         }
         rings
     };
@@ -94,13 +90,18 @@ pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<
     // Across boxes every NIC already carries one ring each way; reversed rings would only split
     // that. Inside one box of point-to-point links they use the links' other direction.
     if bidirectional && boxes.len() == 1 && g > 2 {
-        let reversed: Vec<Vec<u32>> = rings
-            .iter()
-            .map(|r| r.iter().rev().copied().collect())
-            .collect();
-        rings.extend(reversed);
+        add_reversed(&mut rings);
     }
     rings
+}
+
+/// Appends every ring run the other way round (NCCL's reversed channels).
+fn add_reversed(rings: &mut Vec<Vec<u32>>) {
+    let reversed: Vec<Vec<u32>> = rings
+        .iter()
+        .map(|r| r.iter().rev().copied().collect())
+        .collect();
+    rings.extend(reversed);
 }
 
 /// Offset of the entry GPU per box: consecutive boxes (cyclically) differ, so that a ring's exit

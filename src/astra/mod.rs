@@ -68,14 +68,7 @@ pub fn run(
     npus: &[NodeId],
     settings: &Settings,
 ) -> Result<Outcome, Error> {
-    if npus.len() != program.ranks.len() {
-        return Err(Error::input(format!(
-            "{}: {} ranks on {} NPUs",
-            program.name,
-            program.ranks.len(),
-            npus.len()
-        )));
-    }
+    program.check_placement(npus)?;
     whole_communicators(program)?;
     let mut world = World::new(topology, program, npus, settings)?;
     for rank in 0..program.ranks.len() {
@@ -124,6 +117,15 @@ pub fn run(
         links,
         messages: world.messages,
     })
+}
+
+/// Whether ASTRA-sim's system layer runs collectives of `kind` (its native collectives).
+pub fn runs(kind: crate::collective::CollectiveKind) -> bool {
+    use crate::collective::CollectiveKind as K;
+    matches!(
+        kind,
+        K::AllReduce | K::AllGather | K::ReduceScatter | K::AllToAll
+    )
 }
 
 /// ASTRA-sim runs a collective on every NPU unless a communicator-group file says otherwise;
@@ -406,16 +408,7 @@ impl<'a> World<'a> {
             dst: to,
             message: key,
         };
-        let c = match self.free_chunks.pop() {
-            Some(c) => {
-                self.chunks[c] = Some(chunk);
-                c
-            }
-            None => {
-                self.chunks.push(Some(chunk));
-                self.chunks.len() - 1
-            }
-        };
+        let c = slab_insert(&mut self.chunks, &mut self.free_chunks, chunk);
         self.enter_link(c);
         Ok(())
     }
@@ -526,16 +519,7 @@ impl<'a> World<'a> {
     /// A bundle is handed to the memory bus: it comes back after the endpoint delay
     /// (`MemBus::send_from_NPU_to_MA`/`send_from_MA_to_NPU` without a shared bus).
     fn release_bundle(&mut self, rank: usize, bundle: Bundle) {
-        let b = match self.free_bundles.pop() {
-            Some(b) => {
-                self.bundles[b] = Some(bundle);
-                b
-            }
-            None => {
-                self.bundles.push(Some(bundle));
-                self.bundles.len() - 1
-            }
-        };
+        let b = slab_insert(&mut self.bundles, &mut self.free_bundles, bundle);
         self.register(rank, self.settings.endpoint_delay, SysEvent::Bundle(b));
     }
 
@@ -555,6 +539,20 @@ impl<'a> World<'a> {
         self.bundles[b] = None;
         self.free_bundles.push(b);
         self.stream_general(stream)
+    }
+}
+
+/// Puts `item` in a free slot of `slots` (or a new one) and returns its index.
+fn slab_insert<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<usize>, item: T) -> usize {
+    match free.pop() {
+        Some(at) => {
+            slots[at] = Some(item);
+            at
+        }
+        None => {
+            slots.push(Some(item));
+            slots.len() - 1
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::collective::CollectiveKind;
+use crate::system::{implementation_names, number, read_system_file, text};
 use crate::Error;
 
 /// Which ready collective goes first (`scheduling-policy`).
@@ -108,22 +109,9 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Reads `path` (JSON, as ASTRA-sim 2.x reads it).
+    /// Reads `path` (JSON, as ASTRA-sim 2.x reads it, or the 1.x text form).
     pub fn load(path: &Path) -> Result<Settings, Error> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::input(format!(
-                "{shown}: cannot read system file: {}",
-                crate::io_words(&e)
-            ))
-        })?;
-        let value: Value = if text.trim_start().starts_with('{') {
-            serde_json::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?
-        } else {
-            let yaml: serde_yaml::Value =
-                serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
-            serde_json::to_value(yaml).map_err(|e| Error::input(format!("{shown}: {e}")))?
-        };
+        let (value, shown) = read_system_file(path)?;
         match value {
             Value::Object(map) => Settings::parse(&map, &shown),
             _ => Err(Error::input(format!(
@@ -277,18 +265,6 @@ impl Settings {
     }
 }
 
-fn number(v: &Value) -> Result<f64, String> {
-    match v {
-        Value::Number(n) => n.as_f64().ok_or_else(|| "not a number".to_string()),
-        Value::String(s) => s
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| format!("'{s}' is not a number")),
-        Value::Bool(b) => Ok(f64::from(u8::from(*b))),
-        other => Err(format!("expected a number, got {other}")),
-    }
-}
-
 /// A whole number of at least `min` (ASTRA-sim reads these keys as integers).
 fn whole(v: &Value, min: u64) -> Result<u64, String> {
     let n = number(v)?;
@@ -298,22 +274,12 @@ fn whole(v: &Value, min: u64) -> Result<u64, String> {
     Ok(n as u64)
 }
 
-fn text(v: &Value) -> Result<&str, String> {
-    v.as_str()
-        .ok_or_else(|| format!("expected a string, got {v}"))
-}
-
-/// A JSON list of names, or the 1.x form `ring_direct`.
+/// A JSON list of implementation names, or the 1.x form `ring_direct`.
 fn implementations(v: &Value) -> Result<Vec<Implementation>, String> {
-    let names: Vec<&str> = match v {
-        Value::Array(items) => items.iter().map(text).collect::<Result<_, _>>()?,
-        Value::String(s) => s.split('_').collect(),
-        other => return Err(format!("expected a list of implementations, got {other}")),
-    };
-    if names.is_empty() {
-        return Err("the list is empty".into());
-    }
-    names.into_iter().map(Implementation::parse).collect()
+    implementation_names(v)?
+        .into_iter()
+        .map(Implementation::parse)
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 use std::collections::BTreeSet;
 
 use super::{Handler, SysEvent, World};
-use crate::collective::CollectiveKind;
 use crate::workload::program::{Node, Task};
 use crate::Error;
 
@@ -158,13 +157,7 @@ impl World<'_> {
                 self.register(rank, ns, SysEvent::NodeDone(i));
             }
             Task::Collective { kind, bytes, .. } => {
-                if !matches!(
-                    kind,
-                    CollectiveKind::AllReduce
-                        | CollectiveKind::AllGather
-                        | CollectiveKind::ReduceScatter
-                        | CollectiveKind::AllToAll
-                ) {
+                if !super::runs(*kind) {
                     return Err(Error::input(format!(
                         "rank {rank}, node {id} ({}): ASTRA-sim's system layer runs all-reduce, \
                          all-gather, reduce-scatter and all-to-all, not {}",

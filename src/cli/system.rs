@@ -173,13 +173,7 @@ pub(super) fn simulate(args: SimulateArgs, path: &Path) -> Result<(), Error> {
         ));
     };
     let kind = request.kind;
-    if !matches!(
-        kind,
-        CollectiveKind::AllReduce
-            | CollectiveKind::AllGather
-            | CollectiveKind::ReduceScatter
-            | CollectiveKind::AllToAll
-    ) {
+    if !crate::astra::runs(kind) {
         return Err(Error::input(format!(
             "--collective: ASTRA-sim's system layer runs all-reduce, all-gather, reduce-scatter \
              and all-to-all, not {kind}"

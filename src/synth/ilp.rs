@@ -96,6 +96,10 @@ pub enum IlpStatus {
     /// The time limit stopped the search before it found anything better than the complete
     /// plans that seed it (the list schedule, the greedy's plan), the faster of which is kept.
     Seeded,
+    /// Greedy matching over finer sub-chunks (its X-way search, which the program does not
+    /// make) planned a faster schedule than the program at the user's chunking: that plan is
+    /// kept, so the integer program never returns a slower schedule than the greedy.
+    Outplanned { greedy: Time, program: Time },
 }
 
 /// What the integer programs of one spreading problem did: reported beside the simulated time.
@@ -137,6 +141,10 @@ impl IlpReport {
             IlpStatus::Seeded => {
                 "time limit, the faster seeding plan (list schedule or greedy) kept".to_string()
             }
+            IlpStatus::Outplanned { greedy, program } => format!(
+                "greedy matching over finer sub-chunks plans {greedy} against the program's \
+                 {program}: its plan kept"
+            ),
         };
         let ruled_out = match self.relaxations {
             0 => String::new(),

@@ -525,6 +525,9 @@ fn with_chunking(
     // all-gather: unclustered leads at X = 1, clustered leads by 10% at X = 32), so each gets
     // its own search and the estimates pick.
     let clustered = search(net)?;
+    if options.method == Method::Ilp && options.x_way.is_none() {
+        return keep_the_faster_greedy(topology, net, collectives, options, deadline, clustered);
+    }
     if net.clusters == 1 || options.method != Method::Greedy {
         return Ok(clustered);
     }
@@ -537,6 +540,41 @@ fn with_chunking(
         true => search(net),
         false => Ok(clustered),
     }
+}
+
+/// The integer program plans at the user's chunking; greedy matching also searches finer
+/// sub-chunks (X-way) and can win there. Its plan, made with the same seeds, replaces the
+/// program's when it is faster by the same link model, and the reports say so: `tacos-ilp` is
+/// never slower than `tacos`.
+fn keep_the_faster_greedy(
+    topology: &Topology,
+    net: &Network,
+    collectives: &[Collective],
+    options: &SynthOptions,
+    deadline: Deadline,
+    program: Synthesis,
+) -> Result<Synthesis, Error> {
+    let greedy_options = SynthOptions {
+        method: Method::Greedy,
+        tap: None,
+        simulate_in_order: None,
+        ..options.clone()
+    };
+    let greedy = with_chunking(topology, net, collectives, &greedy_options, deadline)?;
+    if greedy.estimate >= program.estimate {
+        return Ok(program);
+    }
+    let mut reports = program.ilp;
+    for report in &mut reports {
+        report.status = IlpStatus::Outplanned {
+            greedy: greedy.estimate,
+            program: program.estimate,
+        };
+    }
+    Ok(Synthesis {
+        ilp: reports,
+        ..greedy
+    })
 }
 
 /// Whether `best`, simulated as it was planned, lost its results file to a later synthesis

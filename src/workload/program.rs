@@ -95,6 +95,21 @@ pub struct Program {
     pub ranks: Vec<Vec<Node>>,
 }
 
+impl Program {
+    /// Refuses a placement that gives the ranks more or fewer NPUs than there are ranks.
+    pub fn check_placement(&self, npus: &[NodeId]) -> Result<(), Error> {
+        if npus.len() != self.ranks.len() {
+            return Err(Error::input(format!(
+                "{}: {} ranks on {} NPUs",
+                self.name,
+                self.ranks.len(),
+                npus.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Where one rank's iteration went.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankBreakdown {
@@ -134,14 +149,7 @@ pub fn execute(
     options: &TrainOptions,
     observer: &mut dyn Observer,
 ) -> Result<Execution, Error> {
-    if npus.len() != program.ranks.len() {
-        return Err(Error::input(format!(
-            "{}: {} ranks on {} NPUs",
-            program.name,
-            program.ranks.len(),
-            npus.len()
-        )));
-    }
+    program.check_placement(npus)?;
     let mut builder = Emitter::new(topology, program, npus, options)?;
     builder.run()?;
     let sim_options = SimOptions {
