@@ -239,3 +239,30 @@ fn a_logged_comparison_reports_each_algorithm_done() {
     }
     assert!(lines.iter().any(|l| l.contains("(2/2)")), "{log}");
 }
+
+/// A training run that cannot fit in memory is refused before it is built, with the estimate
+/// and the flag to change (here ResNet-50's 277.6M transfers at 100000 chunks against a 4 GB
+/// address-space limit), in well under the seconds building it would take.
+#[cfg(unix)]
+#[test]
+fn a_training_run_past_the_memory_is_refused_up_front() {
+    let workload = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/resnet50.yaml");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 4000000 && exec '{}' train --workload '{workload}' --topology ring:8 \
+             --chunks 100000",
+            env!("CARGO_BIN_EXE_collsim")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error:") && last.contains("transfers") && last.contains("--chunks"),
+        "{err}"
+    );
+    assert!(started.elapsed().as_secs() < 20);
+}

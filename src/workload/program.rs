@@ -300,6 +300,11 @@ struct Emitter<'a> {
     ready: VecDeque<(u32, u32)>,
 }
 
+/// Peak memory of a training run per transfer of its schedule: measured, ResNet-50 on ring:8 at
+/// 100000 chunks, 277.5M transfers in 16.35 GB (59 B each: the schedule, the collectives'
+/// parts and the simulation); a little under, so the guard refuses only runs that cannot fit.
+const TRAINING_BYTES_PER_TRANSFER: u64 = 56;
+
 /// A collective's schedule, ready to append, and its transfers nothing in it waits for.
 struct Part {
     schedule: Schedule,
@@ -462,6 +467,7 @@ impl<'a> Emitter<'a> {
 
     /// Emits every node in dependency order, or names one that never becomes ready.
     fn run(&mut self) -> Result<(), Error> {
+        self.reserve_memory()?;
         for (r, counts) in self.waiting.iter().enumerate() {
             for (i, &c) in counts.iter().enumerate() {
                 if c == 0 {
@@ -575,6 +581,53 @@ impl<'a> Emitter<'a> {
         self.done(r, i, wait);
     }
 
+    /// Refuses, before anything is emitted, an iteration whose schedule cannot fit in memory:
+    /// each distinct collective is made with one and two chunks, its transfers extended along
+    /// that line to the chunks asked for (schedules grow with their pieces) and counted for every
+    /// instance, beside a wait per node.
+    fn reserve_memory(&mut self) -> Result<(), Error> {
+        let mut instances: HashMap<(CollectiveKind, u64, Vec<NodeId>), u64> = HashMap::new();
+        for c in self.communicators.values() {
+            let (m0, nodes) = (c.members[0], &c.nodes[0]);
+            let mut npus: Vec<NodeId> = c.members.iter().map(|&m| self.npus[m as usize]).collect();
+            npus.sort_unstable();
+            if npus.len() < 2 {
+                continue;
+            }
+            for &i in nodes {
+                if let Task::Collective { kind, bytes, .. } =
+                    self.program.ranks[m0 as usize][i as usize].task
+                {
+                    *instances.entry((kind, bytes, npus.clone())).or_default() += 1;
+                }
+            }
+        }
+        let chunks = self.options.chunks.unwrap_or(1).max(1) as u64;
+        let nodes: u64 = self.program.ranks.iter().map(|r| r.len() as u64).sum();
+        let mut transfers = 2 * nodes;
+        for ((kind, bytes, npus), count) in instances {
+            // Transfers grow linearly with the pieces: two small cuts give the line.
+            let one = self.make_one(kind, bytes, &npus, 1)?.len() as u64;
+            let two = self.make_one(kind, bytes, &npus, 2)?.len() as u64;
+            let per_chunk = two.saturating_sub(one);
+            // As `make_one` does: halved while the collective cannot be cut that finely.
+            let mut fit = chunks;
+            while fit > 1 && Collective::new(kind, npus.clone(), bytes, fit as u32, None).is_err() {
+                fit /= 2;
+            }
+            let estimate = one.saturating_sub(per_chunk) + per_chunk.saturating_mul(fit);
+            transfers = transfers.saturating_add(count.saturating_mul(estimate + 2));
+        }
+        crate::memory::ensure(
+            crate::memory::bytes(transfers, TRAINING_BYTES_PER_TRANSFER),
+            &format!(
+                "the iteration's schedule (about {transfers} transfers with {chunks} chunks a \
+                 collective)"
+            ),
+            "give a smaller --chunks",
+        )
+    }
+
     /// Every member has reached instance `k` of `communicator`: emit its schedule.
     fn collective(&mut self, communicator: &str, k: usize) -> Result<(), Error> {
         let c = &self.communicators[communicator];
@@ -643,7 +696,8 @@ impl<'a> Emitter<'a> {
 
     /// The schedule of one collective on `npus`, validated when asked, and its sinks.
     fn make(&mut self, kind: CollectiveKind, bytes: u64, npus: &[NodeId]) -> Result<Part, Error> {
-        let mut s = self.make_one(kind, bytes, npus)?;
+        let chunks = self.options.chunks.unwrap_or(1).max(1);
+        let mut s = self.make_one(kind, bytes, npus, chunks)?;
         if self.options.validate {
             let claim = s.collective.clone().expect("generated schedules claim");
             schedule::validate(&s, &claim, self.options.seed)
@@ -668,10 +722,11 @@ impl<'a> Emitter<'a> {
         kind: CollectiveKind,
         bytes: u64,
         npus: &[NodeId],
+        chunks: u32,
     ) -> Result<Schedule, Error> {
         let o = self.options;
         // As many chunks as asked for, halved while the collective cannot be cut that finely.
-        let mut chunks = o.chunks.unwrap_or(1).max(1);
+        let mut chunks = chunks;
         let c = loop {
             match Collective::new(kind, npus.to_vec(), bytes, chunks, None) {
                 Ok(c) => break c,
