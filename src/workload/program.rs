@@ -586,6 +586,12 @@ impl<'a> Emitter<'a> {
     /// that line to the chunks asked for (schedules grow with their pieces) and counted for every
     /// instance, beside a wait per node.
     fn reserve_memory(&mut self) -> Result<(), Error> {
+        // Synthesized schedules and ForestColl's trees cost seconds to make; the synthesizer
+        // guards its own memory.
+        let algorithm = self.options.algorithm;
+        if algorithm.synthesis().is_some() || algorithm == Algorithm::ForestColl {
+            return Ok(());
+        }
         let mut instances: HashMap<(CollectiveKind, u64, Vec<NodeId>), u64> = HashMap::new();
         for c in self.communicators.values() {
             let (m0, nodes) = (c.members[0], &c.nodes[0]);
