@@ -24,6 +24,24 @@ fn failed_with(out: &std::process::Output, words: &[&str]) {
     }
 }
 
+/// A ring all-reduce on ring:8 with `--out dir --force`.
+fn ring_all_reduce_forced_into(dir: &Path) -> std::process::Output {
+    collsim(&[
+        "simulate",
+        "--topology",
+        "ring:8",
+        "--collective",
+        "all-reduce",
+        "--size",
+        "1MB",
+        "--algorithm",
+        "ring",
+        "--out",
+        s(dir),
+        "--force",
+    ])
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap()
 }
@@ -100,20 +118,7 @@ fn force_keeps_the_runs_own_input_and_the_old_results_until_the_new_are_whole() 
 fn force_never_replaces_a_file_collsim_did_not_write() {
     let dir = scratch("lost", "mine");
     std::fs::write(dir.join("summary.csv"), "my own table").unwrap();
-    let out = collsim(&[
-        "simulate",
-        "--topology",
-        "ring:8",
-        "--collective",
-        "all-reduce",
-        "--size",
-        "1MB",
-        "--algorithm",
-        "ring",
-        "--out",
-        s(&dir),
-        "--force",
-    ]);
+    let out = ring_all_reduce_forced_into(&dir);
     failed_with(&out, &["summary.csv", "not a file collsim wrote"]);
     assert_eq!(read(&dir.join("summary.csv")), "my own table");
     no_leftovers(&dir);
@@ -174,20 +179,7 @@ fn a_folder_another_run_is_writing_is_refused() {
     let dir = scratch("lost", "lock");
     // This test's own process stands for a run that is writing the folder.
     std::fs::write(dir.join(".collsim-lock"), std::process::id().to_string()).unwrap();
-    let out = collsim(&[
-        "simulate",
-        "--topology",
-        "ring:8",
-        "--collective",
-        "all-reduce",
-        "--size",
-        "1MB",
-        "--algorithm",
-        "ring",
-        "--out",
-        s(&dir),
-        "--force",
-    ]);
+    let out = ring_all_reduce_forced_into(&dir);
     failed_with(&out, &["another collsim run"]);
     assert!(dir.join(".collsim-lock").exists());
     std::fs::remove_dir_all(dir).unwrap();
