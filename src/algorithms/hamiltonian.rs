@@ -24,31 +24,32 @@ pub(crate) fn disjoint_rings(topology: &Topology, npus: &[NodeId]) -> Vec<Vec<us
     }
     let index: std::collections::HashMap<NodeId, usize> =
         npus.iter().enumerate().map(|(i, &v)| (v, i)).collect();
-    let mut adjacent = vec![vec![false; n]; n];
+    // Adjacency lists (sized by the links), each sorted, with a flag per entry: edge still free.
+    let mut neighbors: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, &v) in npus.iter().enumerate() {
         for &l in topology.out_links_of(v) {
             let dst = topology.link(l).dst;
             if let Some(&j) = index.get(&dst) {
-                if topology.link_between(dst, v).is_some() {
-                    adjacent[i][j] = true;
+                if topology.link_between(dst, v).is_some() && !neighbors[i].contains(&j) {
+                    neighbors[i].push(j);
                 }
             }
         }
+        neighbors[i].sort_unstable();
     }
-    let degree = (0..n)
-        .map(|i| adjacent[i].iter().filter(|&&a| a).count())
-        .min()
-        .unwrap_or(0);
+    let degree = neighbors.iter().map(Vec::len).min().unwrap_or(0);
     let most = degree / 2;
     if most == 0 {
         return Vec::new();
     }
+    let open: Vec<Vec<bool>> = neighbors.iter().map(|l| vec![true; l.len()]).collect();
     let mut best: Vec<Vec<usize>> = Vec::new();
     for attempt in 0..ATTEMPTS {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(attempt);
         let mut search = Search {
-            adjacent: adjacent.clone(),
+            neighbors: &neighbors,
+            open: open.clone(),
             steps: 0,
             best: Vec::new(),
             most,
@@ -65,9 +66,10 @@ pub(crate) fn disjoint_rings(topology: &Topology, npus: &[NodeId]) -> Vec<Vec<us
     best
 }
 
-struct Search {
-    /// Edges still free, both ways.
-    adjacent: Vec<Vec<bool>>,
+struct Search<'a> {
+    neighbors: &'a [Vec<usize>],
+    /// Per node and entry of its adjacency list: the edge is still free (both ways alike).
+    open: Vec<Vec<bool>>,
     steps: u64,
     best: Vec<Vec<usize>>,
     most: usize,
@@ -75,7 +77,7 @@ struct Search {
     tie: Vec<u32>,
 }
 
-impl Search {
+impl Search<'_> {
     /// Extends `chosen` by one more cycle on the free edges, trying each cycle found in turn;
     /// true when `most` cycles were reached (stop).
     fn more_cycles(&mut self, chosen: &mut Vec<Vec<usize>>) -> bool {
@@ -85,7 +87,7 @@ impl Search {
         if chosen.len() == self.most {
             return true;
         }
-        let n = self.adjacent.len();
+        let n = self.neighbors.len();
         let mut path = vec![0];
         let mut used = vec![false; n];
         used[0] = true;
@@ -104,10 +106,10 @@ impl Search {
         if self.steps > BUDGET {
             return false;
         }
-        let n = self.adjacent.len();
+        let n = self.neighbors.len();
         let last = *path.last().expect("starts at 0");
         if path.len() == n {
-            if !self.adjacent[last][0] {
+            if !self.is_open(last, 0) {
                 return false;
             }
             self.set_edges(path, false);
@@ -118,13 +120,19 @@ impl Search {
             return done;
         }
         // Warnsdorff's order: the neighbour with the fewest ways on first.
-        let onward = |v: usize| (0..n).filter(|&w| !used[w] && self.adjacent[v][w]).count();
+        let free_around = |v: usize| {
+            self.neighbors[v]
+                .iter()
+                .zip(&self.open[v])
+                .filter(|&(&w, &open)| open && !used[w])
+                .map(|(&w, _)| w)
+        };
+        let onward = |v: usize| free_around(v).count();
         // The cycle must still be able to close at node 0.
         if path.len() > 1 && onward(0) == 0 && path.len() < n - 1 {
             return false;
         }
-        let mut candidates: Vec<(usize, u32, usize)> = (0..n)
-            .filter(|&v| !used[v] && self.adjacent[last][v])
+        let mut candidates: Vec<(usize, u32, usize)> = free_around(last)
             .map(|v| (onward(v), self.tie[v], v))
             .collect();
         candidates.sort_unstable();
@@ -144,9 +152,22 @@ impl Search {
     fn set_edges(&mut self, cycle: &[usize], free: bool) {
         for k in 0..cycle.len() {
             let (a, b) = (cycle[k], cycle[(k + 1) % cycle.len()]);
-            self.adjacent[a][b] = free;
-            self.adjacent[b][a] = free;
+            self.set_edge(a, b, free);
+            self.set_edge(b, a, free);
         }
+    }
+
+    fn entry(&self, a: usize, b: usize) -> Option<usize> {
+        self.neighbors[a].binary_search(&b).ok()
+    }
+
+    fn is_open(&self, a: usize, b: usize) -> bool {
+        self.entry(a, b).is_some_and(|k| self.open[a][k])
+    }
+
+    fn set_edge(&mut self, a: usize, b: usize, free: bool) {
+        let k = self.entry(a, b).expect("cycle edges are links");
+        self.open[a][k] = free;
     }
 }
 
