@@ -180,7 +180,7 @@ pub fn parse_system(value: &Value, file: &str) -> Result<SystemConfig, Error> {
     Ok(config)
 }
 
-/// A number as system files write them: a JSON number, a numeric string, or a boolean (0/1).
+/// A number as system files write them: a JSON number or a numeric string.
 pub(crate) fn number(v: &Value) -> Result<f64, String> {
     match v {
         Value::Number(n) => n.as_f64().ok_or_else(|| "not a number".to_string()),
@@ -188,7 +188,6 @@ pub(crate) fn number(v: &Value) -> Result<f64, String> {
             .trim()
             .parse::<f64>()
             .map_err(|_| format!("'{s}' is not a number")),
-        Value::Bool(b) => Ok(f64::from(u8::from(*b))),
         other => Err(format!("expected a number, got {other}")),
     }
 }

@@ -193,7 +193,7 @@ impl Settings {
                     settings.implementations.push((kind, list));
                 }
                 "roofline-enabled" | "replay-only" => {
-                    if number(v).map_err(|e| bad(k, e))? != 0.0 {
+                    if switch(v).map_err(|e| bad(k, e))? {
                         return Err(bad(
                             k,
                             "is not modelled (compute nodes run for their recorded duration); \
@@ -262,6 +262,15 @@ impl Settings {
                     kind.name()
                 ))
             })
+    }
+}
+
+/// An on/off key ASTRA-sim tests against 0 (`roofline-enabled`, `replay-only`): a number, or
+/// true/false.
+fn switch(v: &Value) -> Result<bool, String> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        other => number(other).map(|n| n != 0.0),
     }
 }
 
