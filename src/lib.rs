@@ -11,6 +11,7 @@ pub mod collective;
 pub mod experiment;
 pub mod flow;
 pub mod forest;
+pub mod llm;
 pub mod memory;
 pub mod nccl;
 pub mod priority;

@@ -37,12 +37,14 @@ fn one_collective(ranks: usize, kind: CollectiveKind, bytes: u64) -> Program {
             bytes,
             communicator: String::new(),
             group: crate::workload::CommGroup::Data,
+            times: 1,
         },
         deps: Vec::new(),
     };
     Program {
         name: "one".into(),
         ranks: vec![vec![node]; ranks],
+        ..Program::default()
     }
 }
 
@@ -130,6 +132,7 @@ fn a_send_waits_for_its_receive_and_both_finish() {
                 }]
             })
             .collect(),
+        ..Program::default()
     };
     let times = finish(&program, &settings(serde_json::json!({})));
     assert_eq!(times[..2], [1110, 1110]);

@@ -156,7 +156,16 @@ impl World<'_> {
                 runtime.compute_ns += ns;
                 self.register(rank, ns, SysEvent::NodeDone(i));
             }
-            Task::Collective { kind, bytes, .. } => {
+            Task::Collective {
+                kind, bytes, times, ..
+            } => {
+                if *times != 1 {
+                    return Err(Error::input(format!(
+                        "rank {rank}, node {id} ({}): a collective repeated {times} times in one \
+                         node has no ASTRA-sim equivalent",
+                        node.name
+                    )));
+                }
                 if !super::runs(*kind) {
                     return Err(Error::input(format!(
                         "rank {rank}, node {id} ({}): ASTRA-sim's system layer runs all-reduce, \

@@ -4,6 +4,7 @@
 
 mod batch;
 mod bound;
+mod llm;
 mod nccl_tests;
 mod simulate;
 mod system;

@@ -70,11 +70,11 @@ pub(super) fn train(args: TrainArgs, path: &Path) -> Result<(), Error> {
     }
     let settings = settings(path, &args.multi_dim, args.chunks, args.time_model)?;
     let topology = args.topology.build()?;
-    let (program, _) = load_program(&args.workload, &topology, Durations::Recorded)?;
+    let (program, _) = load_program(args.workload_path(), &topology, Durations::Recorded)?;
     let npus = placement(&args, &program, &topology)?;
     let out = args
         .output
-        .prepare_reading(&[(args.workload.as_path(), "--workload"), (path, "--system")])?;
+        .prepare_reading(&[(args.workload_path(), "--workload"), (path, "--system")])?;
     let heartbeat = crate::report::Heartbeat::start("training iteration");
     let ranks = run(&topology, &program, &npus, &settings)?.ranks;
     drop(heartbeat);
@@ -215,12 +215,14 @@ fn one_collective(kind: CollectiveKind, bytes: u64, ranks: usize) -> Program {
             bytes,
             communicator: String::new(),
             group: CommGroup::Data,
+            times: 1,
         },
         deps: Vec::new(),
     };
     Program {
         name: kind.name().to_string(),
         ranks: vec![vec![node]; ranks],
+        ..Program::default()
     }
 }
 

@@ -20,8 +20,10 @@ use crate::Error;
 pub struct TrainArgs {
     /// Workload: collsim YAML (.yaml), an ASTRA-sim text workload, or Chakra execution traces
     /// (a folder of NAME.RANK.et[.gz] files, or its DIR/NAME prefix)
-    #[arg(long, short = 'w')]
-    pub workload: PathBuf,
+    #[arg(long, short = 'w', required_unless_present = "model")]
+    pub workload: Option<PathBuf>,
+    #[command(flatten)]
+    pub llm: super::llm::LlmArgs,
     #[command(flatten)]
     pub topology: TopologyArgs,
     /// Chakra traces: the NPU each rank runs on, comma-separated NPU ids or half-open ranges
@@ -163,7 +165,7 @@ pub(super) fn placement(
             if npus.len() != program.ranks.len() {
                 return Err(Error::input(format!(
                     "{}: {} ranks, but {} has {} NPUs: give --ranks-map to place them",
-                    args.workload.display(),
+                    args.workload_path().display(),
                     program.ranks.len(),
                     topology.name(),
                     npus.len()
@@ -174,13 +176,26 @@ pub(super) fn placement(
     })
 }
 
+impl TrainArgs {
+    /// The `--workload` path (clap demands it unless `--model` is given).
+    pub(super) fn workload_path(&self) -> &std::path::Path {
+        self.workload
+            .as_deref()
+            .expect("clap requires --workload without --model")
+    }
+}
+
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
+    if args.llm.model.is_some() {
+        return super::llm::train(args);
+    }
     if let Some(path) = args.multi_dim.system.clone() {
         return super::system::train(args, &path);
     }
     let system = args.multi_dim.resolve()?;
     let topology = args.topology.build()?;
-    let (program, layers) = load_program(&args.workload, &topology, chakra::Durations::Exact)?;
+    let (program, layers) =
+        load_program(args.workload_path(), &topology, chakra::Durations::Exact)?;
     let npus = placement(&args, &program, &topology)?;
     let algorithms = parse_list(
         "--algorithm",
@@ -189,7 +204,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     )?;
     let out = args
         .output
-        .prepare_reading(&[(args.workload.as_path(), "--workload")])?;
+        .prepare_reading(&[(args.workload_path(), "--workload")])?;
     let options = TrainOptions {
         algorithm: algorithms[0],
         sim: system.sim_options(args.time_model.unwrap_or(TimeModelArg::Exact).into()),
@@ -199,6 +214,8 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         seed: args.seed,
         chunks: args.chunks.or(system.chunks),
         trees: args.forest.trees,
+        solo_timer: None,
+        timeline_ranks: None,
     };
     let heartbeat = crate::report::Heartbeat::start("training iteration");
     let runs = compare_with(&program.name, &algorithms, &options, |o| {

@@ -133,13 +133,7 @@ impl Summary {
     pub fn csv_row(&self) -> String {
         let f =
             |v: Option<f64>, digits: usize| v.map(|x| format!("{x:.digits$}")).unwrap_or_default();
-        let quote = |s: &str| {
-            if s.contains([',', '"', '\n']) {
-                format!("\"{}\"", s.replace('"', "\"\""))
-            } else {
-                s.to_string()
-            }
-        };
+        let quote = csv_field;
         [
             quote(&self.topology),
             self.npus.to_string(),
@@ -893,6 +887,15 @@ pub(crate) fn progress_bar(len: u64, message: &str, what: &str) -> indicatif::Pr
     );
     bar.set_message(message.chars().take(28).collect::<String>());
     bar
+}
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 #[cfg(test)]

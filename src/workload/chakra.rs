@@ -234,6 +234,7 @@ pub fn load_traces(
     Ok(Program {
         name: name.to_string(),
         ranks,
+        ..Program::default()
     })
 }
 
@@ -430,6 +431,10 @@ fn task_of(n: &ChakraNode, ranks: usize, durations: Durations) -> Result<Option<
             };
             let group = match text(n, "collsim_group") {
                 Some("model") => CommGroup::Model,
+                Some("tensor") => CommGroup::Tensor,
+                Some("pipeline") => CommGroup::Pipeline,
+                Some("expert") => CommGroup::Expert,
+                Some("context") => CommGroup::Context,
                 _ => CommGroup::Data,
             };
             Task::Collective {
@@ -437,6 +442,11 @@ fn task_of(n: &ChakraNode, ranks: usize, durations: Durations) -> Result<Option<
                 bytes,
                 communicator: text(n, "pg_name").unwrap_or("").to_string(),
                 group,
+                times: match integer(n, "collsim_times") {
+                    None => 1,
+                    Some(t) if (1..=u32::MAX as i128).contains(&t) => t as u32,
+                    Some(t) => return Err(format!("collsim_times {t} is not a positive count")),
+                },
             }
         }
         COMM_SEND_NODE => Task::Send {
@@ -484,6 +494,7 @@ fn chakra_node(node: &Node) -> ChakraNode {
             bytes,
             communicator,
             group,
+            times,
         } => {
             n.node_type = COMM_COLL_NODE;
             n.attr = vec![
@@ -491,17 +502,12 @@ fn chakra_node(node: &Node) -> ChakraNode {
                 attr("comm_type", Value::Int64(comm_type_of(*kind))),
                 attr("comm_size", Value::Int64(*bytes as i64)),
                 attr("pg_name", Value::String(communicator.clone())),
-                attr(
-                    "collsim_group",
-                    Value::String(
-                        match group {
-                            CommGroup::Data => "data",
-                            CommGroup::Model => "model",
-                        }
-                        .into(),
-                    ),
-                ),
+                attr("collsim_group", Value::String(group.name().into())),
             ];
+            if *times != 1 {
+                n.attr
+                    .push(attr("collsim_times", Value::Int64(*times as i64)));
+            }
         }
         Task::Send { peer, bytes, tag } | Task::Recv { peer, bytes, tag } => {
             let send = matches!(node.task, Task::Send { .. });

@@ -79,6 +79,30 @@ impl Parallelism {
 pub enum CommGroup {
     Data,
     Model,
+    /// Model parallelism by kind (language-model layouts): tensor, pipeline, expert, context.
+    Tensor,
+    Pipeline,
+    Expert,
+    Context,
+}
+
+impl CommGroup {
+    /// The name reports use (`data`, `model`, `tensor`, `pipeline`, `expert`, `context`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CommGroup::Data => "data",
+            CommGroup::Model => "model",
+            CommGroup::Tensor => "tensor",
+            CommGroup::Pipeline => "pipeline",
+            CommGroup::Expert => "expert",
+            CommGroup::Context => "context",
+        }
+    }
+
+    /// Whether the breakdown's model-parallel column takes this group's exposure.
+    pub fn is_model_parallel(self) -> bool {
+        self != CommGroup::Data
+    }
 }
 
 /// A collective a phase issues.
@@ -195,6 +219,23 @@ pub struct TrainOptions {
     pub chunks: Option<u32>,
     /// ForestColl's trees per NPU (None: the optimal number).
     pub trees: Option<u64>,
+    /// Times the collectives of serial communicators that run alone on their links
+    /// ([`Program::serial_communicators`]) as another model would (the NCCL model); None, or a
+    /// timer that declines, leaves them to the engine.
+    pub solo_timer: Option<std::sync::Arc<dyn SoloTimer>>,
+    /// The ranks whose spans the timeline keeps (None: every rank).
+    pub timeline_ranks: Option<Vec<u32>>,
+}
+
+/// A model of how long a collective takes alone on its links.
+pub trait SoloTimer: Send + Sync + std::fmt::Debug {
+    /// The time of `kind` of `bytes` among `npus` (sorted), or None to leave it to the engine.
+    fn time(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        npus: &[NodeId],
+    ) -> Result<Option<Time>, Error>;
 }
 
 impl TrainOptions {
@@ -210,6 +251,8 @@ impl TrainOptions {
             seed: 1,
             chunks: None,
             trees: None,
+            solo_timer: None,
+            timeline_ranks: None,
         }
     }
 }
@@ -336,7 +379,7 @@ impl Groups {
     fn index_of(&self, kind: CommGroup, npu: NodeId) -> usize {
         let lists = match kind {
             CommGroup::Data => &self.data,
-            CommGroup::Model => &self.model,
+            _ => &self.model,
         };
         lists
             .iter()
@@ -365,11 +408,8 @@ impl Workload {
                             ..
                         } = &mut node.task
                         {
-                            let name = match group {
-                                CommGroup::Data => "data",
-                                CommGroup::Model => "model",
-                            };
-                            *communicator = format!("{name}{}", groups.index_of(*group, npu));
+                            *communicator =
+                                format!("{}{}", group.name(), groups.index_of(*group, npu));
                         }
                         node
                     })
@@ -379,6 +419,7 @@ impl Workload {
         Ok(Program {
             name: self.name.clone(),
             ranks,
+            ..Program::default()
         })
     }
 
@@ -530,6 +571,7 @@ impl ProgramBuilder {
                 bytes: comm.bytes,
                 communicator: String::new(),
                 group,
+                times: 1,
             },
             vec![after],
         )

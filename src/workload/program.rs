@@ -16,7 +16,7 @@
 //! dependencies that finished last (its kind, and its data- or model-parallel group), or idle
 //! when it waited for no communication.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 
 use super::{Breakdown, CommGroup, TrainOptions};
@@ -37,13 +37,14 @@ pub enum Task {
         duration: Time,
         forward: bool,
     },
-    /// A collective among the ranks whose programs name `communicator`; `group` is the kind of
-    /// group its exposure is charged to.
+    /// A collective among the ranks whose programs name `communicator`, run `times` times in a
+    /// row (each after the one before); `group` is the kind of group its exposure is charged to.
     Collective {
         kind: CollectiveKind,
         bytes: u64,
         communicator: String,
         group: CommGroup,
+        times: u32,
     },
     Send {
         peer: u32,
@@ -65,6 +66,14 @@ impl Task {
             self,
             Task::Collective { .. } | Task::Send { .. } | Task::Recv { .. }
         )
+    }
+
+    /// The group kind this communication's exposure is charged to (messages: `pipeline`).
+    fn group_name(&self) -> &'static str {
+        match self {
+            Task::Collective { group, .. } => group.name(),
+            _ => "pipeline",
+        }
     }
 
     /// The column this communication's exposure is charged to in `ranks.csv`.
@@ -89,10 +98,16 @@ pub struct Node {
 }
 
 /// What every rank runs: rank `r` runs `ranks[r]` on NPU `npus[r]`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Program {
     pub name: String,
     pub ranks: Vec<Vec<Node>>,
+    /// Communicators whose collectives follow one another on every member (each waits for the
+    /// previous one to end), as the program's maker promises. One whose links no other
+    /// communication uses runs each collective in the time it takes alone on an idle network,
+    /// computed once per size instead of simulated transfer by transfer: exact, since nothing
+    /// else can be on those links and a collective starts on every member at once.
+    pub serial_communicators: BTreeSet<String>,
 }
 
 impl Program {
@@ -118,6 +133,13 @@ pub struct RankBreakdown {
     pub breakdown: Breakdown,
     /// Exposed communication per kind (collective names, `send-recv`), in the order first seen.
     pub exposed_by_kind: Vec<(&'static str, Time)>,
+    /// Exposed communication per group kind ([`CommGroup::name`]; point-to-point messages are
+    /// `pipeline`), in the order first seen. Waits for a message its sender had not yet sent
+    /// are not communication: they are the `bubble`.
+    pub exposed_by_group: Vec<(&'static str, Time)>,
+    /// Stalls of the compute stream waiting for a message that had not yet left its sender
+    /// (in a pipeline, the bubble).
+    pub bubble: Time,
     /// Stalls of the compute stream that waited for no communication.
     pub idle: Time,
 }
@@ -139,6 +161,9 @@ pub struct Execution {
     pub breakdown: Breakdown,
     pub ranks: Vec<RankBreakdown>,
     pub timeline: Vec<Span>,
+    /// The serial communicators found alone on their links, whose collectives took the time
+    /// they take alone ([`Program::serial_communicators`]), sorted.
+    pub timed_alone: Vec<String>,
 }
 
 /// Runs `program` on `topology`, rank `r` on NPU `npus[r]`.
@@ -162,6 +187,10 @@ pub fn execute(
     let mut timeline = Vec::new();
     for (r, nodes) in program.ranks.iter().enumerate() {
         let ends = &builder.end[r];
+        let keep_spans = options
+            .timeline_ranks
+            .as_ref()
+            .is_none_or(|list| list.contains(&(r as u32)));
         let mut row = RankBreakdown {
             rank: r as u32,
             breakdown: Breakdown {
@@ -176,6 +205,8 @@ pub fn execute(
                 notes: Vec::new(),
             },
             exposed_by_kind: Vec::new(),
+            exposed_by_group: Vec::new(),
+            bubble: Time::ZERO,
             idle: Time::ZERO,
         };
         let sum = &mut row.breakdown;
@@ -201,17 +232,57 @@ pub fn execute(
                     Some(&d) => {
                         let task = &nodes[d as usize].task;
                         sum.exposed_comm = sum.exposed_comm + stall;
-                        let kind = task.kind_name();
-                        match row.exposed_by_kind.iter_mut().find(|(k, _)| *k == kind) {
-                            Some((_, t)) => *t = *t + stall,
-                            None => row.exposed_by_kind.push((kind, stall)),
-                        }
+                        add_to(&mut row.exposed_by_kind, task.kind_name(), stall);
                         match task {
-                            Task::Collective {
-                                group: CommGroup::Model,
-                                ..
-                            } => sum.exposed_model_parallel = sum.exposed_model_parallel + stall,
+                            Task::Collective { group, .. } if group.is_model_parallel() => {
+                                sum.exposed_model_parallel = sum.exposed_model_parallel + stall
+                            }
                             _ => sum.exposed_data_parallel = sum.exposed_data_parallel + stall,
+                        }
+                        // By group: the stall is split along the chain of communication it
+                        // waited for (each its part after the one before it ended), and the
+                        // part of a wait for a message before the message left its sender is
+                        // the sender's lateness (the bubble), not communication.
+                        let from = free.min(started);
+                        let mut until = started;
+                        let mut link = Some(d);
+                        while let Some(e) = link {
+                            if until <= from {
+                                break;
+                            }
+                            let node = &nodes[e as usize];
+                            let before = node
+                                .deps
+                                .iter()
+                                .filter(|&&x| nodes[x as usize].task.is_communication())
+                                .max_by_key(|&&x| completed[ends[x as usize] as usize])
+                                .copied();
+                            let begun = match node.task {
+                                Task::Recv { .. } => {
+                                    let left = builder.start[r][e as usize]
+                                        .map_or(Time::ZERO, |s| completed[s as usize]);
+                                    let left = left.clamp(from, until);
+                                    row.bubble = row.bubble + (left - from);
+                                    link = None;
+                                    left
+                                }
+                                _ => match before {
+                                    Some(x) => {
+                                        link = Some(x);
+                                        completed[ends[x as usize] as usize].clamp(from, until)
+                                    }
+                                    None => {
+                                        link = None;
+                                        from
+                                    }
+                                },
+                            };
+                            add_to(
+                                &mut row.exposed_by_group,
+                                node.task.group_name(),
+                                until - begun,
+                            );
+                            until = begun;
                         }
                     }
                     None => row.idle = row.idle + stall,
@@ -224,18 +295,20 @@ pub fn execute(
                 sum.backward_compute = sum.backward_compute + spent;
             }
             free = done;
-            timeline.push(Span {
-                rank: r as u32,
-                name: node.name.clone(),
-                compute: true,
-                start: started,
-                end: done,
-            });
+            if keep_spans {
+                timeline.push(Span {
+                    rank: r as u32,
+                    name: node.name.clone(),
+                    compute: true,
+                    start: started,
+                    end: done,
+                });
+            }
         }
         for (i, node) in nodes.iter().enumerate() {
             let end = completed[ends[i] as usize];
             sum.total = sum.total.max(end);
-            if node.task.is_communication() {
+            if keep_spans && node.task.is_communication() {
                 let start = builder.start[r][i].map_or(Time::ZERO, |s| completed[s as usize]);
                 timeline.push(Span {
                     rank: r as u32,
@@ -253,11 +326,22 @@ pub fn execute(
         .expect("programs have ranks");
     let mut breakdown = ranks[slowest].breakdown.clone();
     breakdown.notes = builder.notes;
+    let mut timed_alone: Vec<String> = builder.solo.iter().cloned().collect();
+    timed_alone.sort_unstable();
     Ok(Execution {
         breakdown,
         ranks,
         timeline,
+        timed_alone,
     })
+}
+
+/// Adds `time` to `key`'s entry of `list`, appending the key when first seen.
+fn add_to(list: &mut Vec<(&'static str, Time)>, key: &'static str, time: Time) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, t)) => *t = *t + time,
+        None => list.push((key, time)),
+    }
 }
 
 /// Where a node stands while the schedule is emitted.
@@ -295,6 +379,10 @@ struct Emitter<'a> {
     slot: Vec<Vec<u32>>,
     /// Collective schedules per (kind, bytes, members), made once.
     cache: HashMap<(CollectiveKind, u64, Vec<NodeId>), Part>,
+    /// Serial communicators alone on their links ([`Program::serial_communicators`]), and the
+    /// time each of their collectives takes alone.
+    solo: HashSet<String>,
+    solo_times: HashMap<(CollectiveKind, u64, Vec<NodeId>), Time>,
     unwound: synth::Unwound,
     notes: Vec<String>,
     ready: VecDeque<(u32, u32)>,
@@ -459,6 +547,8 @@ impl<'a> Emitter<'a> {
             channels,
             slot,
             cache: HashMap::new(),
+            solo: HashSet::new(),
+            solo_times: HashMap::new(),
             unwound: synth::Unwound::default(),
             notes: Vec::new(),
             ready: VecDeque::new(),
@@ -467,6 +557,7 @@ impl<'a> Emitter<'a> {
 
     /// Emits every node in dependency order, or names one that never becomes ready.
     fn run(&mut self) -> Result<(), Error> {
+        self.find_solo()?;
         self.reserve_memory()?;
         for (r, counts) in self.waiting.iter().enumerate() {
             for (i, &c) in counts.iter().enumerate() {
@@ -593,18 +684,19 @@ impl<'a> Emitter<'a> {
             return Ok(());
         }
         let mut instances: HashMap<(CollectiveKind, u64, Vec<NodeId>), u64> = HashMap::new();
-        for c in self.communicators.values() {
+        for (name, c) in &self.communicators {
             let (m0, nodes) = (c.members[0], &c.nodes[0]);
-            let mut npus: Vec<NodeId> = c.members.iter().map(|&m| self.npus[m as usize]).collect();
-            npus.sort_unstable();
-            if npus.len() < 2 {
+            let npus = self.member_npus(c);
+            // A solo communicator's collectives are one wait each.
+            if npus.len() < 2 || self.solo.contains(name) {
                 continue;
             }
             for &i in nodes {
-                if let Task::Collective { kind, bytes, .. } =
-                    self.program.ranks[m0 as usize][i as usize].task
+                if let Task::Collective {
+                    kind, bytes, times, ..
+                } = self.program.ranks[m0 as usize][i as usize].task
                 {
-                    *instances.entry((kind, bytes, npus.clone())).or_default() += 1;
+                    *instances.entry((kind, bytes, npus.clone())).or_default() += times as u64;
                 }
             }
         }
@@ -634,6 +726,108 @@ impl<'a> Emitter<'a> {
         )
     }
 
+    /// The NPUs of a communicator's members, sorted (the key of its collectives' schedules).
+    fn member_npus(&self, c: &Communicator) -> Vec<NodeId> {
+        let mut npus: Vec<NodeId> = c.members.iter().map(|&m| self.npus[m as usize]).collect();
+        npus.sort_unstable();
+        npus
+    }
+
+    /// Finds the serial communicators that no other communication shares a link with: every
+    /// distinct collective and every sender-receiver pair is simulated alone once, and the
+    /// links that carry its bytes are its links.
+    fn find_solo(&mut self) -> Result<(), Error> {
+        if self.program.serial_communicators.is_empty() {
+            return Ok(());
+        }
+        const SHARED: u32 = u32::MAX;
+        let links = self.topology.links().len();
+        // Per link: the one user so far (communicator index + 1; 0 unused), or SHARED.
+        let mut user = vec![0u32; links];
+        // Marks the links that carried bytes as used by `id`; returns them.
+        let claim = |user: &mut Vec<u32>, carried: &[u64], id: u32| -> Vec<usize> {
+            let used: Vec<usize> = (0..carried.len()).filter(|&l| carried[l] > 0).collect();
+            for &l in &used {
+                if user[l] != id {
+                    user[l] = if user[l] == 0 { id } else { SHARED };
+                }
+            }
+            used
+        };
+        let alone = SimOptions {
+            record_transfers: false,
+            ..self.options.sim.clone()
+        };
+        let names: Vec<String> = self.communicators.keys().cloned().collect();
+        let mut times = HashMap::new();
+        let mut used: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+        for (index, name) in names.iter().enumerate() {
+            let c = &self.communicators[name];
+            let npus = self.member_npus(c);
+            if npus.len() < 2 {
+                continue;
+            }
+            let m0 = c.members[0] as usize;
+            let mut sizes: Vec<(CollectiveKind, u64)> = c.nodes[0]
+                .iter()
+                .filter_map(|&i| match self.program.ranks[m0][i as usize].task {
+                    Task::Collective { kind, bytes, .. } => Some((kind, bytes)),
+                    _ => None,
+                })
+                .collect();
+            sizes.sort_unstable_by_key(|&(k, b)| (k.name(), b));
+            sizes.dedup();
+            for (kind, bytes) in sizes {
+                let key = (kind, bytes, npus.clone());
+                if !self.cache.contains_key(&key) {
+                    let part = self.make(kind, bytes, &npus)?;
+                    self.cache.insert(key.clone(), part);
+                }
+                let result =
+                    sim::simulate(self.topology, &self.cache[&key].schedule, &alone, &mut ())?;
+                used[index].extend(claim(&mut user, &result.link_bytes, index as u32 + 1));
+                let serial = self.program.serial_communicators.contains(name);
+                let modelled = match &self.options.solo_timer {
+                    Some(timer) if serial => timer.time(kind, bytes, &npus)?,
+                    _ => None,
+                };
+                times.insert(key, modelled.unwrap_or(result.finish));
+            }
+        }
+        // Messages: one claimant for all of them (they are never alone).
+        let mut pairs: Vec<(NodeId, NodeId)> = self
+            .channels
+            .keys()
+            .map(|&(a, b, _)| (self.npus[a as usize], self.npus[b as usize]))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        for (src, dst) in pairs {
+            let mut one = Schedule::new();
+            one.push(crate::schedule::Transfer { src, dst, bytes: 1 }, &[]);
+            let result = sim::simulate(self.topology, &one, &alone, &mut ())?;
+            claim(&mut user, &result.link_bytes, SHARED - 1);
+        }
+        for (index, name) in names.iter().enumerate() {
+            let id = index as u32 + 1;
+            let mine = &used[index];
+            if !self.program.serial_communicators.contains(name)
+                || mine.is_empty()
+                || mine.iter().any(|&l| user[l] != id)
+            {
+                continue;
+            }
+            self.solo.insert(name.clone());
+            let npus = self.member_npus(&self.communicators[name]);
+            for (key, &time) in &times {
+                if key.2 == npus {
+                    self.solo_times.insert(key.clone(), time);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every member has reached instance `k` of `communicator`: emit its schedule.
     fn collective(&mut self, communicator: &str, k: usize) -> Result<(), Error> {
         let c = &self.communicators[communicator];
@@ -652,8 +846,9 @@ impl<'a> Emitter<'a> {
         let (m0, i0) = members[0];
         let first_npu = self.npus[m0 as usize];
         let start = self.schedule.push_wait(first_npu, Time::ZERO, &after);
-        let Task::Collective { kind, bytes, .. } =
-            self.program.ranks[m0 as usize][i0 as usize].task
+        let Task::Collective {
+            kind, bytes, times, ..
+        } = self.program.ranks[m0 as usize][i0 as usize].task
         else {
             unreachable!("communicators list collective nodes")
         };
@@ -669,17 +864,33 @@ impl<'a> Emitter<'a> {
             return Ok(());
         }
         let key = (kind, bytes, npus.clone());
+        if self.solo.contains(communicator) {
+            let once = self.solo_times[&key];
+            let end = self.schedule.push_wait(
+                first_npu,
+                Time::from_ps(once.ps() * times as u64),
+                &[start],
+            );
+            for (m, i) in members {
+                self.start[m as usize][i as usize] = Some(start);
+                self.done(m, i, end);
+            }
+            return Ok(());
+        }
         if !self.cache.contains_key(&key) {
             let s = self.make(kind, bytes, &npus)?;
             self.cache.insert(key.clone(), s);
         }
         let part = &self.cache[&key];
-        let base = self.schedule.append(&part.schedule, &[start]);
-        let mut sinks: Vec<TransferIndex> = part.sinks.iter().map(|&t| base + t).collect();
-        if sinks.is_empty() {
-            sinks.push(start);
+        let mut end = start;
+        for _ in 0..times {
+            let base = self.schedule.append(&part.schedule, &[end]);
+            let mut sinks: Vec<TransferIndex> = part.sinks.iter().map(|&t| base + t).collect();
+            if sinks.is_empty() {
+                sinks.push(end);
+            }
+            end = self.schedule.push_wait(first_npu, Time::ZERO, &sinks);
         }
-        let end = self.schedule.push_wait(first_npu, Time::ZERO, &sinks);
         for (m, i) in members {
             self.start[m as usize][i as usize] = Some(start);
             self.done(m, i, end);
@@ -818,14 +1029,16 @@ fn same_collective(a: &Task, b: &Task) -> bool {
             Task::Collective {
                 kind: k1,
                 bytes: b1,
+                times: t1,
                 ..
             },
             Task::Collective {
                 kind: k2,
                 bytes: b2,
+                times: t2,
                 ..
             },
-        ) => k1 == k2 && b1 == b2,
+        ) => k1 == k2 && b1 == b2 && t1 == t2,
         _ => false,
     }
 }
@@ -910,6 +1123,7 @@ mod tests {
                         bytes: 1 << 20,
                         communicator: format!("solo{r}"),
                         group: CommGroup::Data,
+                        times: 1,
                     },
                     vec![0, 1],
                 ),
@@ -918,6 +1132,7 @@ mod tests {
         let program = Program {
             name: "p".into(),
             ranks: vec![rank(0), rank(1)],
+            ..Program::default()
         };
         let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
         assert_eq!(run.breakdown.total, Time::from_ns(7000));
@@ -933,10 +1148,12 @@ mod tests {
             bytes: 64,
             communicator: String::new(),
             group: CommGroup::Data,
+            times: 1,
         };
         let program = Program {
             name: "p".into(),
             ranks: vec![vec![node(0, all_reduce, vec![])], vec![]],
+            ..Program::default()
         };
         let err = execute(&t, &program, &[0, 1], &options(), &mut ())
             .unwrap_err()
@@ -961,6 +1178,7 @@ mod tests {
         let lonely = Program {
             name: "p".into(),
             ranks: vec![vec![node(0, recv(1), vec![])], vec![]],
+            ..Program::default()
         };
         let err = execute(&t, &lonely, &[0, 1], &options(), &mut ())
             .unwrap_err()
@@ -973,6 +1191,7 @@ mod tests {
                 vec![node(0, recv(1), vec![]), node(1, send(1), vec![0])],
                 vec![node(0, recv(0), vec![]), node(1, send(0), vec![0])],
             ],
+            ..Program::default()
         };
         let err = execute(&t, &deadlock, &[0, 1], &options(), &mut ())
             .unwrap_err()

@@ -1,0 +1,350 @@
+//! `train --model`: one iteration of a language model in a Megatron-style layout.
+
+use std::io::Write;
+
+use clap::Args;
+
+use super::train::TrainArgs;
+use super::{Format, TimeModelArg};
+use crate::algorithms::Algorithm;
+use crate::llm::{self, Attention, Gpu, Layout, LlmModel, Outcome, Plan, Recompute, ZeroStage};
+use crate::report::{write_ranks_csv, write_timeline_json};
+use crate::synth::SynthOptions;
+use crate::workload::TrainOptions;
+use crate::Error;
+
+/// A language model and its parallel layout (`train --model`).
+#[derive(Args, Debug, Default)]
+pub struct LlmArgs {
+    /// Language model file (YAML: layers, hidden, heads, kv_heads, ffn, seq, vocab, experts,
+    /// top_k, gated_mlp; workloads/llm/ has GPT-3, Megatron's Table 1 models, Llama 3, an MoE)
+    #[arg(long, conflicts_with_all = ["workload", "ranks_map", "system"])]
+    pub model: Option<std::path::PathBuf>,
+    /// GPU of every rank: a100, h100, h200, b200, mi300x
+    #[arg(long, default_value = "a100", requires = "model")]
+    pub gpu: String,
+    /// Tensor-parallel size; a comma-separated list searches them all
+    #[arg(long, default_value = "1", requires = "model")]
+    pub tp: String,
+    /// Pipeline-parallel size; a comma-separated list searches them all
+    #[arg(long, default_value = "1", requires = "model")]
+    pub pp: String,
+    /// Data-parallel size [default: GPUs / (tp x pp)]
+    #[arg(long, requires = "model")]
+    pub dp: Option<u64>,
+    /// Expert-parallel size (within the data-parallel group)
+    #[arg(long, default_value_t = 1, requires = "model")]
+    pub ep: u64,
+    /// Context-parallel size
+    #[arg(long, default_value_t = 1, requires = "model")]
+    pub cp: u64,
+    /// Model chunks per pipeline stage (the interleaved schedule); a comma-separated list
+    /// searches them all [default: the fastest of 1, 2, 4]
+    #[arg(long, requires = "model")]
+    pub virtual_stages: Option<String>,
+    /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too)
+    #[arg(long, default_value_t = 0, requires = "model")]
+    pub zero: u8,
+    /// Activation recomputation: full, selective, none
+    #[arg(long, default_value = "full", requires = "model")]
+    pub recompute: String,
+    /// Sequences per micro-batch; a comma-separated list searches them all [default: the
+    /// fastest of 1, 2, 4, 8]
+    #[arg(long, requires = "model")]
+    pub micro_batch: Option<String>,
+    /// Sequences per iteration
+    #[arg(long, requires = "model")]
+    pub global_batch: Option<u64>,
+    /// Sequence parallelism in the tensor group (all-gathers and reduce-scatters)
+    #[arg(long, requires = "model")]
+    pub sequence_parallel: bool,
+    /// Attention kernel: standard (scores in memory, Megatron 2021) or flash
+    #[arg(long, default_value = "flash", requires = "model")]
+    pub attention: String,
+    /// When gradients are reduced over the data-parallel group: overlapped (bucket by bucket
+    /// during the last backward pass, Megatron-core) or after (one call once the backward
+    /// passes end, Megatron-LM 2021)
+    #[arg(long, default_value = "overlapped", requires = "model")]
+    pub grad_reduce: String,
+    /// Collectives inside one box that run alone on its links (the tensor-parallel group's):
+    /// nccl (the NCCL model's time for the call, on GPU systems such as dgx-a100:N) or engine
+    /// (the --algorithm's schedule on the network)
+    #[arg(long, default_value = "nccl", requires = "model")]
+    pub box_collectives: String,
+}
+
+/// A flag's comma-separated list of positive sizes.
+fn sizes(flag: &str, text: &str) -> Result<Vec<u64>, Error> {
+    let mut list = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        let value = item.parse::<u64>().map_err(|_| {
+            Error::input(format!("--{flag} '{text}': '{item}' is not a whole number"))
+        })?;
+        list.push(positive(flag, value)?);
+    }
+    list.dedup();
+    Ok(list)
+}
+
+fn positive(flag: &str, value: u64) -> Result<u64, Error> {
+    if value == 0 {
+        return Err(Error::input(format!("--{flag}: must be at least 1")));
+    }
+    Ok(value)
+}
+
+pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
+    let a = &args.llm;
+    let path = a.model.as_deref().expect("train --model");
+    let model = LlmModel::load(path)?;
+    let gpu = Gpu::parse(&a.gpu)?;
+    let topology = args.topology.build()?;
+    let gpus = topology.active_npus().len() as u64;
+    let tps = sizes("tp", &a.tp)?;
+    let pps = sizes("pp", &a.pp)?;
+    if positive("cp", a.cp)? > 1 {
+        return Err(Error::input(
+            "--cp: context parallelism is not modelled yet (its column stays zero)",
+        ));
+    }
+    if let Some(d) = a.dp {
+        positive("dp", d)?;
+    }
+    let global_batch = positive(
+        "global-batch",
+        a.global_batch.ok_or_else(|| {
+            Error::input("train --model needs --global-batch (sequences per iteration)")
+        })?,
+    )?;
+    let plan = Plan {
+        model,
+        gpu,
+        layout: Layout {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            ep: positive("ep", a.ep)?,
+            virtual_stages: 1,
+            micro_batch: 1,
+            global_batch,
+            zero: ZeroStage::parse(a.zero)?,
+            recompute: Recompute::parse(&a.recompute)?,
+            sequence_parallel: a.sequence_parallel,
+            attention: Attention::parse(&a.attention)?,
+            overlap_grad_reduce: match a.grad_reduce.as_str() {
+                "overlapped" => true,
+                "after" => false,
+                other => {
+                    return Err(Error::input(format!(
+                        "--grad-reduce '{other}': expected overlapped or after"
+                    )))
+                }
+            },
+        },
+    };
+    let search = llm::Search {
+        tp: tps,
+        pp: pps,
+        dp: a.dp,
+        micro_batch: match &a.micro_batch {
+            Some(text) => sizes("micro-batch", text)?,
+            None => vec![1, 2, 4, 8],
+        },
+        virtual_stages: match &a.virtual_stages {
+            Some(text) => sizes("virtual-stages", text)?,
+            None => vec![1, 2, 4],
+        },
+    };
+    let layouts = llm::candidates(&plan, gpus, &search)?;
+    let algorithm = match args.algorithm.as_deref() {
+        None => Algorithm::Ring,
+        Some(name) => Algorithm::parse(name)?,
+    };
+    let options = TrainOptions {
+        algorithm,
+        sim: crate::sim::SimOptions {
+            time_model: args.time_model.unwrap_or(TimeModelArg::Exact).into(),
+            ..Default::default()
+        },
+        multi_dim: crate::algorithms::MultiDimOptions::default(),
+        synth: SynthOptions::default(),
+        validate: !args.no_validate,
+        seed: args.seed,
+        chunks: args.chunks,
+        trees: args.forest.trees,
+        solo_timer: match a.box_collectives.as_str() {
+            "nccl" => llm::NcclTimer::for_topology(&args.topology.topology)?
+                .map(|t| std::sync::Arc::new(t) as std::sync::Arc<dyn crate::workload::SoloTimer>),
+            "engine" => None,
+            other => {
+                return Err(Error::input(format!(
+                    "--box-collectives '{other}': expected nccl or engine"
+                )))
+            }
+        },
+        timeline_ranks: None,
+    };
+    let out = args.output.prepare_reading(&[(path, "--model")])?;
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (i, layout) in layouts.iter().enumerate() {
+        if layouts.len() > 1 {
+            eprintln!("[{}/{}] {}", i + 1, layouts.len(), layout.describe());
+        }
+        let candidate = Plan {
+            layout: layout.clone(),
+            ..plan.clone()
+        };
+        // The timeline keeps one pipeline: the ranks of tensor and data index 0, every stage.
+        let options = TrainOptions {
+            timeline_ranks: Some(
+                (0..layout.pp)
+                    .map(|s| (layout.tp * layout.dp * s) as u32)
+                    .collect(),
+            ),
+            ..options.clone()
+        };
+        let heartbeat = crate::report::Heartbeat::start("training iteration");
+        outcomes.push(llm::simulate(&candidate, &topology, &options)?);
+        drop(heartbeat);
+    }
+    let best = (0..outcomes.len())
+        .min_by_key(|&i| outcomes[i].step_time)
+        .expect("at least one layout");
+    if outcomes.len() > 1 {
+        eprintln!(
+            "note: fastest of {} layouts: {}",
+            outcomes.len(),
+            outcomes[best].layout.describe()
+        );
+    }
+    let chosen = &outcomes[best];
+    if let Some(mut out) = out {
+        let path = out.file("summary.csv");
+        let io = |e| Error::io(path.display(), e);
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+        writeln!(w, "{}", summary_header()).map_err(io)?;
+        for o in &outcomes {
+            writeln!(w, "{}", summary_row(&plan, topology.name(), algorithm, o)).map_err(io)?;
+        }
+        w.flush().map_err(io)?;
+        let name = algorithm.name().to_string();
+        write_ranks_csv(
+            &[(name.clone(), chosen.execution.ranks.clone())],
+            &out.file("ranks.csv"),
+        )?;
+        write_timeline_json(
+            &[(name, chosen.execution.timeline.clone())],
+            chosen.layout.gpus() as u32,
+            &out.file("timeline.json"),
+        )?;
+        out.commit()?;
+    }
+    match args.format {
+        Format::Csv => {
+            println!("{}", summary_header());
+            println!("{}", summary_row(&plan, topology.name(), algorithm, chosen));
+        }
+        Format::Text => {
+            if outcomes.len() > 1 {
+                println!("{} layouts tried:", outcomes.len());
+                for o in &outcomes {
+                    println!(
+                        "  {:<58} {:>10.3} s {:>8.1} TFLOP/s",
+                        o.layout.describe(),
+                        o.step_time.as_secs_f64(),
+                        o.tflops_per_gpu
+                    );
+                }
+                println!("fastest:");
+            }
+            print_text(&plan, topology.name(), chosen)
+        }
+    }
+    Ok(())
+}
+
+fn summary_header() -> String {
+    let mut h = String::from(
+        "model,gpu,topology,algorithm,gpus,tp,pp,dp,ep,cp,virtual_stages,micro_batch,\
+         global_batch,zero,recompute,step_time_s,tflops_per_gpu,mfu,bubble_fraction",
+    );
+    for (short, _) in llm::DIMENSIONS {
+        h += &format!(",exposed_{short}_s");
+    }
+    h += ",memory_gb";
+    h
+}
+
+fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -> String {
+    let l = &o.layout;
+    let mut row = format!(
+        "{},{},{},{},{},{},{},{},{},1,{},{},{},{},{},{:.6},{:.3},{:.4},{:.4}",
+        crate::report::csv_field(&plan.model.name),
+        plan.gpu.name,
+        crate::report::csv_field(topology),
+        algorithm.name(),
+        l.gpus(),
+        l.tp,
+        l.pp,
+        l.dp,
+        l.ep,
+        l.virtual_stages,
+        l.micro_batch,
+        l.global_batch,
+        match l.zero {
+            ZeroStage::None => 0,
+            ZeroStage::Optimizer => 1,
+            ZeroStage::Gradients => 2,
+        },
+        match l.recompute {
+            Recompute::Full => "full",
+            Recompute::Selective => "selective",
+            Recompute::None => "none",
+        },
+        o.step_time.as_secs_f64(),
+        o.tflops_per_gpu,
+        o.mfu,
+        o.bubble_fraction
+    );
+    for (_, t) in o.exposed {
+        row += &format!(",{:.6}", t.as_secs_f64());
+    }
+    row += &format!(",{:.2}", o.memory_bytes / 1e9);
+    row
+}
+
+fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
+    println!(
+        "{} on {topology} ({} GPUs, {}): {}",
+        plan.model.name,
+        o.layout.gpus(),
+        plan.gpu.name,
+        o.layout.describe()
+    );
+    println!(
+        "  step time {:.3} s, {:.1} TFLOP/s per GPU ({:.1}% of peak), bubble {:.1}%",
+        o.step_time.as_secs_f64(),
+        o.tflops_per_gpu,
+        100.0 * o.mfu,
+        100.0 * o.bubble_fraction
+    );
+    let exposed: Vec<String> = o
+        .exposed
+        .iter()
+        .filter(|(_, t)| *t > crate::units::Time::ZERO)
+        .map(|(g, t)| format!("{g} {:.3} s", t.as_secs_f64()))
+        .collect();
+    println!(
+        "  exposed communication: {}",
+        if exposed.is_empty() {
+            "none".to_string()
+        } else {
+            exposed.join(", ")
+        }
+    );
+    println!(
+        "  memory per GPU: about {:.1} GB of {:.0} GB",
+        o.memory_bytes / 1e9,
+        plan.gpu.memory_bytes / 1e9
+    );
+}

@@ -1,0 +1,223 @@
+//! How long a GPU computes one pipeline step: every matrix product by a roofline (the larger of
+//! its FLOPs at the GPU's achievable matmul rate and its bytes at its memory rate), element-wise
+//! work (norms, activations, softmax, dropout, residual adds) by its bytes at the memory rate.
+//!
+//! One figure per GPU sets the matmul rate: the maximum achievable BF16 matmul FLOPS measured on
+//! one GPU by Stas Bekman's `mamf-finder` (github.com/stas00/ml-engineering,
+//! compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"), never a
+//! figure fitted to training runs. Element-wise kernels stream at 90% of the datasheet HBM rate
+//! (large copies reach 90-92% of it on current NVIDIA GPUs).
+
+use super::model::{LlmModel, Recompute};
+use crate::Error;
+
+/// A GPU's compute figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gpu {
+    pub name: &'static str,
+    /// Dense BF16 tensor-core peak, FLOP/s (datasheet).
+    pub peak_flops: f64,
+    /// Maximum achievable BF16 matmul FLOP/s (measured, see the module documentation).
+    pub matmul_flops: f64,
+    /// HBM bandwidth, bytes/s (datasheet).
+    pub memory_bandwidth: f64,
+    /// HBM capacity, bytes.
+    pub memory_bytes: f64,
+}
+
+/// Fraction of the HBM rate element-wise kernels reach.
+const MEMORY_EFFICIENCY: f64 = 0.9;
+
+/// Bytes of one BF16/FP16 value.
+const HALF: f64 = 2.0;
+
+impl Gpu {
+    /// The presets: `a100`, `h100`, `h200`, `b200`, `mi300x`.
+    pub fn parse(name: &str) -> Result<Gpu, Error> {
+        let gpu = |name, peak: f64, mamf: f64, tb_s: f64, gb: f64| Gpu {
+            name,
+            peak_flops: peak * 1e12,
+            matmul_flops: mamf * 1e12,
+            memory_bandwidth: tb_s * 1e12,
+            memory_bytes: gb * 1e9,
+        };
+        Ok(match name.to_ascii_lowercase().as_str() {
+            // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s (datasheet); MAMF 267.9 (CUDA 12.1).
+            "a100" => gpu("A100", 312.0, 267.9, 2.039, 80.0),
+            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB; MAMF 792.1 (CUDA 12.1).
+            "h100" => gpu("H100", 989.0, 792.1, 3.35, 80.0),
+            // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5.
+            "h200" => gpu("H200", 989.0, 794.5, 4.8, 141.0),
+            // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB; MAMF 1745.
+            "b200" => gpu("B200", 2250.0, 1745.0, 8.0, 180.0),
+            // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB; MAMF 781.9 (ROCm 6.2).
+            "mi300x" => gpu("MI300X", 1307.0, 781.9, 5.3, 192.0),
+            _ => {
+                return Err(Error::input(format!(
+                    "--gpu '{name}': expected a100, h100, h200, b200 or mi300x"
+                )))
+            }
+        })
+    }
+
+    /// Seconds of a matrix product of `flops` that moves `bytes`.
+    fn matmul(&self, flops: f64, bytes: f64) -> f64 {
+        (flops / self.matmul_flops).max(bytes / (self.memory_bandwidth * MEMORY_EFFICIENCY))
+    }
+
+    /// Seconds of element-wise work moving `bytes`.
+    fn stream(&self, bytes: f64) -> f64 {
+        bytes / (self.memory_bandwidth * MEMORY_EFFICIENCY)
+    }
+}
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attention {
+    /// Scores materialised in memory, softmax and dropout over them (Megatron before 2022).
+    Standard,
+    /// FlashAttention: one fused kernel at the matmul rate, no score matrix in memory.
+    Flash,
+}
+
+impl Attention {
+    pub fn parse(text: &str) -> Result<Attention, Error> {
+        match text {
+            "standard" => Ok(Attention::Standard),
+            "flash" => Ok(Attention::Flash),
+            _ => Err(Error::input(format!(
+                "--attention '{text}': expected standard or flash"
+            ))),
+        }
+    }
+}
+
+/// What the cost of a step depends on besides the model and the GPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    pub tp: u64,
+    pub micro_batch: u64,
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+    pub attention: Attention,
+}
+
+/// Seconds one GPU spends on one layer for one micro-batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerTime {
+    pub forward: f64,
+    /// Backward, including what is recomputed before it.
+    pub backward: f64,
+}
+
+/// A matrix product `batch x (m x k) . (k x n)`: FLOPs and bytes moved (inputs and output once).
+fn product(batch: f64, m: f64, n: f64, k: f64) -> (f64, f64) {
+    (
+        2.0 * batch * m * n * k,
+        HALF * batch * (m * k + k * n + m * n),
+    )
+}
+
+/// One layer's forward on one GPU: (matmul time, attention-core time, element-wise time).
+fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
+    let t = w.tp as f64;
+    let b = w.micro_batch as f64;
+    let (s, h) = (model.seq as f64, model.hidden as f64);
+    let tokens = b * s;
+    let heads = model.heads as f64 / t;
+    let dh = model.head_dim() as f64;
+    let qkv_out = (h + 2.0 * (model.kv_heads * model.head_dim()) as f64) / t;
+    let ffn = model.ffn as f64;
+    let up = if model.gated_mlp { 2.0 } else { 1.0 };
+    // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
+    let expert_tokens = tokens * model.top_k as f64;
+    let mut matmul = 0.0;
+    for (flops, bytes) in [
+        product(1.0, tokens, qkv_out, h),
+        product(1.0, tokens, h, h / t),
+        product(1.0, expert_tokens, up * ffn / t, h),
+        product(1.0, expert_tokens, h, ffn / t),
+    ] {
+        matmul += gpu.matmul(flops, bytes);
+    }
+    let scores = b * heads * s * s;
+    let core = match w.attention {
+        Attention::Standard => {
+            let (f1, b1) = product(b * heads, s, s, dh);
+            let (f2, b2) = product(b * heads, s, dh, s);
+            // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
+            // them and a one-byte mask.
+            gpu.matmul(f1, b1) + gpu.matmul(f2, b2) + gpu.stream(HALF * 4.5 * scores)
+        }
+        // One kernel: the products at the matmul rate, Q, K, V and the output read or written once.
+        Attention::Flash => gpu.matmul(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh),
+    };
+    // Two layer norms, two bias-dropout-residual adds (11 tensors of tokens x hidden moved,
+    // split over the tensor-parallel group under sequence parallelism) and the activation
+    // over the MLP's width (read the up projection(s), write the result).
+    let replicated = if w.sequence_parallel { 11.0 / t } else { 11.0 };
+    let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
+    (matmul, core, gpu.stream(elementwise))
+}
+
+/// One layer's time on one GPU for one micro-batch: the backward pass computes twice the
+/// forward's products (input and weight gradients) and moves twice its element-wise bytes; full
+/// recomputation runs the forward again first, selective the attention core only.
+pub fn layer_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
+    let (matmul, core, elementwise) = layer_forward(model, gpu, w);
+    let forward = matmul + core + elementwise;
+    let recomputed = match w.recompute {
+        Recompute::Full => forward,
+        Recompute::Selective => core,
+        Recompute::None => 0.0,
+    };
+    LayerTime {
+        forward,
+        backward: 2.0 * forward + recomputed,
+    }
+}
+
+/// The logit layer and the loss on the last stage: the vocabulary product and a softmax
+/// cross-entropy over the logits (read and written in FP32 twice).
+pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
+    let t = w.tp as f64;
+    let tokens = (w.micro_batch * model.seq) as f64;
+    let (h, v) = (model.hidden as f64, model.vocab as f64);
+    let (flops, bytes) = product(1.0, tokens, v / t, h);
+    let forward = gpu.matmul(flops, bytes) + gpu.stream(4.0 * 4.0 * tokens * v / t);
+    LayerTime {
+        forward,
+        backward: 2.0 * forward,
+    }
+}
+
+/// The optimizer step over `params` weights held by this GPU: mixed-precision Adam reads the
+/// FP32 gradient, master weight and two moments and writes them and the half-precision
+/// weight (30 bytes a weight).
+pub fn optimizer_time(gpu: &Gpu, params: f64) -> f64 {
+    gpu.stream(30.0 * params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_product_runs_at_the_measured_matmul_rate() {
+        let a100 = Gpu::parse("a100").unwrap();
+        let (f, b) = product(1.0, 8192.0, 8192.0, 8192.0);
+        let t = a100.matmul(f, b);
+        assert!((f / t / 267.9e12 - 1.0).abs() < 1e-12);
+        // Attention's scores (k = head dim 128) are bound by memory on an A100.
+        let (f, b) = product(96.0, 2048.0, 2048.0, 128.0);
+        assert!(a100.matmul(f, b) > f / a100.matmul_flops);
+    }
+
+    #[test]
+    fn unknown_gpus_are_refused() {
+        assert!(Gpu::parse("v100")
+            .unwrap_err()
+            .to_string()
+            .contains("--gpu"));
+    }
+}

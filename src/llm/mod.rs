@@ -1,0 +1,595 @@
+//! Language-model training on a GPU fabric: a model and a Megatron-style parallel layout become
+//! the per-rank programs of one iteration ([`pipeline`]), every collective and message of which
+//! runs on the congestion-aware engine with the chosen algorithm; compute comes from a roofline
+//! of each GPU ([`compute`]). Reports step time, model FLOP/s per GPU, the pipeline bubble and
+//! the communication exposed per parallel dimension.
+
+pub mod compute;
+pub mod model;
+pub mod pipeline;
+
+pub use compute::{Attention, Gpu};
+pub use model::{LlmModel, Recompute};
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::collective::CollectiveKind;
+use crate::nccl::{self, Launch};
+use crate::topology::{GpuSystem, NodeId, Topology};
+use crate::units::Time;
+use crate::workload::{program, Execution, SoloTimer, TrainOptions};
+use crate::Error;
+
+/// Times collectives inside one box of a GPU system as the NCCL model predicts them (NCCL's
+/// algorithm, protocol and channels, on the box's links at NCCL's rates, with its launch and
+/// base latencies): the tensor-parallel group's all-reduces, all-gathers and reduce-scatters,
+/// which run alone on the box's NVLinks.
+#[derive(Debug)]
+pub struct NcclTimer {
+    system: GpuSystem,
+    /// Per group size, the NCCL model of that many GPUs of one box.
+    models: Mutex<HashMap<u32, nccl::Model>>,
+}
+
+impl NcclTimer {
+    /// A timer for `system`'s boxes; None when the topology names no GPU system.
+    pub fn for_topology(spec: &str) -> Result<Option<NcclTimer>, Error> {
+        Ok(GpuSystem::parse(spec)?.map(|mut system| {
+            system.boxes = 1;
+            NcclTimer {
+                system,
+                models: Mutex::new(HashMap::new()),
+            }
+        }))
+    }
+}
+
+impl SoloTimer for NcclTimer {
+    fn time(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        npus: &[NodeId],
+    ) -> Result<Option<Time>, Error> {
+        let g = self.system.gpus_per_box;
+        let one_box = npus.iter().all(|&n| n / g == npus[0] / g);
+        if !one_box || npus.len() < 2 {
+            return Ok(None);
+        }
+        let n = npus.len() as u32;
+        let mut models = self
+            .models
+            .lock()
+            .expect("no panics while the lock is held");
+        let model = match models.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut system = self.system.clone();
+                system.use_first_gpus(n)?;
+                e.insert(nccl::Model::new(&system))
+            }
+        };
+        let prediction = model.predict(kind, bytes, 0, Launch::default())?;
+        Ok(Some(prediction.time))
+    }
+}
+
+/// ZeRO's partitioning of the optimizer state over the data-parallel group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroStage {
+    None,
+    /// Optimizer state sharded (Megatron's distributed optimizer): gradients reduce-scattered,
+    /// weights all-gathered after the step.
+    Optimizer,
+    /// Gradients sharded as well (the same communication, less memory).
+    Gradients,
+}
+
+impl ZeroStage {
+    pub fn parse(level: u8) -> Result<ZeroStage, Error> {
+        match level {
+            0 => Ok(ZeroStage::None),
+            1 => Ok(ZeroStage::Optimizer),
+            2 => Ok(ZeroStage::Gradients),
+            3 => Err(Error::input(
+                "--zero 3: parameter sharding (all-gathers per layer) is not modelled yet; \
+                 0, 1 and 2 are",
+            )),
+            _ => Err(Error::input(format!("--zero {level}: expected 0, 1, 2"))),
+        }
+    }
+}
+
+/// A parallel layout and the batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    /// Expert parallelism, carved out of the data-parallel group.
+    pub ep: u64,
+    pub virtual_stages: u64,
+    pub micro_batch: u64,
+    pub global_batch: u64,
+    pub zero: ZeroStage,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    pub attention: Attention,
+    /// Gradient buckets reduced while the last backward pass runs (Megatron-core's
+    /// overlap_grad_reduce), or all gradients in one call after it (Megatron-LM 2021).
+    pub overlap_grad_reduce: bool,
+}
+
+impl Layout {
+    pub fn gpus(&self) -> u64 {
+        self.tp * self.pp * self.dp
+    }
+
+    /// Micro-batches each pipeline runs per iteration.
+    pub fn micro_batches(&self) -> u64 {
+        self.global_batch / (self.dp * self.micro_batch)
+    }
+
+    /// `TP 8 x PP 8 x DP 24, micro-batch 1 (96 a pipeline)`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("TP {} x PP {} x DP {}", self.tp, self.pp, self.dp);
+        if self.ep > 1 {
+            text += &format!(" (EP {})", self.ep);
+        }
+        if self.virtual_stages > 1 {
+            text += &format!(", {} virtual stages", self.virtual_stages);
+        }
+        text += &format!(
+            ", micro-batch {} ({} a pipeline)",
+            self.micro_batch,
+            self.micro_batches()
+        );
+        text
+    }
+}
+
+/// A model, a GPU and a layout: one training configuration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub model: LlmModel,
+    pub gpu: Gpu,
+    pub layout: Layout,
+}
+
+impl Plan {
+    /// Refuses a layout Megatron would refuse, naming the constraint.
+    pub fn check(&self, gpus: u64) -> Result<(), Error> {
+        let (m, l) = (&self.model, &self.layout);
+        let fail = |text: String| Err(Error::input(text));
+        if l.gpus() != gpus {
+            return fail(format!(
+                "--tp {} x --pp {} x --dp {} = {} GPUs, but the topology has {gpus}",
+                l.tp,
+                l.pp,
+                l.dp,
+                l.gpus()
+            ));
+        }
+        if m.heads % l.tp != 0 || m.kv_heads % l.tp != 0 {
+            return fail(format!(
+                "--tp {}: {} has {} attention heads and {} key-value heads; tensor parallelism \
+                 must divide both",
+                l.tp, m.name, m.heads, m.kv_heads
+            ));
+        }
+        if m.ffn % l.tp != 0 || m.vocab % l.tp != 0 {
+            return fail(format!(
+                "--tp {}: must divide the MLP width {} and the vocabulary {}",
+                l.tp, m.ffn, m.vocab
+            ));
+        }
+        if m.layers % (l.pp * l.virtual_stages) != 0 {
+            return fail(format!(
+                "{} layers cannot be split into --pp {} x --virtual-stages {} equal chunks",
+                m.layers, l.pp, l.virtual_stages
+            ));
+        }
+        if l.global_batch % (l.dp * l.micro_batch) != 0 {
+            return fail(format!(
+                "--global-batch {} is not a multiple of --dp {} x --micro-batch {}",
+                l.global_batch, l.dp, l.micro_batch
+            ));
+        }
+        if l.virtual_stages > 1 && (l.pp < 2 || l.micro_batches() % l.pp != 0) {
+            return fail(format!(
+                "--virtual-stages {}: the interleaved schedule needs --pp >= 2 and micro-batches \
+                 ({}) a multiple of --pp {}",
+                l.virtual_stages,
+                l.micro_batches(),
+                l.pp
+            ));
+        }
+        if l.ep > 1 && (m.experts % l.ep != 0 || l.dp % l.ep != 0) {
+            return fail(format!(
+                "--ep {}: must divide the {} experts and --dp {}",
+                l.ep, m.experts, l.dp
+            ));
+        }
+        if l.ep > 1 && m.experts == 1 {
+            return fail(format!("--ep {}: {} has no experts", l.ep, m.name));
+        }
+        let need = self.memory_per_gpu();
+        if need > self.gpu.memory_bytes {
+            return fail(format!(
+                "{} with {} needs about {:.1} GB a GPU ({:.1} GB weights, gradients and \
+                 optimizer state, {:.1} GB activations), more than the {}'s {:.0} GB: raise \
+                 --tp/--pp, use --zero 1 or --recompute full, or lower --micro-batch",
+                m.name,
+                l.describe(),
+                need / 1e9,
+                self.state_bytes() / 1e9,
+                self.activation_bytes() / 1e9,
+                self.gpu.name,
+                self.gpu.memory_bytes / 1e9
+            ));
+        }
+        Ok(())
+    }
+
+    /// Weights held by a GPU of the first stage (which also holds the embedding).
+    pub fn params_per_gpu(&self) -> f64 {
+        let (m, l) = (&self.model, &self.layout);
+        let layer =
+            (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp + 4 * m.hidden;
+        (m.layers / l.pp * layer + m.vocab * m.hidden / l.tp) as f64
+    }
+
+    /// Weights (2 bytes), gradients (2) and Adam's FP32 master weights and moments (12), the
+    /// last sharded over the data-parallel group by ZeRO-1, the gradients too by ZeRO-2.
+    fn state_bytes(&self) -> f64 {
+        let l = &self.layout;
+        let dp = l.dp as f64;
+        let (grads, optimizer) = match l.zero {
+            ZeroStage::None => (2.0, 12.0),
+            ZeroStage::Optimizer => (2.0, 12.0 / dp),
+            ZeroStage::Gradients => (2.0 / dp, 12.0 / dp),
+        };
+        self.params_per_gpu() * (2.0 + grads + optimizer)
+    }
+
+    /// Activations the first stage holds at its peak, per Korthikanti et al. (MLSys'23): a
+    /// layer keeps s b h (10 + 24/t) + 5 a s^2 b / t bytes (34 s b h / t with sequence
+    /// parallelism; no score matrix with FlashAttention), only its input (2 s b h) under full
+    /// recomputation, for each of the micro-batches in flight (p, times 1 + (p-1)/(p v)
+    /// interleaved).
+    fn activation_bytes(&self) -> f64 {
+        let (m, l) = (&self.model, &self.layout);
+        let (s, b, h) = (m.seq as f64, l.micro_batch as f64, m.hidden as f64);
+        let t = l.tp as f64;
+        let a = m.heads as f64;
+        let scores = match l.attention {
+            Attention::Standard => 5.0 * a * s * s * b / t,
+            Attention::Flash => 0.0,
+        };
+        let linear = if l.sequence_parallel {
+            34.0 / t
+        } else {
+            10.0 + 24.0 / t
+        };
+        let full_layer = s * b * h * linear + scores;
+        let kept = match l.recompute {
+            Recompute::Full => 2.0 * s * b * h / if l.sequence_parallel { t } else { 1.0 },
+            Recompute::Selective => s * b * h * linear,
+            Recompute::None => full_layer,
+        };
+        let p = l.pp as f64;
+        let in_flight = (l.pp.min(l.micro_batches())) as f64
+            * if l.virtual_stages > 1 {
+                1.0 + (p - 1.0) / (p * l.virtual_stages as f64)
+            } else {
+                1.0
+            };
+        let layers = (m.layers / l.pp) as f64;
+        // The logits of one micro-batch in FP32, on the last stage; one layer's full working set
+        // while it is recomputed.
+        let logits = 4.0 * s * b * m.vocab as f64 / t;
+        in_flight * layers * kept + full_layer + logits
+    }
+
+    /// Estimated peak memory of a GPU, bytes.
+    pub fn memory_per_gpu(&self) -> f64 {
+        self.state_bytes() + self.activation_bytes()
+    }
+
+    /// FLOPs of one iteration as the Megatron paper counts them.
+    pub fn iteration_flops(&self) -> f64 {
+        self.model
+            .iteration_flops(self.layout.global_batch, self.layout.recompute)
+    }
+}
+
+/// One simulated iteration.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub layout: Layout,
+    pub step_time: Time,
+    /// Model FLOP/s per GPU (the paper's count) and its fraction of the GPU's peak.
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+    /// The slowest rank's waits for messages not yet sent, over the step.
+    pub bubble_fraction: f64,
+    /// The slowest rank's exposed communication per dimension: tensor, pipeline, data,
+    /// expert, context.
+    pub exposed: [(&'static str, Time); 5],
+    pub memory_bytes: f64,
+    pub execution: Execution,
+}
+
+/// The dimensions reported, in column order (`exposed_tp_s`, ...).
+pub const DIMENSIONS: [(&str, &str); 5] = [
+    ("tp", "tensor"),
+    ("pp", "pipeline"),
+    ("dp", "data"),
+    ("ep", "expert"),
+    ("cp", "context"),
+];
+
+/// Simulates one iteration of `plan` on `topology`, rank r on its r-th GPU.
+pub fn simulate(
+    plan: &Plan,
+    topology: &Topology,
+    options: &TrainOptions,
+) -> Result<Outcome, Error> {
+    let npus = topology.active_npus();
+    plan.check(npus.len() as u64)?;
+    let program = pipeline::program(plan);
+    let execution = program::execute(topology, &program, &npus, options, &mut ())?;
+    let slowest = execution
+        .ranks
+        .iter()
+        .max_by_key(|r| (r.breakdown.total, std::cmp::Reverse(r.rank)))
+        .expect("a program has ranks");
+    let step = slowest.breakdown.total;
+    let secs = step.as_secs_f64().max(1e-12);
+    let gpus = plan.layout.gpus() as f64;
+    let tflops = plan.iteration_flops() / secs / gpus / 1e12;
+    let exposed = DIMENSIONS.map(|(_, group)| {
+        let time = slowest
+            .exposed_by_group
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .fold(Time::ZERO, |a, (_, t)| a + *t);
+        (group, time)
+    });
+    Ok(Outcome {
+        layout: plan.layout.clone(),
+        step_time: step,
+        tflops_per_gpu: tflops,
+        mfu: tflops * 1e12 / plan.gpu.peak_flops,
+        bubble_fraction: slowest.bubble.as_secs_f64() / secs,
+        exposed,
+        memory_bytes: plan.memory_per_gpu(),
+        execution,
+    })
+}
+
+/// The layouts a search covers: every combination of the sizes listed, the data-parallel size
+/// given or what the GPUs leave.
+#[derive(Clone, Debug)]
+pub struct Search {
+    pub tp: Vec<u64>,
+    pub pp: Vec<u64>,
+    pub dp: Option<u64>,
+    pub micro_batch: Vec<u64>,
+    pub virtual_stages: Vec<u64>,
+}
+
+/// The layouts of `search` that Megatron accepts and that fit in memory, in the order listed;
+/// when none does, the first reason one was refused.
+pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>, Error> {
+    let mut fits = Vec::new();
+    let mut first_error = None;
+    for &tp in &search.tp {
+        for &pp in &search.pp {
+            let dp = match search.dp {
+                Some(d) => d,
+                None if gpus.is_multiple_of(tp * pp) => gpus / (tp * pp),
+                None => {
+                    first_error.get_or_insert(Error::input(format!(
+                        "--tp {tp} x --pp {pp} does not divide the topology's {gpus} GPUs"
+                    )));
+                    continue;
+                }
+            };
+            for &b in &search.micro_batch {
+                for &v in &search.virtual_stages {
+                    let mut candidate = plan.clone();
+                    let l = &mut candidate.layout;
+                    (l.tp, l.pp, l.dp, l.micro_batch, l.virtual_stages) = (tp, pp, dp, b, v);
+                    match candidate.check(gpus) {
+                        Ok(()) => fits.push(candidate.layout),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    match (fits.is_empty(), first_error) {
+        (true, Some(e)) => Err(e),
+        _ => Ok(fits),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::Algorithm;
+    use crate::topology::TopologyOptions;
+    use crate::workload::Program;
+
+    fn tiny(layers: u64, experts: u64) -> LlmModel {
+        LlmModel {
+            name: "tiny".into(),
+            layers,
+            hidden: 1024,
+            heads: 16,
+            kv_heads: 16,
+            ffn: 4096,
+            seq: 1024,
+            vocab: 1024,
+            experts,
+            top_k: experts.min(2),
+            gated_mlp: false,
+            tied_embeddings: true,
+            learned_positions: true,
+        }
+    }
+
+    fn plan(model: LlmModel, tp: u64, pp: u64, dp: u64, batch: u64) -> Plan {
+        Plan {
+            model,
+            gpu: Gpu::parse("a100").unwrap(),
+            layout: Layout {
+                tp,
+                pp,
+                dp,
+                ep: 1,
+                virtual_stages: 1,
+                micro_batch: 1,
+                global_batch: batch,
+                zero: ZeroStage::None,
+                recompute: Recompute::Full,
+                sequence_parallel: false,
+                attention: Attention::Flash,
+                overlap_grad_reduce: true,
+            },
+        }
+    }
+
+    fn options() -> TrainOptions {
+        TrainOptions {
+            validate: false,
+            ..TrainOptions::new(Algorithm::Ring)
+        }
+    }
+
+    /// The shortcut (tensor-parallel collectives timed alone) is exact: the same iteration with
+    /// every collective simulated transfer by transfer ends at the same picosecond, with the
+    /// same exposure per dimension, on a layout with tensor, pipeline and data parallelism.
+    #[test]
+    fn collectives_timed_alone_give_the_full_simulations_times() {
+        let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+        for (tp, pp, dp, v, sp) in [(8, 2, 2, 1, false), (8, 4, 1, 2, true), (8, 1, 4, 1, true)] {
+            let mut p = plan(tiny(8, 1), tp, pp, dp, 16);
+            p.layout.virtual_stages = v;
+            p.layout.sequence_parallel = sp;
+            let program = pipeline::program(&p);
+            let npus = topology.active_npus();
+            let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+            assert_eq!(
+                fast.timed_alone.len() as u64,
+                pp * dp,
+                "every tensor group is alone"
+            );
+            let full_program = Program {
+                serial_communicators: Default::default(),
+                ..program
+            };
+            let full =
+                program::execute(&topology, &full_program, &npus, &options(), &mut ()).unwrap();
+            assert!(full.timed_alone.is_empty());
+            for (a, b) in fast.ranks.iter().zip(&full.ranks) {
+                assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
+                assert_eq!(a.exposed_by_group, b.exposed_by_group, "rank {}", a.rank);
+                assert_eq!(a.bubble, b.bubble, "rank {}", a.rank);
+            }
+        }
+    }
+
+    /// A tensor group whose links another communication uses is not timed alone: on a ring,
+    /// or with the data-parallel peers in the same box (their ring crosses the tensor group's
+    /// NVSwitch links).
+    #[test]
+    fn shared_links_are_simulated() {
+        for (spec, tp, dp) in [("ring:8", 2, 4), ("dgx-a100:2", 4, 4)] {
+            let topology = TopologyOptions::new(spec).build().unwrap();
+            let p = plan(tiny(4, 1), tp, 1, dp, 8);
+            let program = pipeline::program(&p);
+            let npus = topology.active_npus();
+            let run = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+            assert!(run.timed_alone.is_empty(), "{spec}: {:?}", run.timed_alone);
+        }
+    }
+
+    /// With pipeline stages of equal work and negligible messages, the first stage idles for
+    /// (p - 1) forward-backward steps of m + p - 1: 1F1B's bubble.
+    #[test]
+    fn the_bubble_is_one_f_one_bs() {
+        let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
+        let mut model = tiny(8, 1);
+        model.vocab = 16;
+        let (p, m) = (4, 12);
+        let outcome = simulate(&plan(model, 1, p, 2, 2 * m), &topology, &options()).unwrap();
+        let expected = (p - 1) as f64 / (m + p - 1) as f64;
+        assert!(
+            (outcome.bubble_fraction / expected - 1.0).abs() < 0.03,
+            "{} vs {expected}",
+            outcome.bubble_fraction
+        );
+    }
+
+    /// Exposure by dimension and the bubble split the stalls the breakdown charges to
+    /// communication, nothing lost or counted twice.
+    #[test]
+    fn exposure_by_dimension_adds_up() {
+        let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+        let mut p = plan(tiny(8, 1), 4, 2, 4, 16);
+        p.layout.virtual_stages = 2;
+        let outcome = simulate(&p, &topology, &options()).unwrap();
+        for r in &outcome.execution.ranks {
+            let by_group = r
+                .exposed_by_group
+                .iter()
+                .fold(Time::ZERO, |a, (_, t)| a + *t);
+            assert_eq!(
+                by_group + r.bubble,
+                r.breakdown.exposed_comm,
+                "rank {}",
+                r.rank
+            );
+        }
+    }
+
+    /// Experts' all-to-alls inside a box are faster than across boxes: the exposed
+    /// expert-parallel time grows when expert parallelism leaves the box.
+    #[test]
+    fn expert_parallelism_across_boxes_costs_more() {
+        let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+        let run = |ep| {
+            let mut p = plan(tiny(2, 16), 1, 1, 16, 16);
+            p.layout.ep = ep;
+            simulate(&p, &topology, &options()).unwrap()
+        };
+        let (inside, across) = (run(8), run(16));
+        let expert = |o: &Outcome| o.exposed[3].1;
+        assert!(expert(&inside) > Time::ZERO);
+        assert!(expert(&across) > expert(&inside));
+    }
+
+    /// Layouts Megatron refuses are refused here, naming the constraint.
+    #[test]
+    fn bad_layouts_are_refused_by_name() {
+        let model = tiny(6, 1);
+        let refuse = |p: Plan, gpus: u64, words: &str| {
+            let e = p.check(gpus).unwrap_err().to_string();
+            assert!(e.contains(words), "{e}");
+        };
+        refuse(plan(model.clone(), 2, 2, 2, 8), 16, "= 8 GPUs");
+        refuse(plan(model.clone(), 3, 1, 1, 8), 3, "tensor parallelism");
+        refuse(plan(model.clone(), 1, 4, 1, 8), 4, "6 layers");
+        refuse(plan(model.clone(), 1, 1, 4, 6), 4, "--global-batch 6");
+        let mut huge = plan(model, 1, 1, 1, 8);
+        huge.model.hidden = 65536;
+        huge.model.heads = 64;
+        huge.model.ffn = 4 * 65536;
+        refuse(huge, 1, "more than the A100's 80 GB");
+    }
+}

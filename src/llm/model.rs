@@ -1,0 +1,297 @@
+//! A decoder-only language model's shape (GPT, Llama, mixture-of-experts), read from YAML, and
+//! what follows from the shape alone: parameters and FLOPs.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::Error;
+
+/// The model file's keys (`workloads/llm/*.yaml`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    name: Option<String>,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: Option<u64>,
+    ffn: Option<u64>,
+    seq: u64,
+    vocab: u64,
+    experts: Option<u64>,
+    top_k: Option<u64>,
+    /// Gated MLP (SwiGLU: three matrices) as Llama has; GPT's is two.
+    gated_mlp: Option<bool>,
+    /// Whether the output layer shares the token embedding's weights (GPT: yes, Llama: no).
+    tied_embeddings: Option<bool>,
+    /// Learned position embeddings (GPT) or rotary ones without weights (Llama).
+    position_embeddings: Option<String>,
+}
+
+/// A decoder-only transformer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlmModel {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    /// Key-value heads (grouped-query attention); `heads` when absent.
+    pub kv_heads: u64,
+    /// MLP width (of one expert); 4 x hidden when absent.
+    pub ffn: u64,
+    pub seq: u64,
+    pub vocab: u64,
+    /// Experts per MoE layer (1: a dense model) and experts each token is routed to.
+    pub experts: u64,
+    pub top_k: u64,
+    pub gated_mlp: bool,
+    pub tied_embeddings: bool,
+    /// Learned position embeddings (seq x hidden weights); false for rotary ones.
+    pub learned_positions: bool,
+}
+
+/// How much of the forward pass the backward pass runs again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompute {
+    /// Every layer's forward again (Megatron's full activation recomputation).
+    Full,
+    /// The attention core only (softmax and its two batched products).
+    Selective,
+    None,
+}
+
+impl Recompute {
+    pub fn parse(text: &str) -> Result<Recompute, Error> {
+        match text {
+            "full" => Ok(Recompute::Full),
+            "selective" => Ok(Recompute::Selective),
+            "none" => Ok(Recompute::None),
+            _ => Err(Error::input(format!(
+                "--recompute '{text}': expected full, selective or none"
+            ))),
+        }
+    }
+}
+
+impl LlmModel {
+    /// Reads a model file, naming the file and the key that is wrong.
+    pub fn load(path: &Path) -> Result<LlmModel, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::input(format!(
+                "{}: cannot read model file: {}",
+                path.display(),
+                crate::io_words(&e)
+            ))
+        })?;
+        let file: ModelFile = serde_yaml::from_str(&text)
+            .map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
+        let stem = path
+            .file_stem()
+            .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+        LlmModel::new(file, stem).map_err(|e| Error::input(format!("{}: {e}", path.display())))
+    }
+
+    fn new(file: ModelFile, stem: String) -> Result<LlmModel, String> {
+        let positive = |name: &str, v: u64| {
+            if v == 0 {
+                Err(format!("'{name}' must be at least 1"))
+            } else {
+                Ok(v)
+            }
+        };
+        let model = LlmModel {
+            name: file.name.unwrap_or(stem),
+            layers: positive("layers", file.layers)?,
+            hidden: positive("hidden", file.hidden)?,
+            heads: positive("heads", file.heads)?,
+            kv_heads: positive("kv_heads", file.kv_heads.unwrap_or(file.heads))?,
+            ffn: positive("ffn", file.ffn.unwrap_or(4 * file.hidden))?,
+            seq: positive("seq", file.seq)?,
+            vocab: positive("vocab", file.vocab)?,
+            experts: positive("experts", file.experts.unwrap_or(1))?,
+            top_k: positive("top_k", file.top_k.unwrap_or(1))?,
+            gated_mlp: file.gated_mlp.unwrap_or(false),
+            tied_embeddings: file.tied_embeddings.unwrap_or(true),
+            learned_positions: match file.position_embeddings.as_deref() {
+                None | Some("learned") => true,
+                Some("rotary") => false,
+                Some(other) => {
+                    return Err(format!(
+                        "position_embeddings '{other}': expected learned or rotary"
+                    ))
+                }
+            },
+        };
+        if !model.hidden.is_multiple_of(model.heads) {
+            return Err(format!(
+                "hidden {} is not a multiple of heads {}",
+                model.hidden, model.heads
+            ));
+        }
+        if !model.heads.is_multiple_of(model.kv_heads) {
+            return Err(format!(
+                "heads {} is not a multiple of kv_heads {}",
+                model.heads, model.kv_heads
+            ));
+        }
+        if model.top_k > model.experts {
+            return Err(format!(
+                "top_k {} exceeds experts {}",
+                model.top_k, model.experts
+            ));
+        }
+        Ok(model)
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.hidden / self.heads
+    }
+
+    /// Attention weights of one layer: Q, K, V and the output projection.
+    pub fn attention_params(&self) -> u64 {
+        let h = self.hidden;
+        h * (h + 2 * self.kv_heads * self.head_dim()) + h * h
+    }
+
+    /// MLP weights of one expert (of the layer's MLP when dense).
+    pub fn mlp_params(&self) -> u64 {
+        let matrices = if self.gated_mlp { 3 } else { 2 };
+        matrices * self.hidden * self.ffn
+    }
+
+    /// Weights of one layer (every expert, the router, two layer norms).
+    pub fn layer_params(&self) -> u64 {
+        let router = if self.experts > 1 {
+            self.hidden * self.experts
+        } else {
+            0
+        };
+        self.attention_params() + self.experts * self.mlp_params() + router + 4 * self.hidden
+    }
+
+    /// Every weight: layers, the token embedding (and the output layer when untied), learned
+    /// position embeddings, final norm.
+    pub fn params(&self) -> u64 {
+        let embeddings = if self.tied_embeddings { 1 } else { 2 };
+        let positions = if self.learned_positions { self.seq } else { 0 };
+        self.layers * self.layer_params()
+            + embeddings * self.vocab * self.hidden
+            + positions * self.hidden
+            + 2 * self.hidden
+    }
+
+    /// Forward FLOPs of one layer for one sequence: 2 per multiply-add of each weight a token
+    /// meets (top_k experts' MLPs) and the attention scores and their use (4 s^2 h).
+    pub fn layer_forward_flops(&self) -> f64 {
+        let (s, h) = (self.seq as f64, self.hidden as f64);
+        let weights = self.attention_params() as f64 + (self.top_k * self.mlp_params()) as f64;
+        2.0 * s * weights + 4.0 * s * s * h
+    }
+
+    /// FLOPs of the attention core (scores and their use) of one layer, one sequence, forward.
+    pub fn attention_core_flops(&self) -> f64 {
+        let (s, h) = (self.seq as f64, self.hidden as f64);
+        4.0 * s * s * h
+    }
+
+    /// FLOPs of one training iteration over `batch` sequences, counted as Narayanan et al.
+    /// (SC'21) count them in their Eq. (3): forward, backward (twice the forward) and the
+    /// recomputed forward, plus the logit layer's forward and backward. For a dense GPT with
+    /// full recomputation this is exactly 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    pub fn iteration_flops(&self, batch: u64, recompute: Recompute) -> f64 {
+        let layer = self.layer_forward_flops();
+        let per_layer = match recompute {
+            Recompute::Full => 4.0 * layer,
+            Recompute::Selective => 3.0 * layer + self.attention_core_flops(),
+            Recompute::None => 3.0 * layer,
+        };
+        let logits = 6.0 * (self.seq * self.hidden * self.vocab) as f64;
+        batch as f64 * (self.layers as f64 * per_layer + logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpt(layers: u64, hidden: u64, heads: u64) -> LlmModel {
+        LlmModel::new(
+            ModelFile {
+                name: None,
+                layers,
+                hidden,
+                heads,
+                kv_heads: None,
+                ffn: None,
+                seq: 2048,
+                vocab: 51200,
+                experts: None,
+                top_k: None,
+                gated_mlp: None,
+                tied_embeddings: None,
+                position_embeddings: None,
+            },
+            "gpt".into(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn flops_are_the_papers_equation_3() {
+        // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), GPT-3 175B at batch 1536.
+        let m = gpt(96, 12288, 96);
+        let (b, s, l, h, v) = (1536.0, 2048.0, 96.0, 12288.0, 51200.0);
+        let paper = 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
+        let ours = m.iteration_flops(1536, Recompute::Full);
+        assert!((ours / paper - 1.0).abs() < 1e-12, "{ours} vs {paper}");
+    }
+
+    #[test]
+    fn parameter_counts_match_the_papers_table_1() {
+        // The paper counts P = 12 l h^2 (1 + 13/(12 h) + (V + s)/(12 l h)) and rounds it in
+        // Table 1 to 1.7B, 18.4B, 145.6B and 1008B.
+        for (l, h, a, billions) in [
+            (24, 2304, 24, 1.7),
+            (40, 6144, 48, 18.4),
+            (80, 12288, 96, 145.6),
+            (128, 25600, 160, 1008.0),
+        ] {
+            let ours = gpt(l, h, a).params() as f64;
+            let (lf, hf) = (l as f64, h as f64);
+            let paper = 12.0
+                * lf
+                * hf
+                * hf
+                * (1.0 + 13.0 / (12.0 * hf) + (51200.0 + 2048.0) / (12.0 * lf * hf));
+            assert!((ours / paper - 1.0).abs() < 1e-3, "{ours} vs {paper}");
+            assert!(
+                (ours / 1e9 / billions - 1.0).abs() < 0.03,
+                "{ours} vs {billions}B"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_refused_by_name() {
+        let e = LlmModel::new(
+            ModelFile {
+                name: None,
+                layers: 2,
+                hidden: 100,
+                heads: 3,
+                kv_heads: None,
+                ffn: None,
+                seq: 8,
+                vocab: 8,
+                experts: None,
+                top_k: None,
+                gated_mlp: None,
+                tied_embeddings: None,
+                position_embeddings: None,
+            },
+            "m".into(),
+        );
+        assert!(e.unwrap_err().contains("heads 3"));
+    }
+}

@@ -1,0 +1,521 @@
+//! The per-rank programs of one training iteration of a Megatron-style layout: tensor
+//! parallelism inside each pipeline stage, 1F1B pipelining (interleaved over virtual stages when
+//! asked), data parallelism with gradient buckets reduced as the last backward pass produces
+//! them, expert parallelism's all-to-alls, and the optimizer step.
+//!
+//! Ranks are numbered as Megatron numbers them: tensor-parallel rank fastest, then
+//! data-parallel, then pipeline (rank = t + T (d + D p)); rank r runs on the r-th GPU, so a
+//! tensor-parallel group of up to 8 shares a box and data- and pipeline-parallel peers sit on
+//! the same rail of different boxes.
+//!
+//! Each pipeline step of a rank is, on its one stream: receive (and, with the scatter/gather
+//! optimisation, all-gather in the tensor group), compute, the step's tensor-parallel
+//! collectives and all-to-alls, send. A step's compute is one node: every tensor-parallel rank
+//! computes the same amount, so once they meet at the first collective they stay in step, and
+//! running the step's compute before its collectives ends it at the same time as interleaving
+//! them would. The last backward step of each model chunk runs layer by layer so that each
+//! gradient bucket is reduced as soon as its layers are done.
+
+use super::compute::{head_time, layer_time, optimizer_time, Work};
+use super::{Plan, ZeroStage};
+use crate::collective::CollectiveKind;
+use crate::units::Time;
+use crate::workload::{CommGroup, Node, Program, Task};
+
+/// Megatron's default gradient bucket: max(40M, 1M x data-parallel size) parameters.
+fn bucket_params(dp: u64) -> u64 {
+    (40_000_000u64).max(1_000_000 * dp)
+}
+
+fn seconds(s: f64) -> Time {
+    Time::from_ps((s * 1e12).round() as u64)
+}
+
+/// One step of a stage's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub forward: bool,
+    pub micro_batch: u64,
+    pub chunk: u64,
+}
+
+/// The order in which stage `stage` of `p` runs its forward and backward steps over `m`
+/// micro-batches and `v` model chunks: Megatron's 1F1B (warm-up forwards, then one forward and
+/// one backward in turn, then the remaining backwards), interleaved when `v > 1` (forwards
+/// take the chunks in order `p` micro-batches at a time, backwards in reverse).
+pub fn stage_order(stage: u64, p: u64, m: u64, v: u64) -> Vec<Step> {
+    let total = m * v;
+    let warmup = if v == 1 {
+        (p - stage - 1).min(total)
+    } else {
+        ((p - stage - 1) * 2 + (v - 1) * p).min(total)
+    };
+    let forward = |k: u64| Step {
+        forward: true,
+        micro_batch: (k / (p * v)) * p + k % p,
+        chunk: (k % (p * v)) / p,
+    };
+    let backward = |k: u64| Step {
+        forward: false,
+        micro_batch: (k / (p * v)) * p + k % p,
+        chunk: v - 1 - (k % (p * v)) / p,
+    };
+    let mut order = Vec::with_capacity(2 * total as usize);
+    order.extend((0..warmup).map(&forward));
+    for i in 0..total - warmup {
+        order.push(forward(warmup + i));
+        order.push(backward(i));
+    }
+    order.extend((total - warmup..total).map(&backward));
+    order
+}
+
+/// Builds one rank's node list.
+struct RankBuilder {
+    nodes: Vec<Node>,
+    /// Whether nodes keep their names (only the ranks a timeline shows need them: names cost
+    /// memory on thousands of ranks).
+    named: bool,
+    /// The last node on the rank's stream.
+    last: Option<u32>,
+}
+
+impl RankBuilder {
+    fn add(&mut self, name: &str, task: Task, deps: Vec<u32>) -> u32 {
+        let id = self.nodes.len() as u32;
+        self.nodes.push(Node {
+            id: id as u64,
+            name: if self.named {
+                name.to_string()
+            } else {
+                String::new()
+            },
+            task,
+            deps,
+        });
+        id
+    }
+
+    /// Adds a node on the stream: after the stream's last node and `extra`.
+    fn then(&mut self, name: &str, task: Task, extra: &[u32]) -> u32 {
+        let mut deps: Vec<u32> = self.last.into_iter().collect();
+        deps.extend_from_slice(extra);
+        let id = self.add(name, task, deps);
+        self.last = Some(id);
+        id
+    }
+}
+
+fn collective(kind: CollectiveKind, bytes: u64, communicator: &str, group: CommGroup) -> Task {
+    repeated(kind, bytes, communicator, group, 1)
+}
+
+/// A collective run `times` times in a row.
+fn repeated(
+    kind: CollectiveKind,
+    bytes: u64,
+    communicator: &str,
+    group: CommGroup,
+    times: u32,
+) -> Task {
+    Task::Collective {
+        kind,
+        bytes,
+        communicator: communicator.to_string(),
+        group,
+        times,
+    }
+}
+
+/// The communication of `layers` layers' pass on a rank's stream, after their compute:
+/// per layer, `tp` collectives of each kind in the tensor group and `ep` all-to-alls in the
+/// expert group. Running each kind's collectives back to back ends the step when running them
+/// in layer order would, since each runs alone on its links at a time set by its size.
+struct LayerComm<'a> {
+    tp: &'a [(CollectiveKind, u32)],
+    tp_bytes: u64,
+    tp_name: &'a str,
+    ep: u32,
+    ep_bytes: u64,
+    ep_name: &'a str,
+}
+
+impl LayerComm<'_> {
+    fn emit(&self, b: &mut RankBuilder, layers: u64) {
+        for &(kind, per_layer) in self.tp {
+            let times = per_layer * layers as u32;
+            b.then(
+                "tp",
+                repeated(kind, self.tp_bytes, self.tp_name, CommGroup::Tensor, times),
+                &[],
+            );
+        }
+        if self.ep > 0 {
+            let times = self.ep * layers as u32;
+            b.then(
+                "ep",
+                repeated(
+                    CollectiveKind::AllToAll,
+                    self.ep_bytes,
+                    self.ep_name,
+                    CommGroup::Expert,
+                    times,
+                ),
+                &[],
+            );
+        }
+    }
+}
+
+/// The iteration's programs.
+pub fn program(plan: &Plan) -> Program {
+    let l = &plan.layout;
+    let model = &plan.model;
+    let (tp, pp, dp, v) = (l.tp, l.pp, l.dp, l.virtual_stages);
+    let m = l.micro_batches();
+    let work = Work {
+        tp,
+        micro_batch: l.micro_batch,
+        sequence_parallel: l.sequence_parallel,
+        recompute: l.recompute,
+        attention: l.attention,
+    };
+    let layer = layer_time(model, &plan.gpu, &work);
+    let head = head_time(model, &plan.gpu, &work);
+    let layers_per_chunk = model.layers / (pp * v);
+    let moe = model.experts > 1;
+    // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
+    let activation = l.micro_batch * model.seq * model.hidden * 2;
+    let scatter_gather = tp > 1;
+    let message = if scatter_gather {
+        activation / tp
+    } else {
+        activation
+    };
+    // Collectives of one layer's forward in the tensor-parallel group, by kind; the backward
+    // pass runs as many (twice as many with the forward recomputed).
+    let tp_forward: Vec<(CollectiveKind, u32)> = if tp == 1 {
+        Vec::new()
+    } else if l.sequence_parallel {
+        vec![
+            (CollectiveKind::AllGather, 2),
+            (CollectiveKind::ReduceScatter, 2),
+        ]
+    } else {
+        vec![(CollectiveKind::AllReduce, 2)]
+    };
+    let recompute_comm = l.recompute == super::Recompute::Full;
+    let tp_backward: Vec<(CollectiveKind, u32)> = tp_forward
+        .iter()
+        .map(|&(k, n)| (k, if recompute_comm { 2 * n } else { n }))
+        .collect();
+    let (ep_forward, ep_backward) = match (moe, recompute_comm) {
+        (false, _) => (0, 0),
+        (true, true) => (2, 4),
+        (true, false) => (2, 2),
+    };
+    let expert_bytes = l.micro_batch * model.seq * model.top_k * model.hidden * 2;
+    let layer_params = (model.attention_params() + model.experts / l.ep * model.mlp_params()) / tp
+        + 4 * model.hidden;
+    let embedding_params = model.vocab * model.hidden / tp;
+    let bucket = bucket_params(dp) * 2;
+    let rank_of = |t: u64, d: u64, s: u64| (t + tp * (d + dp * s)) as u32;
+    let mut ranks = Vec::with_capacity((tp * pp * dp) as usize);
+    let mut serial = std::collections::BTreeSet::new();
+    for s in 0..pp {
+        for d in 0..dp {
+            for t in 0..tp {
+                let tp_name = format!("tp{s}.{d}");
+                serial.insert(tp_name.clone());
+                let dp_name = format!("dp{s}.{t}");
+                let ep_name = format!("ep{s}.{t}.{}", d / l.ep);
+                let order = stage_order(s, pp, m, v);
+                let mut last_backward = vec![usize::MAX; v as usize];
+                for (i, step) in order.iter().enumerate() {
+                    if !step.forward {
+                        last_backward[step.chunk as usize] = i;
+                    }
+                }
+                let mut b = RankBuilder {
+                    nodes: Vec::new(),
+                    named: t == 0 && d == 0,
+                    last: None,
+                };
+                let mut grads: Vec<u32> = Vec::new();
+                let mut params_since_bucket = 0u64;
+                let mut dp_buckets: Vec<u64> = Vec::new();
+                for (i, step) in order.iter().enumerate() {
+                    let c = step.chunk;
+                    let first = s == 0 && c == 0;
+                    let last = s == pp - 1 && c == v - 1;
+                    // Stage and chunk before and after this one on the way forward.
+                    let before = (!first).then(|| if s > 0 { (s - 1, c) } else { (pp - 1, c - 1) });
+                    let after = (!last).then(|| if s < pp - 1 { (s + 1, c) } else { (0, c + 1) });
+                    // A message is named by its sender's stage and chunk, micro-batch and way.
+                    let tag = |(ss, sc): (u64, u64), dir: u64| {
+                        ((step.micro_batch * v + sc) * pp + ss) * 2 + dir
+                    };
+                    let (from, to, dir) = if step.forward {
+                        (before, after, 0)
+                    } else {
+                        (after, before, 1)
+                    };
+                    let label = if step.forward { "F" } else { "B" };
+                    let mut ready = Vec::new();
+                    if let Some(sender) = from {
+                        let recv = b.add(
+                            "recv",
+                            Task::Recv {
+                                peer: rank_of(t, d, sender.0),
+                                bytes: message,
+                                tag: tag(sender, dir),
+                            },
+                            Vec::new(),
+                        );
+                        ready.push(recv);
+                        if scatter_gather {
+                            let gather = b.then(
+                                "gather",
+                                collective(
+                                    CollectiveKind::AllGather,
+                                    activation,
+                                    &tp_name,
+                                    CommGroup::Pipeline,
+                                ),
+                                &[recv],
+                            );
+                            ready = vec![gather];
+                        }
+                    }
+                    let name = format!("{label}{}.{c}", step.micro_batch);
+                    let comm = LayerComm {
+                        tp: if step.forward {
+                            &tp_forward
+                        } else {
+                            &tp_backward
+                        },
+                        tp_bytes: activation,
+                        tp_name: &tp_name,
+                        ep: if step.forward {
+                            ep_forward
+                        } else {
+                            ep_backward
+                        },
+                        ep_bytes: expert_bytes,
+                        ep_name: &ep_name,
+                    };
+                    let layer_secs = if step.forward {
+                        layer.forward
+                    } else {
+                        layer.backward
+                    };
+                    let mut extra = 0.0;
+                    if last {
+                        extra += if step.forward {
+                            head.forward
+                        } else {
+                            head.backward
+                        };
+                    }
+                    let in_pieces = !step.forward
+                        && i == last_backward[c as usize]
+                        && dp > 1
+                        && l.overlap_grad_reduce;
+                    if !in_pieces {
+                        b.then(
+                            &name,
+                            Task::Compute {
+                                duration: seconds(layers_per_chunk as f64 * layer_secs + extra),
+                                forward: step.forward,
+                            },
+                            &ready,
+                        );
+                        comm.emit(&mut b, layers_per_chunk);
+                        if first && step.forward && tp > 1 {
+                            // The vocabulary-parallel embedding's all-reduce.
+                            b.then(
+                                "embedding",
+                                collective(
+                                    CollectiveKind::AllReduce,
+                                    activation,
+                                    &tp_name,
+                                    CommGroup::Tensor,
+                                ),
+                                &[],
+                            );
+                        }
+                    } else {
+                        // Layer by layer, reducing each bucket of gradients when it is full.
+                        for j in 0..layers_per_chunk {
+                            let secs = layer_secs + if j == 0 { extra } else { 0.0 };
+                            b.then(
+                                &name,
+                                Task::Compute {
+                                    duration: seconds(secs),
+                                    forward: false,
+                                },
+                                if j == 0 { &ready } else { &[] },
+                            );
+                            comm.emit(&mut b, 1);
+                            params_since_bucket += layer_params * 2;
+                            let chunk_done = j + 1 == layers_per_chunk;
+                            if chunk_done && first {
+                                params_since_bucket += embedding_params * 2;
+                            }
+                            if params_since_bucket >= bucket || chunk_done {
+                                let kind = if plan.layout.zero == ZeroStage::None {
+                                    CollectiveKind::AllReduce
+                                } else {
+                                    CollectiveKind::ReduceScatter
+                                };
+                                let deps: Vec<u32> = b.last.into_iter().collect();
+                                let g = b.add(
+                                    "gradients",
+                                    collective(
+                                        kind,
+                                        params_since_bucket,
+                                        &dp_name,
+                                        CommGroup::Data,
+                                    ),
+                                    deps,
+                                );
+                                grads.push(g);
+                                dp_buckets.push(params_since_bucket);
+                                params_since_bucket = 0;
+                            }
+                        }
+                    }
+                    if let Some((ns, _)) = to {
+                        // Megatron's point-to-point calls wait for their sends.
+                        b.then(
+                            "send",
+                            Task::Send {
+                                peer: rank_of(t, d, ns),
+                                bytes: message,
+                                tag: tag((s, c), dir),
+                            },
+                            &[],
+                        );
+                    }
+                }
+                let stage_params =
+                    layers_per_chunk * v * layer_params + if s == 0 { embedding_params } else { 0 };
+                let reduce = if plan.layout.zero == ZeroStage::None {
+                    CollectiveKind::AllReduce
+                } else {
+                    CollectiveKind::ReduceScatter
+                };
+                if !l.overlap_grad_reduce && dp > 1 {
+                    // Every gradient in one call once the backward passes are done.
+                    let g = b.then(
+                        "gradients",
+                        collective(reduce, stage_params * 2, &dp_name, CommGroup::Data),
+                        &[],
+                    );
+                    grads.push(g);
+                    dp_buckets.push(stage_params * 2);
+                }
+                // Tied embeddings: the first and last stages sum their embedding gradients.
+                if pp > 1 && model.tied_embeddings && (s == 0 || s == pp - 1) {
+                    b.then(
+                        "embedding-gradients",
+                        collective(
+                            CollectiveKind::AllReduce,
+                            embedding_params * 2,
+                            &format!("emb{t}.{d}"),
+                            CommGroup::Pipeline,
+                        ),
+                        &[],
+                    );
+                }
+                let optimized = stage_params
+                    + if s == pp - 1 && s > 0 {
+                        embedding_params
+                    } else {
+                        0
+                    };
+                let shard = if plan.layout.zero == ZeroStage::None {
+                    1
+                } else {
+                    dp
+                };
+                b.then(
+                    "optimizer",
+                    Task::Compute {
+                        duration: seconds(optimizer_time(
+                            &plan.gpu,
+                            optimized as f64 / shard as f64,
+                        )),
+                        forward: false,
+                    },
+                    &grads,
+                );
+                if plan.layout.zero != ZeroStage::None && dp > 1 {
+                    // The distributed optimizer gathers the updated weights.
+                    for bytes in dp_buckets {
+                        b.then(
+                            "weights",
+                            collective(CollectiveKind::AllGather, bytes, &dp_name, CommGroup::Data),
+                            &[],
+                        );
+                    }
+                }
+                ranks.push((rank_of(t, d, s), b.nodes));
+            }
+        }
+    }
+    ranks.sort_by_key(|(r, _)| *r);
+    Program {
+        name: model.name.clone(),
+        ranks: ranks.into_iter().map(|(_, n)| n).collect(),
+        serial_communicators: serial,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_f_one_b_warms_up_then_alternates() {
+        // Stage 0 of 4 with 8 micro-batches: 3 forwards, then F/B pairs, then 3 backwards.
+        let order = stage_order(0, 4, 8, 1);
+        let marks: String = order
+            .iter()
+            .map(|s| if s.forward { 'F' } else { 'B' })
+            .collect();
+        assert_eq!(marks, "FFFFBFBFBFBFBBBB");
+        // The last stage alternates from the start.
+        let marks: String = stage_order(3, 4, 8, 1)
+            .iter()
+            .map(|s| if s.forward { 'F' } else { 'B' })
+            .collect();
+        assert_eq!(marks, "FBFBFBFBFBFBFBFB");
+    }
+
+    #[test]
+    fn interleaving_visits_every_chunk_of_every_micro_batch_once_each_way() {
+        for (p, m, v) in [(2, 4, 2), (4, 8, 2), (4, 4, 3)] {
+            for s in 0..p {
+                let order = stage_order(s, p, m, v);
+                assert_eq!(order.len() as u64, 2 * m * v);
+                for forward in [true, false] {
+                    let mut seen: Vec<(u64, u64)> = order
+                        .iter()
+                        .filter(|x| x.forward == forward)
+                        .map(|x| (x.micro_batch, x.chunk))
+                        .collect();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    assert_eq!(seen.len() as u64, m * v);
+                }
+                // A micro-batch's chunk goes backward only after it went forward.
+                for (i, x) in order.iter().enumerate().filter(|(_, x)| !x.forward) {
+                    assert!(order[..i].iter().any(|y| y.forward
+                        && y.micro_batch == x.micro_batch
+                        && y.chunk == x.chunk));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `train --model`: language-model layouts end to end: the shipped model files against their
+//! published parameter counts, the summary's columns, layout searches and refusals.
+
+mod common;
+
+use std::path::Path;
+
+use collsim::llm::LlmModel;
+use common::{collsim, scratch, stdout_of};
+
+fn model(name: &str) -> String {
+    format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every shipped model loads, and those with a published parameter count match it.
+#[test]
+fn shipped_models_have_their_published_sizes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/llm");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        LlmModel::load(&entry.unwrap().path()).unwrap();
+        files += 1;
+    }
+    assert!(files >= 10);
+    // Meta's model cards: 8.03B, 70.6B, 405.9B; Mistral's: 46.7B; OpenAI: 175B.
+    for (file, billions) in [
+        ("llama3_8b.yaml", 8.03),
+        ("llama3_70b.yaml", 70.6),
+        ("llama3_405b.yaml", 405.9),
+        ("mixtral_8x7b.yaml", 46.7),
+        ("gpt3_175b.yaml", 175.0),
+    ] {
+        let p = LlmModel::load(Path::new(&model(file))).unwrap().params() as f64 / 1e9;
+        assert!(
+            (p / billions - 1.0).abs() < 0.005,
+            "{file}: {p} vs {billions}"
+        );
+    }
+}
+
+/// The CSV summary has the columns, and its figures agree with one another: FLOP/s
+/// per GPU from the paper's count over the step, MFU against the A100's 312 TFLOP/s.
+#[test]
+fn the_summary_is_consistent() {
+    let out = stdout_of(&[
+        "train",
+        "--model",
+        &model("gpt_1.7b.yaml"),
+        "--topology",
+        "dgx-a100:2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--virtual-stages",
+        "1",
+        "--format",
+        "csv",
+    ]);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let get = |name: &str| -> f64 {
+        let i = header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        row[i].parse().unwrap()
+    };
+    for column in [
+        "exposed_tp_s",
+        "exposed_pp_s",
+        "exposed_dp_s",
+        "exposed_ep_s",
+        "exposed_cp_s",
+    ] {
+        assert!(get(column) >= 0.0);
+    }
+    let (step, tflops, mfu) = (get("step_time_s"), get("tflops_per_gpu"), get("mfu"));
+    // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with B 16, s 2048, l 24, h 2304, V 51200.
+    let (b, s, l, h, v) = (16.0, 2048.0, 24.0, 2304.0, 51200.0);
+    let flops = 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
+    assert!((flops / step / 16.0 / 1e12 / tflops - 1.0).abs() < 1e-3);
+    assert!((tflops / 312.0 / mfu - 1.0).abs() < 1e-2);
+    assert!(get("bubble_fraction") > 0.0 && get("bubble_fraction") < 1.0);
+    assert_eq!(get("dp"), 4.0);
+    assert!(get("memory_gb") > 0.0);
+}
+
+/// Lists search every layout and name the fastest; --out keeps every row and the timeline.
+#[test]
+fn a_search_names_the_fastest_layout() {
+    let dir = scratch("collsim-llm", "search");
+    let out = stdout_of(&[
+        "train",
+        "--model",
+        &model("gpt_1.7b.yaml"),
+        "--topology",
+        "dgx-a100:1",
+        "--tp",
+        "1,2,4",
+        "--pp",
+        "1,2",
+        "--dp",
+        "2",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "1,2",
+        "--virtual-stages",
+        "1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    // tp x pp x 2 = 8: (4, 1) and (2, 2), each with 2 micro-batch sizes.
+    assert!(out.contains("4 layouts tried"), "{out}");
+    assert!(out.contains("fastest:"), "{out}");
+    let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 5, "{summary}");
+    assert!(dir.join("timeline.json").exists() && dir.join("ranks.csv").exists());
+}
+
+/// Layouts that cannot run end with exit status 2 and one line naming the constraint.
+#[test]
+fn bad_layouts_exit_2_naming_the_constraint() {
+    let base = ["train"];
+    for (extra, words) in [
+        (vec!["--tp", "2", "--pp", "2", "--dp", "4"], "= 16 GPUs"),
+        (
+            vec!["--tp", "16", "--dp", "1", "--topology", "dgx-a100:2"],
+            "heads",
+        ),
+        (
+            vec!["--pp", "16", "--dp", "1", "--topology", "dgx-a100:2"],
+            "24 layers",
+        ),
+        (
+            vec!["--dp", "8", "--global-batch", "12"],
+            "--global-batch 12",
+        ),
+        (
+            vec![
+                "--dp",
+                "8",
+                "--model-file",
+                "gpt_145.6b",
+                "--recompute",
+                "none",
+            ],
+            "GB a GPU",
+        ),
+        (vec!["--tp", "0"], "at least 1"),
+        (vec!["--zero", "3"], "--zero 3"),
+    ] {
+        let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        let mut file = "gpt_1.7b".to_string();
+        if !extra.contains(&"--global-batch") {
+            args.extend(["--global-batch".to_string(), "8".to_string()]);
+        }
+        if !extra.contains(&"--topology") {
+            args.extend(["--topology".to_string(), "dgx-a100:1".to_string()]);
+        }
+        let mut i = 0;
+        while i < extra.len() {
+            if extra[i] == "--model-file" {
+                file = extra[i + 1].to_string();
+                i += 2;
+                continue;
+            }
+            args.push(extra[i].to_string());
+            i += 1;
+        }
+        args.push("--model".into());
+        args.push(model(&format!("{file}.yaml")));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = collsim(&refs);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{refs:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("error:") && err.contains(words),
+            "{words}: {err}"
+        );
+    }
+}
