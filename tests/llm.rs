@@ -187,3 +187,70 @@ fn bad_layouts_exit_2_naming_the_constraint() {
         );
     }
 }
+
+/// Measured layer times replace the compute model: doubling them adds exactly the layers'
+/// compute to a step with nothing to overlap it; a layout without a row is refused naming it.
+#[test]
+fn measured_layer_times_replace_the_roofline() {
+    let dir = scratch("collsim-llm", "times");
+    let write = |name: &str, f: f64| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "tp,micro_batch,forward_ms,backward_ms\n1,1,{f},{}\n",
+                3.0 * f
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let (one, two) = (write("one.csv", 10.0), write("two.csv", 20.0));
+    let step = |times: &str| -> f64 {
+        let out = stdout_of(&[
+            "train",
+            "--model",
+            &model("gpt_1.7b.yaml"),
+            "--topology",
+            "dgx-a100:1",
+            "--dp",
+            "8",
+            "--global-batch",
+            "16",
+            "--micro-batch",
+            "1",
+            "--grad-reduce",
+            "after",
+            "--layer-times",
+            times,
+            "--format",
+            "csv",
+        ]);
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let i = header.iter().position(|h| *h == "step_time_s").unwrap();
+        row[i].parse().unwrap()
+    };
+    // 24 layers x 2 micro-batches x (10 + 30) ms more.
+    let added = step(&two) - step(&one);
+    assert!((added - 24.0 * 2.0 * 0.040).abs() < 1e-5, "{added}");
+    let out = collsim(&[
+        "train",
+        "--model",
+        &model("gpt_1.7b.yaml"),
+        "--topology",
+        "dgx-a100:1",
+        "--tp",
+        "2",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--layer-times",
+        &one,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no row for tp 2, micro_batch 1"), "{err}");
+}

@@ -71,6 +71,11 @@ pub struct LlmArgs {
     /// (the --algorithm's schedule on the network)
     #[arg(long, default_value = "nccl", requires = "model")]
     pub box_collectives: String,
+    /// Measured layer times replacing the GPU's compute model: CSV with columns
+    /// tp,micro_batch,forward_ms,backward_ms (one layer, one micro-batch; backward with what it
+    /// recomputes)
+    #[arg(long, requires = "model")]
+    pub layer_times: Option<std::path::PathBuf>,
 }
 
 /// A flag's comma-separated list of positive sizes.
@@ -116,9 +121,14 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             Error::input("train --model needs --global-batch (sequences per iteration)")
         })?,
     )?;
+    let layer_times = match &a.layer_times {
+        Some(path) => Some(llm::compute::LayerTimes::load(path)?),
+        None => None,
+    };
     let plan = Plan {
         model,
         gpu,
+        layer_times,
         layout: Layout {
             tp: 1,
             pp: 1,
@@ -227,6 +237,12 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             writeln!(w, "{}", summary_row(&plan, topology.name(), algorithm, o)).map_err(io)?;
         }
         w.flush().map_err(io)?;
+        let title = format!(
+            "{} on {}: one iteration per layout (slowest rank)",
+            plan.model.name,
+            topology.name()
+        );
+        crate::report::save_figure(&breakdown_chart(&outcomes, &title), &mut out, "breakdown")?;
         let name = algorithm.name().to_string();
         write_ranks_csv(
             &[(name.clone(), chosen.execution.ranks.clone())],
@@ -261,6 +277,54 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Stacked bars per layout: compute, bubble and exposed communication per dimension, seconds.
+fn breakdown_chart(outcomes: &[Outcome], title: &str) -> crate::report::BarChart {
+    let slowest = |o: &Outcome| {
+        o.execution
+            .ranks
+            .iter()
+            .max_by_key(|r| (r.breakdown.total, std::cmp::Reverse(r.rank)))
+            .cloned()
+            .expect("a program has ranks")
+    };
+    let mut series = vec![
+        (
+            "compute".to_string(),
+            outcomes
+                .iter()
+                .map(|o| {
+                    let b = slowest(o).breakdown;
+                    (b.forward_compute + b.backward_compute).as_secs_f64()
+                })
+                .collect(),
+        ),
+        (
+            "pipeline bubble".to_string(),
+            outcomes
+                .iter()
+                .map(|o| slowest(o).bubble.as_secs_f64())
+                .collect(),
+        ),
+    ];
+    for (d, (_, group)) in llm::DIMENSIONS.iter().enumerate() {
+        let values: Vec<f64> = outcomes
+            .iter()
+            .map(|o| o.exposed[d].1.as_secs_f64())
+            .collect();
+        if values.iter().any(|&v| v > 0.0) {
+            series.push((format!("exposed {group}"), values));
+        }
+    }
+    crate::report::BarChart {
+        title: title.to_string(),
+        y_label: "step time (s)".into(),
+        groups: outcomes.iter().map(|o| o.layout.short()).collect(),
+        series,
+        stacked: true,
+        references: 0,
+    }
 }
 
 fn summary_header() -> String {

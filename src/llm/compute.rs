@@ -221,3 +221,65 @@ mod tests {
             .contains("--gpu"));
     }
 }
+
+/// Measured times of one layer, replacing the roofline: per tensor-parallel size and
+/// micro-batch, the forward and the backward (with whatever it recomputes) in milliseconds, as
+/// a profiler reports them (CSV columns `tp,micro_batch,forward_ms,backward_ms`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerTimes {
+    pub file: String,
+    rows: Vec<(u64, u64, LayerTime)>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LayerTimeRow {
+    tp: u64,
+    micro_batch: u64,
+    forward_ms: f64,
+    backward_ms: f64,
+}
+
+impl LayerTimes {
+    /// Reads the CSV, naming the file and line of a bad row.
+    pub fn load(path: &std::path::Path) -> Result<LayerTimes, Error> {
+        let file = path.display().to_string();
+        let mut reader = csv::Reader::from_path(path)
+            .map_err(|e| Error::input(format!("{file}: cannot read layer times: {e}")))?;
+        let mut rows = Vec::new();
+        for (i, row) in reader.deserialize::<LayerTimeRow>().enumerate() {
+            let line = i + 2;
+            let row = row.map_err(|e| Error::input(format!("{file}: line {line}: {e}")))?;
+            let ok = |v: f64| v.is_finite() && v > 0.0;
+            if row.tp == 0 || row.micro_batch == 0 || !ok(row.forward_ms) || !ok(row.backward_ms) {
+                return Err(Error::input(format!(
+                    "{file}: line {line}: tp and micro_batch must be at least 1 and the times \
+                     positive"
+                )));
+            }
+            let time = LayerTime {
+                forward: row.forward_ms / 1e3,
+                backward: row.backward_ms / 1e3,
+            };
+            rows.push((row.tp, row.micro_batch, time));
+        }
+        if rows.is_empty() {
+            return Err(Error::input(format!("{file}: no layer times")));
+        }
+        Ok(LayerTimes { file, rows })
+    }
+
+    /// The measured layer for tensor parallelism `tp` at micro-batch `b`.
+    pub fn get(&self, tp: u64, b: u64) -> Result<LayerTime, Error> {
+        self.rows
+            .iter()
+            .find(|(t, m, _)| *t == tp && *m == b)
+            .map(|(_, _, time)| *time)
+            .ok_or_else(|| {
+                Error::input(format!(
+                    "{}: no row for tp {tp}, micro_batch {b}",
+                    self.file
+                ))
+            })
+    }
+}

@@ -131,6 +131,15 @@ impl Layout {
         self.global_batch / (self.dp * self.micro_batch)
     }
 
+    /// `t8 p8 d24 v2 b1`: a label for a figure.
+    pub fn short(&self) -> String {
+        let mut text = format!("t{} p{} d{}", self.tp, self.pp, self.dp);
+        if self.ep > 1 {
+            text += &format!(" e{}", self.ep);
+        }
+        text + &format!(" v{} b{}", self.virtual_stages, self.micro_batch)
+    }
+
     /// `TP 8 x PP 8 x DP 24, micro-batch 1 (96 a pipeline)`.
     pub fn describe(&self) -> String {
         let mut text = format!("TP {} x PP {} x DP {}", self.tp, self.pp, self.dp);
@@ -155,6 +164,8 @@ pub struct Plan {
     pub model: LlmModel,
     pub gpu: Gpu,
     pub layout: Layout,
+    /// Measured layer times replacing the GPU's roofline, when given.
+    pub layer_times: Option<compute::LayerTimes>,
 }
 
 impl Plan {
@@ -213,6 +224,9 @@ impl Plan {
         }
         if l.ep > 1 && m.experts == 1 {
             return fail(format!("--ep {}: {} has no experts", l.ep, m.name));
+        }
+        if let Some(times) = &self.layer_times {
+            times.get(l.tp, l.micro_batch)?;
         }
         let need = self.memory_per_gpu();
         if need > self.gpu.memory_bytes {
@@ -447,6 +461,7 @@ mod tests {
         Plan {
             model,
             gpu: Gpu::parse("a100").unwrap(),
+            layer_times: None,
             layout: Layout {
                 tp,
                 pp,

@@ -180,7 +180,12 @@ pub fn program(plan: &Plan) -> Program {
         recompute: l.recompute,
         attention: l.attention,
     };
-    let layer = layer_time(model, &plan.gpu, &work);
+    let layer = match &plan.layer_times {
+        Some(times) => times
+            .get(tp, l.micro_batch)
+            .expect("Plan::check found the row"),
+        None => layer_time(model, &plan.gpu, &work),
+    };
     let head = head_time(model, &plan.gpu, &work);
     let layers_per_chunk = model.layers / (pp * v);
     let moe = model.experts > 1;
@@ -251,10 +256,10 @@ pub fn program(plan: &Plan) -> Program {
                     // Stage and chunk before and after this one on the way forward.
                     let before = (!first).then(|| if s > 0 { (s - 1, c) } else { (pp - 1, c - 1) });
                     let after = (!last).then(|| if s < pp - 1 { (s + 1, c) } else { (0, c + 1) });
-                    // A message is named by its sender's stage and chunk, micro-batch and way.
-                    let tag = |(ss, sc): (u64, u64), dir: u64| {
-                        ((step.micro_batch * v + sc) * pp + ss) * 2 + dir
-                    };
+                    // Messages between two ranks pair in order, one tag a way (forward 0,
+                    // backward 1): every stage enumerates (micro-batch, chunk) in the same order
+                    // (`stage_order`'s formulas do not depend on the stage), so the k-th message
+                    // sent is the k-th received.
                     let (from, to, dir) = if step.forward {
                         (before, after, 0)
                     } else {
@@ -268,7 +273,7 @@ pub fn program(plan: &Plan) -> Program {
                             Task::Recv {
                                 peer: rank_of(t, d, sender.0),
                                 bytes: message,
-                                tag: tag(sender, dir),
+                                tag: dir,
                             },
                             Vec::new(),
                         );
@@ -392,7 +397,7 @@ pub fn program(plan: &Plan) -> Program {
                             Task::Send {
                                 peer: rank_of(t, d, ns),
                                 bytes: message,
-                                tag: tag((s, c), dir),
+                                tag: dir,
                             },
                             &[],
                         );
@@ -491,6 +496,53 @@ mod tests {
             .map(|s| if s.forward { 'F' } else { 'B' })
             .collect();
         assert_eq!(marks, "FBFBFBFBFBFBFBFB");
+    }
+
+    /// Messages pair in order: what a stage sends its neighbour one way, in its order, is what
+    /// the neighbour receives, in its own order (the model chunk advancing where the pipeline
+    /// wraps from the last stage to the first).
+    #[test]
+    fn messages_between_two_stages_pair_in_order() {
+        for (p, m, v) in [(2, 4, 2), (4, 8, 2), (4, 8, 3), (3, 6, 1)] {
+            let next = |s: u64, c: u64| if s + 1 < p { (s + 1, c) } else { (0, c + 1) };
+            for s in 0..p {
+                let (to, _) = next(s, 0);
+                for forward in [true, false] {
+                    // Forward: s sends (mb, c) to `to` as (mb, c'), c' = c or c + 1 at the wrap.
+                    let sent: Vec<(u64, u64)> = if forward {
+                        stage_order(s, p, m, v)
+                            .iter()
+                            .filter(|x| x.forward && next(s, x.chunk).1 < v)
+                            .map(|x| (x.micro_batch, next(s, x.chunk).1))
+                            .collect()
+                    } else {
+                        // Backward: `to` sends to s what s needs for its backward steps.
+                        stage_order(to, p, m, v)
+                            .iter()
+                            .filter(|x| !x.forward && (to != 0 || x.chunk != 0))
+                            .map(|x| (x.micro_batch, if to == 0 { x.chunk - 1 } else { x.chunk }))
+                            .collect()
+                    };
+                    let received: Vec<(u64, u64)> = if forward {
+                        stage_order(to, p, m, v)
+                            .iter()
+                            .filter(|x| x.forward && (to != 0 || x.chunk != 0))
+                            .map(|x| (x.micro_batch, x.chunk))
+                            .collect()
+                    } else {
+                        stage_order(s, p, m, v)
+                            .iter()
+                            .filter(|x| !x.forward && next(s, x.chunk).1 < v)
+                            .map(|x| (x.micro_batch, x.chunk))
+                            .collect()
+                    };
+                    assert_eq!(
+                        sent, received,
+                        "p {p} m {m} v {v} stage {s} forward {forward}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -260,7 +260,9 @@ pub fn execute(
                             let begun = match node.task {
                                 Task::Recv { .. } => {
                                     let left = builder.start[r][e as usize]
-                                        .map_or(Time::ZERO, |s| completed[s as usize]);
+                                        .map_or(Time::ZERO, |s| {
+                                            result.issued(&builder.schedule, s)
+                                        });
                                     let left = left.clamp(from, until);
                                     row.bubble = row.bubble + (left - from);
                                     link = None;
@@ -309,7 +311,8 @@ pub fn execute(
             let end = completed[ends[i] as usize];
             sum.total = sum.total.max(end);
             if keep_spans && node.task.is_communication() {
-                let start = builder.start[r][i].map_or(Time::ZERO, |s| completed[s as usize]);
+                let start =
+                    builder.start[r][i].map_or(Time::ZERO, |s| result.issued(&builder.schedule, s));
                 timeline.push(Span {
                     rank: r as u32,
                     name: node.name.clone(),
@@ -362,11 +365,14 @@ struct Emitter<'a> {
     schedule: Schedule,
     /// Per rank and node: the schedule entry whose completion is the node's.
     end: Vec<Vec<TransferIndex>>,
-    /// Per rank and communication node: the entry whose completion lets it start.
+    /// Per rank and communication node: the entry whose issue (its dependencies done) is when
+    /// the communication began: a collective's start, a message (for its send and receive).
     start: Vec<Vec<Option<TransferIndex>>>,
     state: Vec<Vec<State>>,
     waiting: Vec<Vec<u32>>,
-    dependents: Vec<Vec<Vec<u32>>>,
+    /// Per rank, the nodes waiting for each node (compressed rows: node i's are
+    /// `flat[offsets[i]..offsets[i + 1]]`).
+    dependents: Vec<(Vec<u32>, Vec<u32>)>,
     /// Per rank, its compute nodes in the order they ran, and the last one's wait.
     compute_order: Vec<Vec<u32>>,
     last_compute: Vec<Option<TransferIndex>>,
@@ -430,7 +436,17 @@ impl<'a> Emitter<'a> {
         let mut waiting = Vec::with_capacity(ranks);
         let mut slot = Vec::with_capacity(ranks);
         for (r, nodes) in program.ranks.iter().enumerate() {
-            let mut deps_of = vec![Vec::new(); nodes.len()];
+            let mut offsets = vec![0u32; nodes.len() + 1];
+            for node in nodes {
+                for &d in &node.deps {
+                    offsets[d as usize + 1] += 1;
+                }
+            }
+            for i in 0..nodes.len() {
+                offsets[i + 1] += offsets[i];
+            }
+            let mut flat = vec![0u32; offsets[nodes.len()] as usize];
+            let mut filled = offsets.clone();
             let mut count = vec![0u32; nodes.len()];
             let mut slots = vec![u32::MAX; nodes.len()];
             // Appends node i to `list` and remembers where.
@@ -440,7 +456,9 @@ impl<'a> Emitter<'a> {
             };
             for (i, node) in nodes.iter().enumerate() {
                 for &d in &node.deps {
-                    deps_of[d as usize].push(i as u32);
+                    let at = &mut filled[d as usize];
+                    flat[*at as usize] = i as u32;
+                    *at += 1;
                 }
                 count[i] = node.deps.len() as u32;
                 match &node.task {
@@ -465,7 +483,7 @@ impl<'a> Emitter<'a> {
                     _ => {}
                 }
             }
-            dependents.push(deps_of);
+            dependents.push((offsets, flat));
             waiting.push(count);
             slot.push(slots);
         }
@@ -624,20 +642,20 @@ impl<'a> Emitter<'a> {
             }
             Task::Send { peer, bytes, tag } => {
                 let deps = self.dep_ends(r, i);
-                let start = self.schedule.push_wait(npu, Time::ZERO, &deps);
+                // The message leaves once the send's dependencies are done (its issue time).
                 let message = self.schedule.push(
                     crate::schedule::Transfer {
                         src: npu,
                         dst: self.npus[*peer as usize],
                         bytes: *bytes,
                     },
-                    &[start],
+                    &deps,
                 );
                 let k = self.slot[r as usize][i as usize] as usize;
                 let ch = self.channels.get_mut(&(r, *peer, *tag)).expect("listed");
                 ch.messages[k] = Some(message);
                 let recv = ch.recvs[k];
-                self.start[r as usize][i as usize] = Some(start);
+                self.start[r as usize][i as usize] = Some(message);
                 self.done(r, i, message);
                 let peer = *peer;
                 if self.state[peer as usize][recv as usize] == State::Arrived {
@@ -659,10 +677,14 @@ impl<'a> Emitter<'a> {
     /// Receive `i` on rank `r` completes with `message` (from `from`) and its own dependencies.
     fn receive(&mut self, r: u32, i: u32, message: TransferIndex, from: u32) {
         let mut deps = self.dep_ends(r, i);
-        deps.push(message);
-        let wait = self
-            .schedule
-            .push_wait(self.npus[r as usize], Time::ZERO, &deps);
+        // A receive with nothing else to wait for ends with its message.
+        let wait = if deps.is_empty() {
+            message
+        } else {
+            deps.push(message);
+            self.schedule
+                .push_wait(self.npus[r as usize], Time::ZERO, &deps)
+        };
         let Task::Recv { tag, .. } = self.program.ranks[r as usize][i as usize].task else {
             unreachable!("only receives are received")
         };
@@ -845,7 +867,6 @@ impl<'a> Emitter<'a> {
         after.dedup();
         let (m0, i0) = members[0];
         let first_npu = self.npus[m0 as usize];
-        let start = self.schedule.push_wait(first_npu, Time::ZERO, &after);
         let Task::Collective {
             kind, bytes, times, ..
         } = self.program.ranks[m0 as usize][i0 as usize].task
@@ -857,24 +878,24 @@ impl<'a> Emitter<'a> {
             .map(|&(m, _)| self.npus[m as usize])
             .collect();
         npus.sort_unstable();
+        let key = (kind, bytes, npus.clone());
+        if self.solo.contains(communicator) {
+            // One wait from when every member has arrived.
+            let once = self.solo_times[&key];
+            let end =
+                self.schedule
+                    .push_wait(first_npu, Time::from_ps(once.ps() * times as u64), &after);
+            for (m, i) in members {
+                self.start[m as usize][i as usize] = Some(end);
+                self.done(m, i, end);
+            }
+            return Ok(());
+        }
+        let start = self.schedule.push_wait(first_npu, Time::ZERO, &after);
         if npus.len() < 2 {
             // A communicator of one rank has nothing to exchange.
             self.done(m0, i0, start);
             self.start[m0 as usize][i0 as usize] = Some(start);
-            return Ok(());
-        }
-        let key = (kind, bytes, npus.clone());
-        if self.solo.contains(communicator) {
-            let once = self.solo_times[&key];
-            let end = self.schedule.push_wait(
-                first_npu,
-                Time::from_ps(once.ps() * times as u64),
-                &[start],
-            );
-            for (m, i) in members {
-                self.start[m as usize][i as usize] = Some(start);
-                self.done(m, i, end);
-            }
             return Ok(());
         }
         if !self.cache.contains_key(&key) {
@@ -901,8 +922,10 @@ impl<'a> Emitter<'a> {
     fn done(&mut self, r: u32, i: u32, end: TransferIndex) {
         self.end[r as usize][i as usize] = end;
         self.state[r as usize][i as usize] = State::Done;
-        for k in 0..self.dependents[r as usize][i as usize].len() {
-            let d = self.dependents[r as usize][i as usize][k];
+        let (offsets, _) = &self.dependents[r as usize];
+        let (from, to) = (offsets[i as usize], offsets[i as usize + 1]);
+        for k in from..to {
+            let d = self.dependents[r as usize].1[k as usize];
             let w = &mut self.waiting[r as usize][d as usize];
             *w -= 1;
             if *w == 0 {
