@@ -154,7 +154,8 @@ fn bad_layouts_exit_2_naming_the_constraint() {
             "GB a GPU",
         ),
         (vec!["--tp", "0"], "at least 1"),
-        (vec!["--zero", "3"], "--zero 3"),
+        (vec!["--zero", "3", "--pp", "2"], "--zero 3 with --pp 2"),
+        (vec!["--zero", "4"], "--zero 4"),
     ] {
         let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
         let mut file = "gpt_1.7b".to_string();

@@ -42,7 +42,8 @@ pub struct LlmArgs {
     /// searches them all [default: the fastest of 1, 2, 4]
     #[arg(long, requires = "model")]
     pub virtual_stages: Option<String>,
-    /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too)
+    /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too), 3 (weights too, gathered
+    /// per layer: ZeRO-3/FSDP, without pipeline parallelism)
     #[arg(long, default_value_t = 0, requires = "model")]
     pub zero: u8,
     /// Activation recomputation: full, selective, none
@@ -355,11 +356,7 @@ fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -
         l.virtual_stages,
         l.micro_batch,
         l.global_batch,
-        match l.zero {
-            ZeroStage::None => 0,
-            ZeroStage::Optimizer => 1,
-            ZeroStage::Gradients => 2,
-        },
+        l.zero.level(),
         match l.recompute {
             Recompute::Full => "full",
             Recompute::Selective => "selective",

@@ -7,6 +7,7 @@
 pub mod compute;
 pub mod model;
 pub mod pipeline;
+mod sharded;
 
 pub use compute::{Attention, Gpu};
 pub use model::{LlmModel, Recompute};
@@ -21,13 +22,15 @@ use crate::units::Time;
 use crate::workload::{program, Execution, SoloTimer, TrainOptions};
 use crate::Error;
 
-/// Times collectives inside one box of a GPU system as the NCCL model predicts them (NCCL's
-/// algorithm, protocol and channels, on the box's links at NCCL's rates, with its launch and
-/// base latencies): the tensor-parallel group's all-reduces, all-gathers and reduce-scatters,
-/// which run alone on the box's NVLinks.
+/// Times collectives inside one box of a GPU system, or among all its GPUs, as the NCCL model
+/// predicts them (NCCL's algorithm, protocol and channels, on the links at NCCL's rates, with
+/// its launch and base latencies): the tensor-parallel group's collectives, alone on the box's
+/// NVLinks, and ZeRO-3's gathers and reductions when data parallelism is all there is.
 #[derive(Debug)]
 pub struct NcclTimer {
+    /// One box of the system, and the whole system (for groups of every GPU).
     system: GpuSystem,
+    whole: GpuSystem,
     /// Per group size, the NCCL model of that many GPUs of one box.
     models: Mutex<HashMap<u32, nccl::Model>>,
 }
@@ -35,10 +38,12 @@ pub struct NcclTimer {
 impl NcclTimer {
     /// A timer for `system`'s boxes; None when the topology names no GPU system.
     pub fn for_topology(spec: &str) -> Result<Option<NcclTimer>, Error> {
-        Ok(GpuSystem::parse(spec)?.map(|mut system| {
+        Ok(GpuSystem::parse(spec)?.map(|whole| {
+            let mut system = whole.clone();
             system.boxes = 1;
             NcclTimer {
                 system,
+                whole,
                 models: Mutex::new(HashMap::new()),
             }
         }))
@@ -53,17 +58,21 @@ impl SoloTimer for NcclTimer {
         npus: &[NodeId],
     ) -> Result<Option<Time>, Error> {
         let g = self.system.gpus_per_box;
-        let one_box = npus.iter().all(|&n| n / g == npus[0] / g);
-        if !one_box || npus.len() < 2 {
+        let n = npus.len() as u32;
+        let one_box = npus.iter().all(|&x| x / g == npus[0] / g);
+        let everyone = n == self.whole.gpus() && self.whole.boxes > 1;
+        if !(one_box || everyone) || n < 2 {
             return Ok(None);
         }
-        let n = npus.len() as u32;
         let mut models = self
             .models
             .lock()
             .expect("no panics while the lock is held");
         let model = match models.entry(n) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) if everyone => {
+                e.insert(nccl::Model::new(&self.whole))
+            }
             std::collections::hash_map::Entry::Vacant(e) => {
                 let mut system = self.system.clone();
                 system.use_first_gpus(n)?;
@@ -84,19 +93,32 @@ pub enum ZeroStage {
     Optimizer,
     /// Gradients sharded as well (the same communication, less memory).
     Gradients,
+    /// Weights sharded too (ZeRO-3, FSDP): each layer's weights all-gathered before its
+    /// forward and again before its backward, its gradients reduce-scattered after it, every
+    /// micro-batch.
+    Parameters,
 }
 
 impl ZeroStage {
+    /// The stage's number.
+    pub fn level(self) -> u8 {
+        match self {
+            ZeroStage::None => 0,
+            ZeroStage::Optimizer => 1,
+            ZeroStage::Gradients => 2,
+            ZeroStage::Parameters => 3,
+        }
+    }
+
     pub fn parse(level: u8) -> Result<ZeroStage, Error> {
         match level {
             0 => Ok(ZeroStage::None),
             1 => Ok(ZeroStage::Optimizer),
             2 => Ok(ZeroStage::Gradients),
-            3 => Err(Error::input(
-                "--zero 3: parameter sharding (all-gathers per layer) is not modelled yet; \
-                 0, 1 and 2 are",
-            )),
-            _ => Err(Error::input(format!("--zero {level}: expected 0, 1, 2"))),
+            3 => Ok(ZeroStage::Parameters),
+            _ => Err(Error::input(format!(
+                "--zero {level}: expected 0, 1, 2 or 3"
+            ))),
         }
     }
 }
@@ -222,6 +244,13 @@ impl Plan {
                 l.ep, m.experts, l.dp
             ));
         }
+        if l.zero == ZeroStage::Parameters && (l.pp > 1 || l.ep > 1) {
+            return fail(format!(
+                "--zero 3 with --pp {} --ep {}: parameter sharding runs without pipeline or \
+                 expert parallelism (as DeepSpeed and FSDP do)",
+                l.pp, l.ep
+            ));
+        }
         if l.ep > 1 && m.experts == 1 {
             return fail(format!("--ep {}: {} has no experts", l.ep, m.name));
         }
@@ -262,8 +291,16 @@ impl Plan {
         let (grads, optimizer) = match l.zero {
             ZeroStage::None => (2.0, 12.0),
             ZeroStage::Optimizer => (2.0, 12.0 / dp),
-            ZeroStage::Gradients => (2.0 / dp, 12.0 / dp),
+            ZeroStage::Gradients | ZeroStage::Parameters => (2.0 / dp, 12.0 / dp),
         };
+        if l.zero == ZeroStage::Parameters {
+            // The shard of everything, and two layers gathered whole (the one computing and the
+            // one prefetched).
+            let m = &self.model;
+            let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
+            return self.params_per_gpu() * (2.0 + grads + optimizer) / dp
+                + 2.0 * 2.0 * layer as f64;
+        }
         self.params_per_gpu() * (2.0 + grads + optimizer)
     }
 
@@ -587,6 +624,39 @@ mod tests {
         let expert = |o: &Outcome| o.exposed[3].1;
         assert!(expert(&inside) > Time::ZERO);
         assert!(expert(&across) > expert(&inside));
+    }
+
+    /// ZeRO-3 gathers every layer's weights before its forward and its backward and reduces
+    /// its gradients after, every micro-batch, on one data-parallel stream; it needs less
+    /// memory than ZeRO-1, and it refuses pipeline parallelism.
+    #[test]
+    fn zero_3_gathers_each_layer_twice_and_reduces_it_once_per_micro_batch() {
+        let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+        let mut p = plan(tiny(6, 1), 1, 1, 16, 32);
+        p.layout.zero = ZeroStage::Parameters;
+        let program = pipeline::program(&p);
+        let count = |kind: CollectiveKind| {
+            program.ranks[0]
+                .iter()
+                .filter(|n| matches!(n.task, crate::workload::Task::Collective { kind: k, .. } if k == kind))
+                .count()
+        };
+        let (m, l) = (2, 6);
+        assert_eq!(count(CollectiveKind::AllGather), 2 * m * l);
+        assert_eq!(count(CollectiveKind::ReduceScatter), m * l);
+        let three = simulate(&p, &topology, &options()).unwrap();
+        assert!(three.step_time > Time::ZERO);
+        let mut one = p.clone();
+        one.layout.zero = ZeroStage::Optimizer;
+        assert!(p.memory_per_gpu() < one.memory_per_gpu());
+        let mut piped = p.clone();
+        piped.layout.pp = 2;
+        piped.layout.dp = 8;
+        assert!(piped
+            .check(16)
+            .unwrap_err()
+            .to_string()
+            .contains("--zero 3"));
     }
 
     /// Layouts Megatron refuses are refused here, naming the constraint.

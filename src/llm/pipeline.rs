@@ -16,7 +16,7 @@
 //! them would. The last backward step of each model chunk runs layer by layer so that each
 //! gradient bucket is reduced as soon as its layers are done.
 
-use super::compute::{head_time, layer_time, optimizer_time, Work};
+use super::compute::{head_time, layer_time, optimizer_time, LayerTime, Work};
 use super::{Plan, ZeroStage};
 use crate::collective::CollectiveKind;
 use crate::units::Time;
@@ -27,7 +27,7 @@ fn bucket_params(dp: u64) -> u64 {
     (40_000_000u64).max(1_000_000 * dp)
 }
 
-fn seconds(s: f64) -> Time {
+pub(super) fn seconds(s: f64) -> Time {
     Time::from_ps((s * 1e12).round() as u64)
 }
 
@@ -71,17 +71,17 @@ pub fn stage_order(stage: u64, p: u64, m: u64, v: u64) -> Vec<Step> {
 }
 
 /// Builds one rank's node list.
-struct RankBuilder {
-    nodes: Vec<Node>,
+pub(super) struct RankBuilder {
+    pub(super) nodes: Vec<Node>,
     /// Whether nodes keep their names (only the ranks a timeline shows need them: names cost
     /// memory on thousands of ranks).
-    named: bool,
+    pub(super) named: bool,
     /// The last node on the rank's stream.
-    last: Option<u32>,
+    pub(super) last: Option<u32>,
 }
 
 impl RankBuilder {
-    fn add(&mut self, name: &str, task: Task, deps: Vec<u32>) -> u32 {
+    pub(super) fn add(&mut self, name: &str, task: Task, deps: Vec<u32>) -> u32 {
         let id = self.nodes.len() as u32;
         self.nodes.push(Node {
             id: id as u64,
@@ -97,7 +97,7 @@ impl RankBuilder {
     }
 
     /// Adds a node on the stream: after the stream's last node and `extra`.
-    fn then(&mut self, name: &str, task: Task, extra: &[u32]) -> u32 {
+    pub(super) fn then(&mut self, name: &str, task: Task, extra: &[u32]) -> u32 {
         let mut deps: Vec<u32> = self.last.into_iter().collect();
         deps.extend_from_slice(extra);
         let id = self.add(name, task, deps);
@@ -106,12 +106,17 @@ impl RankBuilder {
     }
 }
 
-fn collective(kind: CollectiveKind, bytes: u64, communicator: &str, group: CommGroup) -> Task {
+pub(super) fn collective(
+    kind: CollectiveKind,
+    bytes: u64,
+    communicator: &str,
+    group: CommGroup,
+) -> Task {
     repeated(kind, bytes, communicator, group, 1)
 }
 
 /// A collective run `times` times in a row.
-fn repeated(
+pub(super) fn repeated(
     kind: CollectiveKind,
     bytes: u64,
     communicator: &str,
@@ -131,17 +136,17 @@ fn repeated(
 /// per layer, `tp` collectives of each kind in the tensor group and `ep` all-to-alls in the
 /// expert group. Running each kind's collectives back to back ends the step when running them
 /// in layer order would, since each runs alone on its links at a time set by its size.
-struct LayerComm<'a> {
-    tp: &'a [(CollectiveKind, u32)],
-    tp_bytes: u64,
-    tp_name: &'a str,
-    ep: u32,
-    ep_bytes: u64,
-    ep_name: &'a str,
+pub(super) struct LayerComm<'a> {
+    pub(super) tp: &'a [(CollectiveKind, u32)],
+    pub(super) tp_bytes: u64,
+    pub(super) tp_name: &'a str,
+    pub(super) ep: u32,
+    pub(super) ep_bytes: u64,
+    pub(super) ep_name: &'a str,
 }
 
 impl LayerComm<'_> {
-    fn emit(&self, b: &mut RankBuilder, layers: u64) {
+    pub(super) fn emit(&self, b: &mut RankBuilder, layers: u64) {
         for &(kind, per_layer) in self.tp {
             let times = per_layer * layers as u32;
             b.then(
@@ -167,14 +172,11 @@ impl LayerComm<'_> {
     }
 }
 
-/// The iteration's programs.
-pub fn program(plan: &Plan) -> Program {
+/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's.
+pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
     let l = &plan.layout;
-    let model = &plan.model;
-    let (tp, pp, dp, v) = (l.tp, l.pp, l.dp, l.virtual_stages);
-    let m = l.micro_batches();
     let work = Work {
-        tp,
+        tp: l.tp,
         micro_batch: l.micro_batch,
         sequence_parallel: l.sequence_parallel,
         recompute: l.recompute,
@@ -182,11 +184,47 @@ pub fn program(plan: &Plan) -> Program {
     };
     let layer = match &plan.layer_times {
         Some(times) => times
-            .get(tp, l.micro_batch)
+            .get(l.tp, l.micro_batch)
             .expect("Plan::check found the row"),
-        None => layer_time(model, &plan.gpu, &work),
+        None => layer_time(&plan.model, &plan.gpu, &work),
     };
-    let head = head_time(model, &plan.gpu, &work);
+    (layer, head_time(&plan.model, &plan.gpu, &work))
+}
+
+/// Collectives of one layer's pass: how many of each kind.
+pub(super) type Counts = Vec<(CollectiveKind, u32)>;
+
+/// The tensor-parallel collectives of one layer's forward and backward, by kind.
+pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
+    let l = &plan.layout;
+    let forward: Counts = if l.tp == 1 {
+        Vec::new()
+    } else if l.sequence_parallel {
+        vec![
+            (CollectiveKind::AllGather, 2),
+            (CollectiveKind::ReduceScatter, 2),
+        ]
+    } else {
+        vec![(CollectiveKind::AllReduce, 2)]
+    };
+    let again = l.recompute == super::Recompute::Full;
+    let backward = forward
+        .iter()
+        .map(|&(k, n)| (k, if again { 2 * n } else { n }))
+        .collect();
+    (forward, backward)
+}
+
+/// The iteration's programs.
+pub fn program(plan: &Plan) -> Program {
+    if plan.layout.zero == ZeroStage::Parameters {
+        return super::sharded::program(plan);
+    }
+    let l = &plan.layout;
+    let model = &plan.model;
+    let (tp, pp, dp, v) = (l.tp, l.pp, l.dp, l.virtual_stages);
+    let m = l.micro_batches();
+    let (layer, head) = step_times(plan);
     let layers_per_chunk = model.layers / (pp * v);
     let moe = model.experts > 1;
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
@@ -197,23 +235,8 @@ pub fn program(plan: &Plan) -> Program {
     } else {
         activation
     };
-    // Collectives of one layer's forward in the tensor-parallel group, by kind; the backward
-    // pass runs as many (twice as many with the forward recomputed).
-    let tp_forward: Vec<(CollectiveKind, u32)> = if tp == 1 {
-        Vec::new()
-    } else if l.sequence_parallel {
-        vec![
-            (CollectiveKind::AllGather, 2),
-            (CollectiveKind::ReduceScatter, 2),
-        ]
-    } else {
-        vec![(CollectiveKind::AllReduce, 2)]
-    };
+    let (tp_forward, tp_backward) = tensor_collectives(plan);
     let recompute_comm = l.recompute == super::Recompute::Full;
-    let tp_backward: Vec<(CollectiveKind, u32)> = tp_forward
-        .iter()
-        .map(|&(k, n)| (k, if recompute_comm { 2 * n } else { n }))
-        .collect();
     let (ep_forward, ep_backward) = match (moe, recompute_comm) {
         (false, _) => (0, 0),
         (true, true) => (2, 4),
