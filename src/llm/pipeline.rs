@@ -256,6 +256,7 @@ pub fn program(plan: &Plan) -> Program {
                 let tp_name = format!("tp{s}.{d}");
                 serial.insert(tp_name.clone());
                 let dp_name = format!("dp{s}.{t}");
+                serial.insert(dp_name.clone());
                 let ep_name = format!("ep{s}.{t}.{}", d / l.ep);
                 let order = stage_order(s, pp, m, v);
                 let mut last_backward = vec![usize::MAX; v as usize];
@@ -396,7 +397,9 @@ pub fn program(plan: &Plan) -> Program {
                                 } else {
                                     CollectiveKind::ReduceScatter
                                 };
-                                let deps: Vec<u32> = b.last.into_iter().collect();
+                                // NCCL runs a communicator's calls in the order issued.
+                                let deps: Vec<u32> =
+                                    b.last.into_iter().chain(grads.last().copied()).collect();
                                 let g = b.add(
                                     "gradients",
                                     collective(
