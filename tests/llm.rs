@@ -12,6 +12,18 @@ fn model(name: &str) -> String {
     format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The value of `name` in the first row of a CSV summary.
+fn column(csv: &str, name: &str) -> f64 {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let i = header
+        .iter()
+        .position(|h| *h == name)
+        .unwrap_or_else(|| panic!("no column {name}"));
+    row[i].parse().unwrap()
+}
+
 /// Every shipped model loads, and those with a published parameter count match it.
 #[test]
 fn shipped_models_have_their_published_sizes() {
@@ -61,16 +73,7 @@ fn the_summary_is_consistent() {
         "--format",
         "csv",
     ]);
-    let mut lines = out.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let get = |name: &str| -> f64 {
-        let i = header
-            .iter()
-            .position(|h| *h == name)
-            .unwrap_or_else(|| panic!("{name}"));
-        row[i].parse().unwrap()
-    };
+    let get = |name: &str| column(&out, name);
     for column in [
         "exposed_tp_s",
         "exposed_pp_s",
@@ -227,11 +230,7 @@ fn measured_layer_times_replace_the_roofline() {
             "--format",
             "csv",
         ]);
-        let mut lines = out.lines();
-        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-        let i = header.iter().position(|h| *h == "step_time_s").unwrap();
-        row[i].parse().unwrap()
+        column(&out, "step_time_s")
     };
     // 24 layers x 2 micro-batches x (10 + 30) ms more.
     let added = step(&two) - step(&one);

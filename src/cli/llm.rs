@@ -403,6 +403,20 @@ fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
             exposed.join(", ")
         }
     );
+    let expert = o.exposed[3].1;
+    if expert > crate::units::Time::ZERO {
+        let passes = o.layout.micro_batches() * plan.model.layers / o.layout.pp;
+        println!(
+            "  expert all-to-alls: {:.3} ms exposed per layer and micro-batch (forward and \
+             backward, {} all-to-alls)",
+            expert.as_secs_f64() * 1e3 / passes as f64,
+            if o.layout.recompute == Recompute::Full {
+                6
+            } else {
+                4
+            }
+        );
+    }
     println!(
         "  memory per GPU: about {:.1} GB of {:.0} GB",
         o.memory_bytes / 1e9,

@@ -69,7 +69,13 @@ impl SoloTimer for NcclTimer {
         if !(one_box || everyone || rail) || n < 2 {
             return Ok(None);
         }
-        let key = if one_box { n } else if everyone { u32::MAX } else { u32::MAX - n };
+        let key = if one_box {
+            n
+        } else if everyone {
+            u32::MAX
+        } else {
+            u32::MAX - n
+        };
         let mut models = self
             .models
             .lock()
