@@ -124,7 +124,13 @@ fn a_search_names_the_fastest_layout() {
     assert!(out.contains("fastest:"), "{out}");
     let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
     assert_eq!(summary.lines().count(), 5, "{summary}");
-    assert!(dir.join("timeline.json").exists() && dir.join("ranks.csv").exists());
+    for file in ["timeline.json", "ranks.csv", "links.csv", "breakdown.png"] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    // The links carried what the iteration sent: every NVLink of the box was used.
+    let links = std::fs::read_to_string(dir.join("links.csv")).unwrap();
+    let used = links.lines().skip(1).filter(|l| l.split(',').nth(2) != Some("0"));
+    assert_eq!(used.count(), 16, "{links}");
 }
 
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.

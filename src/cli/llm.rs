@@ -244,6 +244,19 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             topology.name()
         );
         crate::report::save_figure(&breakdown_chart(&outcomes, &title), &mut out, "breakdown")?;
+        let e = &chosen.execution;
+        let load = crate::report::LinkLoad {
+            bytes: &e.link_bytes,
+            busy: &e.link_busy,
+            max_queue: &e.link_max_queue,
+            queued: &e.link_queued,
+        };
+        crate::report::write_link_load_csv(
+            &topology,
+            &load,
+            chosen.step_time,
+            &out.file("links.csv"),
+        )?;
         let name = algorithm.name().to_string();
         write_ranks_csv(
             &[(name.clone(), chosen.execution.ranks.clone())],

@@ -568,6 +568,8 @@ mod tests {
             let full =
                 program::execute(&topology, &full_program, &npus, &options(), &mut ()).unwrap();
             assert!(full.timed_alone.is_empty());
+            assert_eq!(fast.link_bytes, full.link_bytes);
+            assert_eq!(fast.link_busy, full.link_busy);
             for (a, b) in fast.ranks.iter().zip(&full.ranks) {
                 assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
                 assert_eq!(a.exposed_by_group, b.exposed_by_group, "rank {}", a.rank);

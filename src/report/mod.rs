@@ -593,12 +593,36 @@ pub fn write_transfers_csv(
 /// busy time over the collective time; `max_queue` the most messages the link held at once, and
 /// `queued_ns` the time a message waited for it.
 pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> Result<(), Error> {
+    let load = LinkLoad {
+        bytes: &result.link_bytes,
+        busy: &result.link_busy,
+        max_queue: &result.link_max_queue,
+        queued: &result.link_queued,
+    };
+    write_link_load_csv(topology, &load, result.finish, path)
+}
+
+/// What each link of a topology carried (one entry per link, in the topology's order).
+pub struct LinkLoad<'a> {
+    pub bytes: &'a [u64],
+    pub busy: &'a [Time],
+    pub max_queue: &'a [u32],
+    pub queued: &'a [Time],
+}
+
+/// Writes `links.csv` from per-link loads, utilisation over `total`.
+pub fn write_link_load_csv(
+    topology: &Topology,
+    load: &LinkLoad,
+    total: Time,
+    path: &Path,
+) -> Result<(), Error> {
     let io = |e| Error::io(path.display(), e);
     let mut w = writer(path)?;
     writeln!(w, "src,dst,bytes,busy_ns,utilization,max_queue,queued_ns").map_err(io)?;
-    let total = result.finish.ps() as f64;
+    let total = total.ps() as f64;
     for (l, link) in topology.links().iter().enumerate() {
-        let busy = result.link_busy[l];
+        let busy = load.busy[l];
         let utilization = if total > 0.0 {
             busy.ps() as f64 / total
         } else {
@@ -609,11 +633,11 @@ pub fn write_links_csv(topology: &Topology, result: &SimResult, path: &Path) -> 
             "{},{},{},{},{:.6},{},{}",
             link.src,
             link.dst,
-            result.link_bytes[l],
+            load.bytes[l],
             busy.ns_string(),
             utilization,
-            result.link_max_queue[l],
-            result.link_queued[l].ns_string()
+            load.max_queue[l],
+            load.queued[l].ns_string()
         )
         .map_err(io)?;
     }

@@ -164,6 +164,14 @@ pub struct Execution {
     /// The serial communicators found alone on their links, whose collectives took the time
     /// they take alone ([`Program::serial_communicators`]), sorted.
     pub timed_alone: Vec<String>,
+    /// Per link of the topology: bytes carried and time spent serialising them, the
+    /// collectives timed alone included (as they ran alone).
+    pub link_bytes: Vec<u64>,
+    pub link_busy: Vec<Time>,
+    /// Per link: the most messages it held at once, and the time messages waited for it (of
+    /// the simulated traffic; collectives timed alone never wait).
+    pub link_max_queue: Vec<u32>,
+    pub link_queued: Vec<Time>,
 }
 
 /// Runs `program` on `topology`, rank `r` on NPU `npus[r]`.
@@ -331,11 +339,21 @@ pub fn execute(
     breakdown.notes = builder.notes;
     let mut timed_alone: Vec<String> = builder.solo.iter().cloned().collect();
     timed_alone.sort_unstable();
+    let mut link_bytes = result.link_bytes.clone();
+    let mut link_busy = result.link_busy.clone();
+    for (l, &b) in builder.solo_link_bytes.iter().enumerate() {
+        link_bytes[l] += b;
+        link_busy[l] = link_busy[l] + builder.solo_link_busy[l];
+    }
     Ok(Execution {
         breakdown,
         ranks,
         timeline,
         timed_alone,
+        link_bytes,
+        link_busy,
+        link_max_queue: result.link_max_queue.clone(),
+        link_queued: result.link_queued.clone(),
     })
 }
 
@@ -389,6 +407,11 @@ struct Emitter<'a> {
     /// time each of their collectives takes alone.
     solo: HashSet<String>,
     solo_times: HashMap<(CollectiveKind, u64, Vec<NodeId>), Time>,
+    /// Per solo collective: the links it used alone, with their bytes and busy time.
+    solo_usage: HashMap<(CollectiveKind, u64, Vec<NodeId>), Vec<(usize, u64, Time)>>,
+    /// Bytes and busy time the solo collectives put on each link (they run as waits).
+    solo_link_bytes: Vec<u64>,
+    solo_link_busy: Vec<Time>,
     unwound: synth::Unwound,
     notes: Vec<String>,
     ready: VecDeque<(u32, u32)>,
@@ -567,6 +590,9 @@ impl<'a> Emitter<'a> {
             cache: HashMap::new(),
             solo: HashSet::new(),
             solo_times: HashMap::new(),
+            solo_usage: HashMap::new(),
+            solo_link_bytes: Vec::new(),
+            solo_link_busy: Vec::new(),
             unwound: synth::Unwound::default(),
             notes: Vec::new(),
             ready: VecDeque::new(),
@@ -782,6 +808,7 @@ impl<'a> Emitter<'a> {
         };
         let names: Vec<String> = self.communicators.keys().cloned().collect();
         let mut times = HashMap::new();
+        let mut usages = HashMap::new();
         let mut used: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
         for (index, name) in names.iter().enumerate() {
             let c = &self.communicators[name];
@@ -813,6 +840,11 @@ impl<'a> Emitter<'a> {
                     Some(timer) if serial => timer.time(kind, bytes, &npus)?,
                     _ => None,
                 };
+                let usage = (0..links)
+                    .filter(|&l| result.link_bytes[l] > 0)
+                    .map(|l| (l, result.link_bytes[l], result.link_busy[l]))
+                    .collect();
+                usages.insert(key.clone(), usage);
                 times.insert(key, modelled.unwrap_or(result.finish));
             }
         }
@@ -830,6 +862,8 @@ impl<'a> Emitter<'a> {
             let result = sim::simulate(self.topology, &one, &alone, &mut ())?;
             claim(&mut user, &result.link_bytes, SHARED - 1);
         }
+        self.solo_link_bytes = vec![0; links];
+        self.solo_link_busy = vec![Time::ZERO; links];
         for (index, name) in names.iter().enumerate() {
             let id = index as u32 + 1;
             let mine = &used[index];
@@ -844,6 +878,8 @@ impl<'a> Emitter<'a> {
             for (key, &time) in &times {
                 if key.2 == npus {
                     self.solo_times.insert(key.clone(), time);
+                    self.solo_usage
+                        .insert(key.clone(), usages.remove(key).unwrap_or_default());
                 }
             }
         }
@@ -882,6 +918,11 @@ impl<'a> Emitter<'a> {
         if self.solo.contains(communicator) {
             // One wait from when every member has arrived.
             let once = self.solo_times[&key];
+            for &(l, bytes, busy) in &self.solo_usage[&key] {
+                self.solo_link_bytes[l] += bytes * times as u64;
+                self.solo_link_busy[l] =
+                    self.solo_link_busy[l] + Time::from_ps(busy.ps() * times as u64);
+            }
             let end =
                 self.schedule
                     .push_wait(first_npu, Time::from_ps(once.ps() * times as u64), &after);
