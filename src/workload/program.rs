@@ -402,13 +402,13 @@ struct Emitter<'a> {
     /// joins) or among its channel's sends or receives (the message it pairs with).
     slot: Vec<Vec<u32>>,
     /// Collective schedules per (kind, bytes, members), made once.
-    cache: HashMap<(CollectiveKind, u64, Vec<NodeId>), Part>,
+    cache: HashMap<CollectiveKey, Part>,
     /// Serial communicators alone on their links ([`Program::serial_communicators`]), and the
     /// time each of their collectives takes alone.
     solo: HashSet<String>,
-    solo_times: HashMap<(CollectiveKind, u64, Vec<NodeId>), Time>,
+    solo_times: HashMap<CollectiveKey, Time>,
     /// Per solo collective: the links it used alone, with their bytes and busy time.
-    solo_usage: HashMap<(CollectiveKind, u64, Vec<NodeId>), Vec<(usize, u64, Time)>>,
+    solo_usage: HashMap<CollectiveKey, Vec<(usize, u64, Time)>>,
     /// Bytes and busy time the solo collectives put on each link (they run as waits).
     solo_link_bytes: Vec<u64>,
     solo_link_busy: Vec<Time>,
@@ -421,6 +421,9 @@ struct Emitter<'a> {
 /// 100000 chunks, 277.5M transfers in 16.35 GB (59 B each: the schedule, the collectives'
 /// parts and the simulation); a little under, so the guard refuses only runs that cannot fit.
 const TRAINING_BYTES_PER_TRANSFER: u64 = 56;
+
+/// A collective by what makes it: kind, size and its members' NPUs (sorted).
+type CollectiveKey = (CollectiveKind, u64, Vec<NodeId>);
 
 /// A collective's schedule, ready to append, and its transfers nothing in it waits for.
 struct Part {
