@@ -129,7 +129,10 @@ fn a_search_names_the_fastest_layout() {
     }
     // The links carried what the iteration sent: every NVLink of the box was used.
     let links = std::fs::read_to_string(dir.join("links.csv")).unwrap();
-    let used = links.lines().skip(1).filter(|l| l.split(',').nth(2) != Some("0"));
+    let used = links
+        .lines()
+        .skip(1)
+        .filter(|l| l.split(',').nth(2) != Some("0"));
     assert_eq!(used.count(), 16, "{links}");
 }
 

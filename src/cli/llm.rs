@@ -77,6 +77,10 @@ pub struct LlmArgs {
     /// recomputes)
     #[arg(long, requires = "model")]
     pub layer_times: Option<std::path::PathBuf>,
+    /// Which parallel dimension fills the GPUs first, then second, then third (Megatron's
+    /// default tp,dp,pp keeps a tensor group in a box)
+    #[arg(long, default_value = "tp,dp,pp", requires = "model")]
+    pub placement: String,
 }
 
 /// A flag's comma-separated list of positive sizes.
@@ -142,6 +146,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             recompute: Recompute::parse(&a.recompute)?,
             sequence_parallel: a.sequence_parallel,
             attention: Attention::parse(&a.attention)?,
+            placement: llm::Placement::parse(&a.placement)?,
             overlap_grad_reduce: match a.grad_reduce.as_str() {
                 "overlapped" => true,
                 "after" => false,
@@ -349,7 +354,7 @@ fn summary_header() -> String {
     for (short, _) in llm::DIMENSIONS {
         h += &format!(",exposed_{short}_s");
     }
-    h += ",memory_gb";
+    h += ",memory_gb,placement";
     h
 }
 
@@ -383,7 +388,7 @@ fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -
     for (_, t) in o.exposed {
         row += &format!(",{:.6}", t.as_secs_f64());
     }
-    row += &format!(",{:.2}", o.memory_bytes / 1e9);
+    row += &format!(",{:.2},\"{}\"", o.memory_bytes / 1e9, l.placement.name());
     row
 }
 

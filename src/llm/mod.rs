@@ -160,6 +160,97 @@ pub struct Layout {
     /// Gradient buckets reduced while the last backward pass runs (Megatron-core's
     /// overlap_grad_reduce), or all gradients in one call after it (Megatron-LM 2021).
     pub overlap_grad_reduce: bool,
+    /// Which GPU each rank runs on.
+    pub placement: Placement,
+}
+
+/// The order in which the parallel dimensions fill the GPUs, the first fastest: Megatron's
+/// `tp-dp-pp` puts a tensor group on consecutive GPUs (one box), then data-parallel peers,
+/// then stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Positions of tensor, data and pipeline in the order (0 fastest).
+    order: [Dim; 3],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dim {
+    Tensor,
+    Data,
+    Pipeline,
+}
+
+impl Default for Placement {
+    fn default() -> Placement {
+        Placement {
+            order: [Dim::Tensor, Dim::Data, Dim::Pipeline],
+        }
+    }
+}
+
+impl Placement {
+    /// Reads `tp,dp,pp` (any order of the three).
+    pub fn parse(text: &str) -> Result<Placement, Error> {
+        let bad = || {
+            Error::input(format!(
+                "--placement '{text}': expected tp, dp and pp in some order, the fastest first \
+                 (e.g. tp,dp,pp)"
+            ))
+        };
+        let mut order = Vec::new();
+        for word in text.split([',', '-']).map(str::trim) {
+            let dim = match word {
+                "tp" => Dim::Tensor,
+                "dp" => Dim::Data,
+                "pp" => Dim::Pipeline,
+                _ => return Err(bad()),
+            };
+            if order.contains(&dim) {
+                return Err(bad());
+            }
+            order.push(dim);
+        }
+        let order: [Dim; 3] = order.try_into().map_err(|_| bad())?;
+        Ok(Placement { order })
+    }
+
+    /// `tp,dp,pp`.
+    pub fn name(&self) -> String {
+        let word = |d: &Dim| match d {
+            Dim::Tensor => "tp",
+            Dim::Data => "dp",
+            Dim::Pipeline => "pp",
+        };
+        self.order.iter().map(word).collect::<Vec<_>>().join(",")
+    }
+
+    /// The GPU of each rank (Megatron's rank numbering: t + T (d + D p)) among `gpus`.
+    pub fn gpus_of_ranks(&self, layout: &Layout, gpus: &[NodeId]) -> Vec<NodeId> {
+        let size = |d: Dim| match d {
+            Dim::Tensor => layout.tp,
+            Dim::Data => layout.dp,
+            Dim::Pipeline => layout.pp,
+        };
+        (0..layout.gpus())
+            .map(|r| {
+                let (t, d, p) = (
+                    r % layout.tp,
+                    r / layout.tp % layout.dp,
+                    r / (layout.tp * layout.dp),
+                );
+                let index = |dim: Dim| match dim {
+                    Dim::Tensor => t,
+                    Dim::Data => d,
+                    Dim::Pipeline => p,
+                };
+                let mut position = 0;
+                for &dim in self.order.iter().rev() {
+                    position = position * size(dim) + index(dim);
+                }
+                gpus[position as usize]
+            })
+            .collect()
+    }
 }
 
 impl Layout {
@@ -406,8 +497,9 @@ pub fn simulate(
     topology: &Topology,
     options: &TrainOptions,
 ) -> Result<Outcome, Error> {
-    let npus = topology.active_npus();
-    plan.check(npus.len() as u64)?;
+    let gpus = topology.active_npus();
+    plan.check(gpus.len() as u64)?;
+    let npus = plan.layout.placement.gpus_of_ranks(&plan.layout, &gpus);
     let program = pipeline::program(plan);
     let execution = program::execute(topology, &program, &npus, options, &mut ())?;
     let slowest = execution
@@ -531,6 +623,7 @@ mod tests {
                 sequence_parallel: false,
                 attention: Attention::Flash,
                 overlap_grad_reduce: true,
+                placement: Placement::default(),
             },
         }
     }
@@ -679,6 +772,24 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--zero 3"));
+    }
+
+    /// Megatron's placement puts rank r on the r-th GPU; any other order is a permutation of
+    /// the GPUs, with the first dimension named on consecutive GPUs.
+    #[test]
+    fn placements_permute_the_gpus() {
+        let mut p = plan(tiny(4, 1), 2, 2, 4, 16);
+        let gpus: Vec<NodeId> = (100..116).collect();
+        assert_eq!(Placement::default().gpus_of_ranks(&p.layout, &gpus), gpus);
+        p.layout.placement = Placement::parse("dp,tp,pp").unwrap();
+        let placed = p.layout.placement.gpus_of_ranks(&p.layout, &gpus);
+        let mut sorted = placed.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, gpus);
+        // Ranks 0 and 1 (a tensor pair) sit dp = 4 GPUs apart; ranks 0 and 2 (data peers) adjacent.
+        assert_eq!((placed[0], placed[1], placed[2]), (100, 104, 101));
+        assert_eq!(p.layout.placement.name(), "dp,tp,pp");
+        assert!(Placement::parse("tp,tp,pp").is_err() && Placement::parse("tp,dp").is_err());
     }
 
     /// Layouts Megatron refuses are refused here, naming the constraint.
