@@ -32,8 +32,10 @@ pub struct NcclTimer {
     /// One box of the system, and the whole system (for groups of every GPU).
     system: GpuSystem,
     whole: GpuSystem,
-    /// Per group size, the NCCL model of that many GPUs of one box.
+    /// Per kind of group (its size in a box, the whole system, a rail of boxes), the NCCL
+    /// model, and the times it predicted (groups of a kind differ only in which GPUs they hold).
     models: Mutex<HashMap<u32, nccl::Model>>,
+    predicted: Mutex<HashMap<(u32, CollectiveKind, u64), Time>>,
 }
 
 impl NcclTimer {
@@ -46,6 +48,7 @@ impl NcclTimer {
                 system,
                 whole,
                 models: Mutex::new(HashMap::new()),
+                predicted: Mutex::new(HashMap::new()),
             }
         }))
     }
@@ -76,6 +79,14 @@ impl SoloTimer for NcclTimer {
         } else {
             u32::MAX - n
         };
+        let known = self
+            .predicted
+            .lock()
+            .expect("no panics while the lock is held");
+        if let Some(&time) = known.get(&(key, kind, bytes)) {
+            return Ok(Some(time));
+        }
+        drop(known);
         let mut models = self
             .models
             .lock()
@@ -98,8 +109,12 @@ impl SoloTimer for NcclTimer {
                 e.insert(nccl::Model::new(&system))
             }
         };
-        let prediction = model.predict(kind, bytes, 0, Launch::default())?;
-        Ok(Some(prediction.time))
+        let time = model.predict(kind, bytes, 0, Launch::default())?.time;
+        self.predicted
+            .lock()
+            .expect("no panics while the lock is held")
+            .insert((key, kind, bytes), time);
+        Ok(Some(time))
     }
 }
 

@@ -406,9 +406,20 @@ pub fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
 /// Shortest (latency, hops) from every node to `dst`; `u64::MAX` latency where unreachable.
 fn distances_to(topology: &Topology, dst: NodeId) -> Vec<(u64, u32)> {
     let nodes = topology.nodes() as usize;
-    let mut incoming: Vec<Vec<LinkId>> = vec![Vec::new(); nodes];
+    // In-links by node, compressed: node v's are `incoming[start[v]..start[v + 1]]`.
+    let mut start = vec![0u32; nodes + 1];
+    for link in topology.links() {
+        start[link.dst as usize + 1] += 1;
+    }
+    for v in 0..nodes {
+        start[v + 1] += start[v];
+    }
+    let mut fill = start.clone();
+    let mut incoming = vec![0 as LinkId; topology.links().len()];
     for (id, link) in topology.links().iter().enumerate() {
-        incoming[link.dst as usize].push(id as LinkId);
+        let at = &mut fill[link.dst as usize];
+        incoming[*at as usize] = id as LinkId;
+        *at += 1;
     }
     let mut dist: Vec<(u64, u32)> = vec![(u64::MAX, u32::MAX); nodes];
     dist[dst as usize] = (0, 0);
@@ -420,7 +431,7 @@ fn distances_to(topology: &Topology, dst: NodeId) -> Vec<(u64, u32)> {
         }
         // Messages never transit a failed NPU (it has no links) and never transit an NPU that is
         // the destination; other NPUs may forward.
-        for &l in &incoming[v as usize] {
+        for &l in &incoming[start[v as usize] as usize..start[v as usize + 1] as usize] {
             let link = topology.link(l);
             let cand = (d.0 + link.latency.ps(), d.1 + 1);
             if cand < dist[link.src as usize] {

@@ -859,10 +859,13 @@ impl<'a> Emitter<'a> {
             .collect();
         pairs.sort_unstable();
         pairs.dedup();
-        for (src, dst) in pairs {
-            let mut one = Schedule::new();
-            one.push(crate::schedule::Transfer { src, dst, bytes: 1 }, &[]);
-            let result = sim::simulate(self.topology, &one, &alone, &mut ())?;
+        // One simulation of a byte between every pair finds the links messages use.
+        if !pairs.is_empty() {
+            let mut all = Schedule::with_capacity(pairs.len());
+            for (src, dst) in pairs {
+                all.push(crate::schedule::Transfer { src, dst, bytes: 1 }, &[]);
+            }
+            let result = sim::simulate(self.topology, &all, &alone, &mut ())?;
             claim(&mut user, &result.link_bytes, SHARED - 1);
         }
         self.solo_link_bytes = vec![0; links];
