@@ -17,10 +17,11 @@ use crate::workload::{chakra, compare_with, load_workload, program, Breakdown, T
 use crate::Error;
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["workload", "model"])))]
 pub struct TrainArgs {
     /// Workload: collsim YAML (.yaml), an ASTRA-sim text workload, or Chakra execution traces
     /// (a folder of NAME.RANK.et[.gz] files, or its DIR/NAME prefix)
-    #[arg(long, short = 'w', required_unless_present = "model")]
+    #[arg(long, short = 'w')]
     pub workload: Option<PathBuf>,
     #[command(flatten)]
     pub llm: super::llm::LlmArgs,
