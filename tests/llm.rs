@@ -166,6 +166,19 @@ fn bad_layouts_exit_2_naming_the_constraint() {
             "GB a GPU",
         ),
         (vec!["--tp", "0"], "at least 1"),
+        (
+            vec![
+                "--cp",
+                "3",
+                "--dp",
+                "1",
+                "--tp",
+                "1",
+                "--topology",
+                "pcie:3",
+            ],
+            "--cp 3",
+        ),
         (vec!["--zero", "3", "--pp", "2"], "--zero 3 with --pp 2"),
         (vec!["--zero", "4"], "--zero 4"),
     ] {

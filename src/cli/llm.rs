@@ -35,7 +35,8 @@ pub struct LlmArgs {
     /// Expert-parallel size (within the data-parallel group)
     #[arg(long, default_value_t = 1, requires = "model")]
     pub ep: u64,
-    /// Context-parallel size
+    /// Context-parallel size: each sequence split over this many GPUs (Megatron's rank order
+    /// tp-cp-dp-pp; keys and values all-gathered in the group every layer)
     #[arg(long, default_value_t = 1, requires = "model")]
     pub cp: u64,
     /// Model chunks per pipeline stage (the interleaved schedule); a comma-separated list
@@ -112,11 +113,6 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let gpus = topology.active_npus().len() as u64;
     let tps = sizes("tp", &a.tp)?;
     let pps = sizes("pp", &a.pp)?;
-    if positive("cp", a.cp)? > 1 {
-        return Err(Error::input(
-            "--cp: context parallelism is not modelled yet (its column stays zero)",
-        ));
-    }
     if let Some(d) = a.dp {
         positive("dp", d)?;
     }
@@ -139,6 +135,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             pp: 1,
             dp: 1,
             ep: positive("ep", a.ep)?,
+            cp: positive("cp", a.cp)?,
             virtual_stages: 1,
             micro_batch: 1,
             global_batch,
@@ -214,7 +211,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         let options = TrainOptions {
             timeline_ranks: Some(
                 (0..layout.pp)
-                    .map(|s| (layout.tp * layout.dp * s) as u32)
+                    .map(|s| (layout.tp * layout.replicas() * s) as u32)
                     .collect(),
             ),
             ..options.clone()
@@ -361,7 +358,7 @@ fn summary_header() -> String {
 fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -> String {
     let l = &o.layout;
     let mut row = format!(
-        "{},{},{},{},{},{},{},{},{},1,{},{},{},{},{},{:.6},{:.3},{:.4},{:.4}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.3},{:.4},{:.4}",
         crate::report::csv_field(&plan.model.name),
         plan.gpu.name,
         crate::report::csv_field(topology),
@@ -371,6 +368,7 @@ fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -
         l.pp,
         l.dp,
         l.ep,
+        l.cp,
         l.virtual_stages,
         l.micro_batch,
         l.global_batch,

@@ -96,6 +96,9 @@ impl Attention {
 #[derive(Clone, Copy, Debug)]
 pub struct Work {
     pub tp: u64,
+    /// Context parallelism: a rank computes 1/cp of each sequence's tokens (its queries against
+    /// every key).
+    pub cp: u64,
     pub micro_batch: u64,
     pub sequence_parallel: bool,
     pub recompute: Recompute,
@@ -123,7 +126,8 @@ fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
     let t = w.tp as f64;
     let b = w.micro_batch as f64;
     let (s, h) = (model.seq as f64, model.hidden as f64);
-    let tokens = b * s;
+    let queries = s / w.cp as f64;
+    let tokens = b * queries;
     let heads = model.heads as f64 / t;
     let dh = model.head_dim() as f64;
     let qkv_out = (h + 2.0 * (model.kv_heads * model.head_dim()) as f64) / t;
@@ -140,11 +144,11 @@ fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
     ] {
         matmul += gpu.matmul(flops, bytes);
     }
-    let scores = b * heads * s * s;
+    let scores = b * heads * queries * s;
     let core = match w.attention {
         Attention::Standard => {
-            let (f1, b1) = product(b * heads, s, s, dh);
-            let (f2, b2) = product(b * heads, s, dh, s);
+            let (f1, b1) = product(b * heads, queries, s, dh);
+            let (f2, b2) = product(b * heads, queries, dh, s);
             // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
             // them and a one-byte mask.
             gpu.matmul(f1, b1) + gpu.matmul(f2, b2) + gpu.stream(HALF * 4.5 * scores)
@@ -181,7 +185,7 @@ pub fn layer_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
 /// cross-entropy over the logits (read and written in FP32 twice).
 pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
     let t = w.tp as f64;
-    let tokens = (w.micro_batch * model.seq) as f64;
+    let tokens = (w.micro_batch * model.seq) as f64 / w.cp as f64;
     let (h, v) = (model.hidden as f64, model.vocab as f64);
     let (flops, bytes) = product(1.0, tokens, v / t, h);
     let forward = gpu.matmul(flops, bytes) + gpu.stream(4.0 * 4.0 * tokens * v / t);

@@ -165,6 +165,9 @@ pub struct Layout {
     pub dp: u64,
     /// Expert parallelism, carved out of the data-parallel group.
     pub ep: u64,
+    /// Context parallelism: each sequence split over this many ranks (between tensor and data
+    /// parallelism in the rank order, Megatron's tp-cp-dp-pp).
+    pub cp: u64,
     pub virtual_stages: u64,
     pub micro_batch: u64,
     pub global_batch: u64,
@@ -243,15 +246,15 @@ impl Placement {
     pub fn gpus_of_ranks(&self, layout: &Layout, gpus: &[NodeId]) -> Vec<NodeId> {
         let size = |d: Dim| match d {
             Dim::Tensor => layout.tp,
-            Dim::Data => layout.dp,
+            Dim::Data => layout.replicas(),
             Dim::Pipeline => layout.pp,
         };
         (0..layout.gpus())
             .map(|r| {
                 let (t, d, p) = (
                     r % layout.tp,
-                    r / layout.tp % layout.dp,
-                    r / (layout.tp * layout.dp),
+                    r / layout.tp % layout.replicas(),
+                    r / (layout.tp * layout.replicas()),
                 );
                 let index = |dim: Dim| match dim {
                     Dim::Tensor => t,
@@ -270,7 +273,13 @@ impl Placement {
 
 impl Layout {
     pub fn gpus(&self) -> u64 {
-        self.tp * self.pp * self.dp
+        self.tp * self.cp * self.dp * self.pp
+    }
+
+    /// Ranks of one stage that hold the same weights: context x data parallel (Megatron
+    /// reduces gradients over both).
+    pub fn replicas(&self) -> u64 {
+        self.cp * self.dp
     }
 
     /// Micro-batches each pipeline runs per iteration.
@@ -281,6 +290,9 @@ impl Layout {
     /// `t8 p8 d24 v2 b1`: a label for a figure.
     pub fn short(&self) -> String {
         let mut text = format!("t{} p{} d{}", self.tp, self.pp, self.dp);
+        if self.cp > 1 {
+            text += &format!(" c{}", self.cp);
+        }
         if self.ep > 1 {
             text += &format!(" e{}", self.ep);
         }
@@ -290,6 +302,9 @@ impl Layout {
     /// `TP 8 x PP 8 x DP 24, micro-batch 1 (96 a pipeline)`.
     pub fn describe(&self) -> String {
         let mut text = format!("TP {} x PP {} x DP {}", self.tp, self.pp, self.dp);
+        if self.cp > 1 {
+            text += &format!(" x CP {}", self.cp);
+        }
         if self.ep > 1 {
             text += &format!(" (EP {})", self.ep);
         }
@@ -321,12 +336,24 @@ impl Plan {
         let (m, l) = (&self.model, &self.layout);
         let fail = |text: String| Err(Error::input(text));
         if l.gpus() != gpus {
+            let cp = if l.cp > 1 {
+                format!(" x --cp {}", l.cp)
+            } else {
+                String::new()
+            };
             return fail(format!(
-                "--tp {} x --pp {} x --dp {} = {} GPUs, but the topology has {gpus}",
+                "--tp {} x --pp {} x --dp {}{cp} = {} GPUs, but the topology has {gpus}",
                 l.tp,
                 l.pp,
                 l.dp,
                 l.gpus()
+            ));
+        }
+        if l.cp > 1 && (m.seq % (2 * l.cp) != 0 || l.zero == ZeroStage::Parameters) {
+            return fail(format!(
+                "--cp {}: context parallelism splits each sequence into 2 x cp equal pieces (seq \
+                 {} does not split so), and runs without --zero 3",
+                l.cp, m.seq
             ));
         }
         if m.heads % l.tp != 0 || m.kv_heads % l.tp != 0 {
@@ -436,11 +463,16 @@ impl Plan {
     /// interleaved).
     fn activation_bytes(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);
-        let (s, b, h) = (m.seq as f64, l.micro_batch as f64, m.hidden as f64);
+        // A context-parallel rank keeps its share of the sequence (and of the scores' rows).
+        let (s, b, h) = (
+            m.seq as f64 / l.cp as f64,
+            l.micro_batch as f64,
+            m.hidden as f64,
+        );
         let t = l.tp as f64;
         let a = m.heads as f64;
         let scores = match l.attention {
-            Attention::Standard => 5.0 * a * s * s * b / t,
+            Attention::Standard => 5.0 * a * s * m.seq as f64 * b / t,
             Attention::Flash => 0.0,
         };
         let linear = if l.sequence_parallel {
@@ -564,12 +596,14 @@ pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>
     let mut first_error = None;
     for &tp in &search.tp {
         for &pp in &search.pp {
+            let cp = plan.layout.cp;
             let dp = match search.dp {
                 Some(d) => d,
-                None if gpus.is_multiple_of(tp * pp) => gpus / (tp * pp),
+                None if gpus.is_multiple_of(tp * pp * cp) => gpus / (tp * pp * cp),
                 None => {
                     first_error.get_or_insert(Error::input(format!(
-                        "--tp {tp} x --pp {pp} does not divide the topology's {gpus} GPUs"
+                        "--tp {tp} x --pp {pp} x --cp {cp} does not divide the topology's {gpus} \
+                         GPUs"
                     )));
                     continue;
                 }
@@ -630,6 +664,7 @@ mod tests {
                 pp,
                 dp,
                 ep: 1,
+                cp: 1,
                 virtual_stages: 1,
                 micro_batch: 1,
                 global_batch: batch,
@@ -787,6 +822,41 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--zero 3"));
+    }
+
+    /// Context parallelism splits each sequence: keys and values are gathered in the context
+    /// group every layer (exposed as context), each rank computes its share, and the shortcut
+    /// stays exact with context groups sharing the tensor groups' links.
+    #[test]
+    fn context_parallelism_gathers_keys_and_values() {
+        let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+        let mut p = plan(tiny(4, 1), 4, 2, 2, 16);
+        p.layout.cp = 2;
+        assert_eq!(p.layout.gpus(), 32);
+        let outcome = simulate(&p, &topology, &options()).unwrap();
+        assert!(outcome.exposed[4].1 > Time::ZERO, "{:?}", outcome.exposed);
+        let program = pipeline::program(&p);
+        let npus = topology.active_npus();
+        let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+        let full = Program {
+            serial_communicators: Default::default(),
+            ..program
+        };
+        let full = program::execute(&topology, &full, &npus, &options(), &mut ()).unwrap();
+        for (a, b) in fast.ranks.iter().zip(&full.ranks) {
+            assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
+        }
+        // Half the tokens a rank: less compute than the same micro-batch without the split.
+        let mut whole = p.clone();
+        (whole.layout.cp, whole.layout.dp) = (1, 4);
+        let (split, unsplit) = (pipeline::step_times(&p).0, pipeline::step_times(&whole).0);
+        assert!(
+            split.forward < 0.6 * unsplit.forward,
+            "{split:?} {unsplit:?}"
+        );
+        let mut odd = p.clone();
+        odd.model.seq = 1026;
+        assert!(odd.check(32).unwrap_err().to_string().contains("--cp 2"));
     }
 
     /// Megatron's placement puts rank r on the r-th GPU; any other order is a permutation of

@@ -132,14 +132,18 @@ pub(super) fn repeated(
     }
 }
 
-/// The communication of `layers` layers' pass on a rank's stream, after their compute:
-/// per layer, `tp` collectives of each kind in the tensor group and `ep` all-to-alls in the
+/// The communication of `layers` layers' pass on a rank's stream, after their compute: per
+/// layer, collectives of each kind in the tensor group, all-gathers (forward) and
+/// reduce-scatters (backward) of keys and values in the context group, and all-to-alls in the
 /// expert group. Running each kind's collectives back to back ends the step when running them
 /// in layer order would, since each runs alone on its links at a time set by its size.
 pub(super) struct LayerComm<'a> {
     pub(super) tp: &'a [(CollectiveKind, u32)],
     pub(super) tp_bytes: u64,
     pub(super) tp_name: &'a str,
+    pub(super) cp: &'a [(CollectiveKind, u32)],
+    pub(super) cp_bytes: u64,
+    pub(super) cp_name: &'a str,
     pub(super) ep: u32,
     pub(super) ep_bytes: u64,
     pub(super) ep_name: &'a str,
@@ -147,18 +151,20 @@ pub(super) struct LayerComm<'a> {
 
 impl LayerComm<'_> {
     pub(super) fn emit(&self, b: &mut RankBuilder, layers: u64) {
-        for &(kind, per_layer) in self.tp {
-            let times = per_layer * layers as u32;
-            b.then(
-                "tp",
-                repeated(kind, self.tp_bytes, self.tp_name, CommGroup::Tensor, times),
-                &[],
-            );
+        let groups = [
+            (self.tp, self.tp_bytes, self.tp_name, CommGroup::Tensor),
+            (self.cp, self.cp_bytes, self.cp_name, CommGroup::Context),
+        ];
+        for (counts, bytes, name, group) in groups {
+            for &(kind, per_layer) in counts {
+                let times = per_layer * layers as u32;
+                b.then(group.name(), repeated(kind, bytes, name, group, times), &[]);
+            }
         }
         if self.ep > 0 {
             let times = self.ep * layers as u32;
             b.then(
-                "ep",
+                "expert",
                 repeated(
                     CollectiveKind::AllToAll,
                     self.ep_bytes,
@@ -172,11 +178,27 @@ impl LayerComm<'_> {
     }
 }
 
+/// The context-parallel collectives of one layer's forward and backward: keys and values
+/// gathered before attention, their gradients reduce-scattered after its backward (gathered
+/// again for a recomputed forward); none without context parallelism.
+pub(super) fn context_collectives(plan: &Plan) -> (Counts, Counts) {
+    let l = &plan.layout;
+    if l.cp == 1 {
+        return (Vec::new(), Vec::new());
+    }
+    let mut backward = vec![(CollectiveKind::ReduceScatter, 1)];
+    if l.recompute == super::Recompute::Full {
+        backward.push((CollectiveKind::AllGather, 1));
+    }
+    (vec![(CollectiveKind::AllGather, 1)], backward)
+}
+
 /// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's.
 pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
     let l = &plan.layout;
     let work = Work {
         tp: l.tp,
+        cp: l.cp,
         micro_batch: l.micro_batch,
         sequence_parallel: l.sequence_parallel,
         recompute: l.recompute,
@@ -222,13 +244,19 @@ pub fn program(plan: &Plan) -> Program {
     }
     let l = &plan.layout;
     let model = &plan.model;
-    let (tp, pp, dp, v) = (l.tp, l.pp, l.dp, l.virtual_stages);
+    // Data-parallel indices run over context x data parallel ranks (tp-cp-dp-pp order).
+    let (tp, pp, dp, v) = (l.tp, l.pp, l.replicas(), l.virtual_stages);
+    let cp = l.cp;
     let m = l.micro_batches();
     let (layer, head) = step_times(plan);
     let layers_per_chunk = model.layers / (pp * v);
     let moe = model.experts > 1;
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
-    let activation = l.micro_batch * model.seq * model.hidden * 2;
+    let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
+    // Keys and values of the whole sequence (this tensor rank's heads), gathered in the
+    // context group.
+    let kv_bytes = 2 * l.micro_batch * model.seq * model.kv_heads * model.head_dim() / tp * 2;
+    let (cp_forward, cp_backward) = context_collectives(plan);
     let scatter_gather = tp > 1;
     let message = if scatter_gather {
         activation / tp
@@ -242,7 +270,7 @@ pub fn program(plan: &Plan) -> Program {
         (true, true) => (2, 4),
         (true, false) => (2, 2),
     };
-    let expert_bytes = l.micro_batch * model.seq * model.top_k * model.hidden * 2;
+    let expert_bytes = l.micro_batch * model.seq / cp * model.top_k * model.hidden * 2;
     let layer_params = (model.attention_params() + model.experts / l.ep * model.mlp_params()) / tp
         + 4 * model.hidden;
     let embedding_params = model.vocab * model.hidden / tp;
@@ -258,6 +286,8 @@ pub fn program(plan: &Plan) -> Program {
                 let dp_name = format!("dp{s}.{t}");
                 serial.insert(dp_name.clone());
                 let ep_name = format!("ep{s}.{t}.{}", d / l.ep);
+                let cp_name = format!("cp{s}.{t}.{}", d / cp);
+                serial.insert(cp_name.clone());
                 let order = stage_order(s, pp, m, v);
                 let mut last_backward = vec![usize::MAX; v as usize];
                 for (i, step) in order.iter().enumerate() {
@@ -325,6 +355,13 @@ pub fn program(plan: &Plan) -> Program {
                         },
                         tp_bytes: activation,
                         tp_name: &tp_name,
+                        cp: if step.forward {
+                            &cp_forward
+                        } else {
+                            &cp_backward
+                        },
+                        cp_bytes: kv_bytes,
+                        cp_name: &cp_name,
                         ep: if step.forward {
                             ep_forward
                         } else {
