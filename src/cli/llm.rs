@@ -20,9 +20,10 @@ pub struct LlmArgs {
     /// top_k, gated_mlp; workloads/llm/ has GPT-3, Megatron's Table 1 models, Llama 3, an MoE)
     #[arg(long, conflicts_with_all = ["workload", "ranks_map", "system"])]
     pub model: Option<std::path::PathBuf>,
-    /// GPU of every rank: a100, h100, h200, b200, mi300x
-    #[arg(long, default_value = "a100", requires = "model")]
-    pub gpu: String,
+    /// GPU of every rank: a100, h100, h200, b200, mi300x [default: the GPU system's own
+    /// (dgx-a100:N: a100, hgx-h100:N: h100, ...), else a100]
+    #[arg(long, requires = "model")]
+    pub gpu: Option<String>,
     /// Tensor-parallel size; a comma-separated list searches them all
     #[arg(long, default_value = "1", requires = "model")]
     pub tp: String,
@@ -108,7 +109,10 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let a = &args.llm;
     let path = a.model.as_deref().expect("train --model");
     let model = LlmModel::load(path)?;
-    let gpu = Gpu::parse(&a.gpu)?;
+    let gpu = match &a.gpu {
+        Some(name) => Gpu::parse(name)?,
+        None => Gpu::of_system(&args.topology.topology),
+    };
     let topology = args.topology.build()?;
     let gpus = topology.active_npus().len() as u64;
     let tps = sizes("tp", &a.tp)?;

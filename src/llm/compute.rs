@@ -60,6 +60,20 @@ impl Gpu {
         })
     }
 
+    /// The GPU of a named GPU system (`dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N`,
+    /// `mi300x:N`; `pcie:G` holds A100 PCIe cards, modelled as the A100), else the A100.
+    pub fn of_system(spec: &str) -> Gpu {
+        let kind = spec.split(':').next().unwrap_or(spec);
+        let name = match kind {
+            "hgx-h100" => "h100",
+            "hgx-h200" => "h200",
+            "hgx-b200" => "b200",
+            "mi300x" => "mi300x",
+            _ => "a100",
+        };
+        Gpu::parse(name).expect("a preset")
+    }
+
     /// Seconds of a matrix product of `flops` that moves `bytes`.
     fn matmul(&self, flops: f64, bytes: f64) -> f64 {
         (flops / self.matmul_flops).max(bytes / (self.memory_bandwidth * MEMORY_EFFICIENCY))
@@ -215,6 +229,15 @@ mod tests {
         // Attention's scores (k = head dim 128) are bound by memory on an A100.
         let (f, b) = product(96.0, 2048.0, 2048.0, 128.0);
         assert!(a100.matmul(f, b) > f / a100.matmul_flops);
+    }
+
+    #[test]
+    fn gpu_systems_name_their_gpu() {
+        assert_eq!(Gpu::of_system("hgx-h100:4").name, "H100");
+        assert_eq!(Gpu::of_system("hgx-b200:1").name, "B200");
+        assert_eq!(Gpu::of_system("mi300x:2").name, "MI300X");
+        assert_eq!(Gpu::of_system("dgx-a100:2").name, "A100");
+        assert_eq!(Gpu::of_system("ring:8").name, "A100");
     }
 
     #[test]
