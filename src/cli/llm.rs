@@ -301,21 +301,13 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
 
 /// Stacked bars per layout: compute, bubble and exposed communication per dimension, seconds.
 fn breakdown_chart(outcomes: &[Outcome], title: &str) -> crate::report::BarChart {
-    let slowest = |o: &Outcome| {
-        o.execution
-            .ranks
-            .iter()
-            .max_by_key(|r| (r.breakdown.total, std::cmp::Reverse(r.rank)))
-            .cloned()
-            .expect("a program has ranks")
-    };
     let mut series = vec![
         (
             "compute".to_string(),
             outcomes
                 .iter()
                 .map(|o| {
-                    let b = slowest(o).breakdown;
+                    let b = &o.slowest_rank().breakdown;
                     (b.forward_compute + b.backward_compute).as_secs_f64()
                 })
                 .collect(),
@@ -324,7 +316,7 @@ fn breakdown_chart(outcomes: &[Outcome], title: &str) -> crate::report::BarChart
             "pipeline bubble".to_string(),
             outcomes
                 .iter()
-                .map(|o| slowest(o).bubble.as_secs_f64())
+                .map(|o| o.slowest_rank().bubble.as_secs_f64())
                 .collect(),
         ),
     ];

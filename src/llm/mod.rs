@@ -529,6 +529,13 @@ pub struct Outcome {
     pub execution: Execution,
 }
 
+impl Outcome {
+    /// The rank whose step is the iteration's (the slowest, ties to the lowest).
+    pub fn slowest_rank(&self) -> &crate::workload::RankBreakdown {
+        &self.execution.ranks[self.execution.slowest]
+    }
+}
+
 /// The dimensions reported, in column order (`exposed_tp_s`, ...).
 pub const DIMENSIONS: [(&str, &str); 5] = [
     ("tp", "tensor"),
@@ -549,11 +556,7 @@ pub fn simulate(
     let npus = plan.layout.placement.gpus_of_ranks(&plan.layout, &gpus);
     let program = pipeline::program(plan);
     let execution = program::execute(topology, &program, &npus, options, &mut ())?;
-    let slowest = execution
-        .ranks
-        .iter()
-        .max_by_key(|r| (r.breakdown.total, std::cmp::Reverse(r.rank)))
-        .expect("a program has ranks");
+    let slowest = &execution.ranks[execution.slowest];
     let step = slowest.breakdown.total;
     let secs = step.as_secs_f64().max(1e-12);
     let gpus = plan.layout.gpus() as f64;

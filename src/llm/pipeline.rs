@@ -81,6 +81,15 @@ pub(super) struct RankBuilder {
 }
 
 impl RankBuilder {
+    /// A step's name, made only on the ranks that keep names.
+    pub(super) fn label(&self, make: impl FnOnce() -> String) -> String {
+        if self.named {
+            make()
+        } else {
+            String::new()
+        }
+    }
+
     pub(super) fn add(&mut self, name: &str, task: Task, deps: Vec<u32>) -> u32 {
         let id = self.nodes.len() as u32;
         self.nodes.push(Node {
@@ -346,7 +355,7 @@ pub fn program(plan: &Plan) -> Program {
                             ready = vec![gather];
                         }
                     }
-                    let name = format!("{label}{}.{c}", step.micro_batch);
+                    let name = b.label(|| format!("{label}{}.{c}", step.micro_batch));
                     let comm = LayerComm {
                         tp: if step.forward {
                             &tp_forward

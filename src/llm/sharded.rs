@@ -100,7 +100,7 @@ pub fn program(plan: &Plan) -> Program {
                     }
                     let extra = if j + 1 == layers { head.forward } else { 0.0 };
                     b.then(
-                        &format!("F{mb}.{j}"),
+                        &b.label(|| format!("F{mb}.{j}")),
                         Task::Compute {
                             duration: seconds(layer.forward + extra),
                             forward: true,
@@ -129,7 +129,7 @@ pub fn program(plan: &Plan) -> Program {
                     }
                     let extra = if j + 1 == layers { head.backward } else { 0.0 };
                     b.then(
-                        &format!("B{mb}.{j}"),
+                        &b.label(|| format!("B{mb}.{j}")),
                         Task::Compute {
                             duration: seconds(layer.backward + extra),
                             forward: false,

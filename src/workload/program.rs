@@ -160,6 +160,8 @@ pub struct Execution {
     /// The slowest rank's breakdown (ties to the lowest rank).
     pub breakdown: Breakdown,
     pub ranks: Vec<RankBreakdown>,
+    /// Which of `ranks` is the slowest (the one `breakdown` is).
+    pub slowest: usize,
     pub timeline: Vec<Span>,
     /// The serial communicators found alone on their links, whose collectives took the time
     /// they take alone ([`Program::serial_communicators`]), sorted.
@@ -339,8 +341,7 @@ pub fn execute(
     breakdown.notes = builder.notes;
     let mut timed_alone: Vec<String> = builder.solo.iter().cloned().collect();
     timed_alone.sort_unstable();
-    let mut link_bytes = result.link_bytes.clone();
-    let mut link_busy = result.link_busy.clone();
+    let (mut link_bytes, mut link_busy) = (result.link_bytes, result.link_busy);
     for (l, &b) in builder.solo_link_bytes.iter().enumerate() {
         link_bytes[l] += b;
         link_busy[l] = link_busy[l] + builder.solo_link_busy[l];
@@ -348,12 +349,13 @@ pub fn execute(
     Ok(Execution {
         breakdown,
         ranks,
+        slowest,
         timeline,
         timed_alone,
         link_bytes,
         link_busy,
-        link_max_queue: result.link_max_queue.clone(),
-        link_queued: result.link_queued.clone(),
+        link_max_queue: result.link_max_queue,
+        link_queued: result.link_queued,
     })
 }
 
@@ -810,9 +812,11 @@ impl<'a> Emitter<'a> {
             ..self.options.sim.clone()
         };
         let names: Vec<String> = self.communicators.keys().cloned().collect();
-        let mut times = HashMap::new();
-        let mut usages = HashMap::new();
+        // Per communicator: its links, and per distinct collective the time it took alone and
+        // the load it put on each link it used.
         let mut used: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+        type Alone = (CollectiveKey, Time, Vec<(usize, u64, Time)>);
+        let mut alone_runs: Vec<Vec<Alone>> = vec![Vec::new(); names.len()];
         for (index, name) in names.iter().enumerate() {
             let c = &self.communicators[name];
             let npus = self.member_npus(c);
@@ -838,17 +842,11 @@ impl<'a> Emitter<'a> {
                 let result =
                     sim::simulate(self.topology, &self.cache[&key].schedule, &alone, &mut ())?;
                 used[index].extend(claim(&mut user, &result.link_bytes, index as u32 + 1));
-                let serial = self.program.serial_communicators.contains(name);
-                let modelled = match &self.options.solo_timer {
-                    Some(timer) if serial => timer.time(kind, bytes, &npus)?,
-                    _ => None,
-                };
                 let usage = (0..links)
                     .filter(|&l| result.link_bytes[l] > 0)
                     .map(|l| (l, result.link_bytes[l], result.link_busy[l]))
                     .collect();
-                usages.insert(key.clone(), usage);
-                times.insert(key, modelled.unwrap_or(result.finish));
+                alone_runs[index].push((key, result.finish, usage));
             }
         }
         // Messages: one claimant for all of them (they are never alone).
@@ -880,13 +878,15 @@ impl<'a> Emitter<'a> {
                 continue;
             }
             self.solo.insert(name.clone());
-            let npus = self.member_npus(&self.communicators[name]);
-            for (key, &time) in &times {
-                if key.2 == npus {
-                    self.solo_times.insert(key.clone(), time);
-                    self.solo_usage
-                        .insert(key.clone(), usages.remove(key).unwrap_or_default());
-                }
+            for (key, finish, usage) in std::mem::take(&mut alone_runs[index]) {
+                // Another model of the same call (the NCCL model) may time it instead.
+                let modelled = match &self.options.solo_timer {
+                    Some(timer) => timer.time(key.0, key.1, &key.2)?,
+                    None => None,
+                };
+                self.solo_times
+                    .insert(key.clone(), modelled.unwrap_or(finish));
+                self.solo_usage.insert(key, usage);
             }
         }
         Ok(())
