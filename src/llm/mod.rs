@@ -273,7 +273,11 @@ impl Placement {
 
 impl Layout {
     pub fn gpus(&self) -> u64 {
-        self.tp * self.cp * self.dp * self.pp
+        // Saturating: absurd sizes from the command line compare unequal instead of wrapping.
+        self.tp
+            .saturating_mul(self.cp)
+            .saturating_mul(self.dp)
+            .saturating_mul(self.pp)
     }
 
     /// Ranks of one stage that hold the same weights: context x data parallel (Megatron
@@ -373,6 +377,13 @@ impl Plan {
             return fail(format!(
                 "{} layers cannot be split into --pp {} x --virtual-stages {} equal chunks",
                 m.layers, l.pp, l.virtual_stages
+            ));
+        }
+        if l.global_batch.saturating_mul(m.seq) > 1 << 40 {
+            return fail(format!(
+                "--global-batch {}: {} tokens an iteration is beyond the largest supported (2^40)",
+                l.global_batch,
+                l.global_batch.saturating_mul(m.seq)
             ));
         }
         if l.global_batch % (l.dp * l.micro_batch) != 0 {
@@ -599,10 +610,11 @@ pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>
     let mut first_error = None;
     for &tp in &search.tp {
         for &pp in &search.pp {
+            let per_replica = tp.saturating_mul(pp).saturating_mul(plan.layout.cp);
             let cp = plan.layout.cp;
             let dp = match search.dp {
                 Some(d) => d,
-                None if gpus.is_multiple_of(tp * pp * cp) => gpus / (tp * pp * cp),
+                None if gpus.is_multiple_of(per_replica) => gpus / per_replica,
                 None => {
                     first_error.get_or_insert(Error::input(format!(
                         "--tp {tp} x --pp {pp} x --cp {cp} does not divide the topology's {gpus} \

@@ -93,9 +93,23 @@ impl LlmModel {
     }
 
     fn new(file: ModelFile, stem: String) -> Result<LlmModel, String> {
+        // Bounds far above any model trained, so that no count of weights, FLOPs or bytes
+        // overflows.
+        let limit = |name: &str| match name {
+            "layers" => 1 << 12,
+            "hidden" => 1 << 17,
+            "ffn" => 1 << 19,
+            "experts" => 1 << 9,
+            _ => 1 << 22,
+        };
         let positive = |name: &str, v: u64| {
             if v == 0 {
                 Err(format!("'{name}' must be at least 1"))
+            } else if v > limit(name) {
+                Err(format!(
+                    "'{name}' {v} is beyond the largest supported ({})",
+                    limit(name)
+                ))
             } else {
                 Ok(v)
             }
@@ -293,5 +307,24 @@ mod tests {
             "m".into(),
         );
         assert!(e.unwrap_err().contains("heads 3"));
+        let huge = LlmModel::new(
+            ModelFile {
+                name: None,
+                layers: 2,
+                hidden: 4_000_000_000,
+                heads: 1,
+                kv_heads: None,
+                ffn: Some(8),
+                seq: 8,
+                vocab: 8,
+                experts: None,
+                top_k: None,
+                gated_mlp: None,
+                tied_embeddings: None,
+                position_embeddings: None,
+            },
+            "m".into(),
+        );
+        assert!(huge.unwrap_err().contains("'hidden' 4000000000"));
     }
 }
