@@ -24,6 +24,48 @@ pub mod topology;
 pub mod units;
 pub mod workload;
 
+/// Writes `text` to `path` beside it first and renames it over: an interrupted write leaves no
+/// half file where a result was.
+pub fn write_replacing(path: &std::path::Path, text: &str) -> Result<(), Error> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.partial"));
+    std::fs::write(&tmp, text).map_err(|e| Error::io(tmp.display(), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(path.display(), e)
+    })
+}
+
+/// A single output file named by `flag` may not replace one of the run's own `inputs`, nor any
+/// existing file without `--force`.
+pub fn check_output_file(
+    path: &std::path::Path,
+    flag: &str,
+    inputs: &[(&std::path::Path, &str)],
+    force: bool,
+) -> Result<(), Error> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let same = |a: &std::path::Path, b: &std::path::Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+    if let Some((_, input_flag)) = inputs.iter().find(|(i, _)| same(i, path)) {
+        return Err(Error::input(format!(
+            "{flag} {}: is this run's own {input_flag}; give another file name",
+            path.display()
+        )));
+    }
+    if !force {
+        return Err(Error::input(format!(
+            "{flag} {}: the file exists; give --force to replace it, or another name",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Errors collsim reports to its user. `Input` covers everything wrong with what the user gave
 /// (files, flags, schedules); the command line maps it to exit status 2.
 #[derive(Debug, thiserror::Error)]

@@ -396,3 +396,155 @@ fn ll_latency_on_two_to_eight_gpus_within_20_percent() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("--gpus"));
     }
 }
+
+/// `calibrate` round trip: a log predicted on a system whose figures are known (a GPU-system
+/// file with the fabric at 70% of NCCL's figure and LL128 at half its rate) is fitted from the
+/// named system's defaults; the written file reproduces the log (every size within 3%), recovers
+/// the fabric's figure, and `nccl-tests` takes it as --topology.
+#[test]
+fn calibrate_recovers_known_figures_and_writes_a_system_file() {
+    let dir = scratch("calibrate", "roundtrip");
+    let truth = dir.join("truth.yml");
+    std::fs::write(
+        &truth,
+        "gpu_system:\n  base: dgx-a100\n  calibrated:\n    intra_gbps: 168\n    rate_factor: {LL128: 0.5}\n",
+    )
+    .unwrap();
+    let sweep = |topology: &str| {
+        let mut out = stdout_of(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            topology,
+            "--gpus",
+            "4",
+            "-b",
+            "64K",
+            "-e",
+            "256M",
+        ]);
+        out.insert_str(0, "# all_reduce_perf\n");
+        out
+    };
+    let log = dir.join("measured.log");
+    std::fs::write(&log, sweep(truth.to_str().unwrap())).unwrap();
+    let fitted = dir.join("fitted.yml");
+    let args = [
+        "calibrate",
+        log.to_str().unwrap(),
+        "--topology",
+        "dgx-a100:1",
+        "--gpus",
+        "4",
+        "--out",
+        fitted.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--figures",
+        "all",
+    ];
+    let report = stdout_of(&args);
+    let header: Vec<&str> = report.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 13);
+    let worst = |c: usize| {
+        rows.iter()
+            .map(|r| r[c].parse::<f64>().unwrap().abs())
+            .fold(0.0, f64::max)
+    };
+    assert!(worst(col("before_error")) > 0.2, "the defaults are off");
+    assert!(worst(col("after_error")) < 0.03, "{report}");
+    let text = std::fs::read_to_string(&fitted).unwrap();
+    assert!(text.starts_with("# collsim calibrate on "), "{text}");
+    let intra: f64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("intra_gbps:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((intra / 168.0 - 1.0).abs() < 0.03, "{intra}");
+    // The written file stands in for the system wherever a GPU system is taken.
+    let again = sweep(fitted.to_str().unwrap());
+    let measured = std::fs::read_to_string(&log).unwrap();
+    let time = |text: &str, size: &str| -> f64 {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(size))
+            .and_then(|l| l.split_whitespace().nth(5))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for size in ["65536", "16777216", "268435456"] {
+        let (a, m) = (time(&again, size), time(&measured, size));
+        assert!((a / m - 1.0).abs() < 0.03, "{size}: {a} vs {m}");
+    }
+    // An existing --out is kept without --force; the log itself is never replaced.
+    let refused = collsim(&args);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("give --force"), "{err}");
+    let mut onto_log = args.to_vec();
+    let log_path = log.to_str().unwrap().to_string();
+    onto_log[7] = &log_path;
+    assert_eq!(args[6], "--out");
+    onto_log.push("--force");
+    let refused = collsim(&onto_log);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("own LOG"));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), measured);
+}
+
+/// A log that names no operation needs --op; an --op the log lacks is named.
+#[test]
+fn calibrate_refuses_logs_it_cannot_read() {
+    let dir = scratch("calibrate", "bad");
+    let log = dir.join("rows.md");
+    std::fs::write(
+        &log,
+        "| size | time_us | algbw | busbw |\n| 1048576 | 50.0 | 20.9 | 36.6 |\n",
+    )
+    .unwrap();
+    let out = dir.join("x.yml");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "calibrate",
+            log.to_str().unwrap(),
+            "--topology",
+            "dgx-a100:1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        collsim(&args)
+    };
+    let r = run(&[]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--op"));
+    let log2 = format!("{DATA}/b200_1node.md");
+    let r = collsim(&[
+        "calibrate",
+        &log2,
+        "--op",
+        "broadcast",
+        "--topology",
+        "hgx-b200:1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("not broadcast") && err.lines().count() == 1,
+        "{err}"
+    );
+    let r = run(&["--op", "all_reduce", "--figures", "bandwidth"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--figures 'bandwidth'"));
+    assert!(!out.exists(), "nothing written on a refusal");
+}

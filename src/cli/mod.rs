@@ -4,6 +4,7 @@
 
 mod batch;
 mod bound;
+mod calibrate;
 mod llm;
 mod nccl_tests;
 mod simulate;
@@ -26,6 +27,7 @@ use crate::Error;
 
 pub use batch::{BatchArgs, MergeArgs, RunFileArgs, SweepArgs};
 pub use bound::BoundArgs;
+pub use calibrate::CalibrateArgs;
 pub use nccl_tests::NcclTestsArgs;
 pub use simulate::{RunArgs, SimulateArgs, SynthesizeArgs};
 pub use train::{TraceArgs, TrainArgs};
@@ -66,6 +68,10 @@ pub enum Command {
     /// NCCL's own choice of algorithm, protocol and channels per size, simulated; --compare
     /// puts a measured log beside it.
     NcclTests(NcclTestsArgs),
+    /// Fit the NCCL model's free figures (link bandwidths, per-protocol latency and rate, the
+    /// fixed cost) to measured nccl-tests logs of a system and write a GPU-system file that
+    /// every --topology accepts.
+    Calibrate(CalibrateArgs),
     /// Write a workload file as Chakra execution traces (one file per rank), as ASTRA-sim 2.x
     /// reads them.
     Trace(TraceArgs),
@@ -432,6 +438,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Train(args) => train::train(args),
         Command::Trace(args) => train::trace(args),
         Command::NcclTests(args) => nccl_tests::nccl_tests(args),
+        Command::Calibrate(args) => calibrate::calibrate(args),
     }
 }
 

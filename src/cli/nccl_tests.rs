@@ -25,10 +25,8 @@ pub enum TableFormat {
 pub struct NcclTestsArgs {
     /// all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce (nccl-tests' names)
     pub op: String,
-    /// A GPU system: dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N (N boxes of 8), mi300x:N,
-    /// pcie:G
-    #[arg(long)]
-    pub topology: String,
+    #[command(flatten)]
+    pub system: NcclSystemArgs,
     /// Smallest size (nccl-tests' -b; K, M, G are powers of 1024)
     #[arg(short = 'b', long = "minbytes", default_value = "32M")]
     pub min_bytes: String,
@@ -41,28 +39,9 @@ pub struct NcclTestsArgs {
     /// Data type (-d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
-    /// GPUs driven by one thread (-g): their kernels are launched one after another
-    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
-    pub gpus_per_thread: u32,
-    /// GPUs taking part (nccl-tests' ranks: processes x threads x -g), the first N GPUs of a
-    /// single box [default: every GPU of the system]
-    #[arg(long)]
-    pub gpus: Option<u32>,
     /// Root rank of broadcast and reduce (-r)
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: u32,
-    /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree; ^ excludes)
-    #[arg(long)]
-    pub nccl_algo: Option<String>,
-    /// Protocols NCCL may use, as NCCL_PROTO takes them (LL,LL128,Simple; ^ excludes)
-    #[arg(long)]
-    pub nccl_proto: Option<String>,
-    /// NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
-    #[arg(long)]
-    pub nic: Option<String>,
-    /// NIC kind: ib or roce
-    #[arg(long)]
-    pub nic_kind: Option<String>,
     /// A measured nccl-tests log of OP (its own output, or a Markdown table of size, time,
     /// algbw, busbw): adds the measured time and the error per size
     #[arg(long)]
@@ -77,6 +56,75 @@ pub struct NcclTestsArgs {
     pub force: bool,
     #[arg(long, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
+}
+
+/// The GPU system NCCL runs on and how nccl-tests drives it, shared by `nccl-tests` and
+/// `calibrate`.
+#[derive(Args, Debug)]
+pub struct NcclSystemArgs {
+    /// A GPU system: dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N (N boxes of 8), mi300x:N,
+    /// pcie:G, or a GPU-system file (FILE.yml, FILE.yml:N for N boxes of it)
+    #[arg(long)]
+    pub topology: String,
+    /// GPUs driven by one thread (-g): their kernels are launched one after another
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub gpus_per_thread: u32,
+    /// GPUs taking part (nccl-tests' ranks: processes x threads x -g), the first N GPUs of a
+    /// single box [default: every GPU of the system]
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree; ^ excludes)
+    #[arg(long)]
+    pub nccl_algo: Option<String>,
+    /// Protocols NCCL may use, as NCCL_PROTO takes them (LL,LL128,Simple; ^ excludes)
+    #[arg(long)]
+    pub nccl_proto: Option<String>,
+    /// NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
+    #[arg(long)]
+    pub nic: Option<String>,
+    /// NIC kind: ib or roce
+    #[arg(long)]
+    pub nic_kind: Option<String>,
+}
+
+impl NcclSystemArgs {
+    /// The system (with the flags' overrides), what NCCL may run on it, and how it is launched.
+    pub fn build(&self) -> Result<(GpuSystem, Allowed, Launch), Error> {
+        let mut system = GpuSystem::parse(&self.topology)?.ok_or_else(|| {
+            Error::input(format!(
+                "--topology '{}': NCCL runs on a GPU system: dgx-a100:N, hgx-h100:N, \
+                 hgx-h200:N, hgx-b200:N, mi300x:N, pcie:G or a GPU-system file",
+                self.topology
+            ))
+        })?;
+        if let Some(nic) = &self.nic {
+            system.set_nics(nic)?;
+        }
+        if let Some(k) = &self.nic_kind {
+            system.set_nic_kind(k)?;
+        }
+        if let Some(n) = self.gpus {
+            system.use_first_gpus(n)?;
+        }
+        let mut allowed = Allowed::default();
+        if let Some(a) = &self.nccl_algo {
+            allowed.set_algos(a)?;
+        }
+        if let Some(p) = &self.nccl_proto {
+            allowed.set_protos(p)?;
+        }
+        let gpus = system.gpus();
+        if self.gpus_per_thread == 0 || self.gpus_per_thread > gpus {
+            return Err(Error::input(format!(
+                "-g {}: between 1 and the system's {gpus} GPUs",
+                self.gpus_per_thread
+            )));
+        }
+        let launch = Launch {
+            gpus_per_thread: self.gpus_per_thread,
+        };
+        Ok((system, allowed, launch))
+    }
 }
 
 /// nccl-tests' sizes: `K`, `M`, `G`, `T` multiply by powers of 1024; collsim's units also work.
@@ -118,24 +166,6 @@ fn type_bytes(name: &str) -> Result<u64, Error> {
     })
 }
 
-/// The collective of an nccl-tests operation.
-fn kind_of(op: &str) -> Result<CollectiveKind, Error> {
-    Ok(match op {
-        "all_reduce" => CollectiveKind::AllReduce,
-        "all_gather" => CollectiveKind::AllGather,
-        "reduce_scatter" => CollectiveKind::ReduceScatter,
-        "alltoall" => CollectiveKind::AllToAll,
-        "broadcast" => CollectiveKind::Broadcast,
-        "reduce" => CollectiveKind::Reduce,
-        _ => {
-            return Err(Error::input(format!(
-                "unknown nccl-tests operation '{op}': expected one of {}",
-                log::OPS.join(", ")
-            )))
-        }
-    })
-}
-
 /// The algorithm column: all-to-all runs as NCCL's point-to-point sends, not a collective
 /// algorithm.
 fn algorithm_label(line: &Line) -> &'static str {
@@ -156,30 +186,9 @@ struct Line {
 }
 
 pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
-    let kind = kind_of(&args.op)?;
-    let mut system = GpuSystem::parse(&args.topology)?.ok_or_else(|| {
-        Error::input(format!(
-            "--topology '{}': nccl-tests runs on a GPU system: dgx-a100:N, hgx-h100:N, \
-             hgx-h200:N, hgx-b200:N, mi300x:N or pcie:G",
-            args.topology
-        ))
-    })?;
-    if let Some(nic) = &args.nic {
-        system.set_nics(nic)?;
-    }
-    if let Some(k) = &args.nic_kind {
-        system.set_nic_kind(k)?;
-    }
-    if let Some(n) = args.gpus {
-        system.use_first_gpus(n)?;
-    }
-    let mut allowed = Allowed::default();
-    if let Some(a) = &args.nccl_algo {
-        allowed.set_algos(a)?;
-    }
-    if let Some(p) = &args.nccl_proto {
-        allowed.set_protos(p)?;
-    }
+    let kind = log::kind(&args.op)?;
+    let (system, allowed, launch) = args.system.build()?;
+    let gpus = system.gpus();
     let (min, max) = (
         nccl_size(&args.min_bytes, "-b")?,
         nccl_size(&args.max_bytes, "-e")?,
@@ -192,13 +201,6 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     }
     if args.factor < 2 {
         return Err(Error::input("-f must be at least 2"));
-    }
-    let gpus = system.gpus();
-    if args.gpus_per_thread == 0 || args.gpus_per_thread > gpus {
-        return Err(Error::input(format!(
-            "-g {}: between 1 and the system's {gpus} GPUs",
-            args.gpus_per_thread
-        )));
     }
     if kind.is_rooted() && args.root >= gpus {
         return Err(Error::input(format!(
@@ -218,9 +220,6 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         .map(|dir| OutputDir::prepare(dir, args.force))
         .transpose()?;
     let model = Model::with_allowed(&system, allowed);
-    let launch = Launch {
-        gpus_per_thread: args.gpus_per_thread,
-    };
     // nccl-tests rounds each size down to whole elements per rank where ranks split it.
     let align = match kind {
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
@@ -364,7 +363,7 @@ fn render_table(
         system.gpus(),
         system.boxes,
         if system.boxes == 1 { "" } else { "es" },
-        args.gpus_per_thread
+        args.system.gpus_per_thread
     );
     s.push_str("#       size         count      type   redop    root     time   algbw   busbw  algorithm  protocol  channels");
     if compare {
@@ -471,7 +470,7 @@ mod tests {
         assert_eq!(nccl_size("128M", "-b").unwrap(), 128 << 20);
         assert_eq!(nccl_size("1KiB", "-b").unwrap(), 1024);
         assert!(nccl_size("lots", "-b").is_err());
-        assert!(kind_of("allreduce").is_err());
+        assert!(log::kind("allreduce").is_err());
         assert_eq!(type_bytes("half").unwrap(), 2);
     }
 }

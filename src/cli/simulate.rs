@@ -169,31 +169,6 @@ fn sim_options(args: &RunArgs, system: &SystemConfig) -> Result<SimOptions, Erro
     })
 }
 
-/// `--msccl FILE` may not replace the run's own input, nor any existing file without --force.
-fn check_msccl_target(
-    path: &std::path::Path,
-    input: Option<&std::path::Path>,
-    force: bool,
-) -> Result<(), Error> {
-    if !path.exists() {
-        return Ok(());
-    }
-    let same = |a: &std::path::Path, b: &std::path::Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-    if input.is_some_and(|i| same(i, path)) {
-        return Err(Error::input(format!(
-            "--msccl {}: is this run's own --schedule; give another file name",
-            path.display()
-        )));
-    }
-    if !force {
-        return Err(Error::input(format!(
-            "--msccl {}: the file exists; give --force to replace it, or another name",
-            path.display()
-        )));
-    }
-    Ok(())
-}
-
 /// Runs one spec on the command line's topology and reports it.
 fn run_and_report(
     topology: &TopologyArgs,
@@ -232,7 +207,7 @@ fn run_and_report(
         .collect();
     let out = args.output.prepare_reading(&inputs)?;
     if let Some(path) = &args.msccl {
-        check_msccl_target(path, schedule_file.as_deref(), args.output.force)?;
+        crate::check_output_file(path, "--msccl", &inputs, args.output.force)?;
     }
     let tables = experiment::Tables {
         transfers: !args.no_transfers,

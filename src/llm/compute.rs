@@ -63,12 +63,8 @@ impl Gpu {
     /// The GPU of a named GPU system (`dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N`,
     /// `mi300x:N`; `pcie:G` holds A100 PCIe cards, modelled as the A100), else the A100.
     pub fn of_system(spec: &str) -> Gpu {
-        let kind = spec.split(':').next().unwrap_or(spec);
-        let name = match kind {
-            "hgx-h100" => "h100",
-            "hgx-h200" => "h200",
-            "hgx-b200" => "b200",
-            "mi300x" => "mi300x",
+        let name = match crate::topology::GpuSystem::parse(spec) {
+            Ok(Some(system)) => system.gpu,
             _ => "a100",
         };
         Gpu::parse(name).expect("a preset")

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crate::collective::CollectiveKind;
 use crate::Error;
 
 /// nccl-tests' names of the operations, as `OP` takes them.
@@ -16,6 +17,44 @@ pub const OPS: [&str; 6] = [
     "broadcast",
     "reduce",
 ];
+
+/// The collective of an nccl-tests operation name.
+pub fn kind(op: &str) -> Result<CollectiveKind, Error> {
+    Ok(match op {
+        "all_reduce" => CollectiveKind::AllReduce,
+        "all_gather" => CollectiveKind::AllGather,
+        "reduce_scatter" => CollectiveKind::ReduceScatter,
+        "alltoall" => CollectiveKind::AllToAll,
+        "broadcast" => CollectiveKind::Broadcast,
+        "reduce" => CollectiveKind::Reduce,
+        _ => {
+            return Err(Error::input(format!(
+                "unknown nccl-tests operation '{op}': expected one of {}",
+                OPS.join(", ")
+            )))
+        }
+    })
+}
+
+/// The operations a log names in its headers, in order (empty when it names none).
+pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{}: cannot read the log: {}",
+            path.display(),
+            crate::io_words(&e)
+        ))
+    })?;
+    let mut found = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(op) = is_header(line).then(|| named_op(line)).flatten() {
+            if !found.contains(&op) {
+                found.push(op);
+            }
+        }
+    }
+    Ok(found)
+}
 
 /// One measured size.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,9 +113,7 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
         if line.is_empty() {
             continue;
         }
-        let header = line.starts_with('#')
-            || line.chars().any(|c| c.is_ascii_alphabetic()) && !looks_like_row(line);
-        if header {
+        if is_header(line) {
             if let Some(found) = named_op(line) {
                 current = Some(found);
                 if !seen_ops.contains(&found) {
@@ -130,6 +167,11 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
 fn shorten(line: &str) -> String {
     let s: String = line.chars().take(60).collect();
     s.escape_debug().to_string()
+}
+
+/// A comment or a line of words that is not a data row.
+fn is_header(line: &str) -> bool {
+    line.starts_with('#') || line.chars().any(|c| c.is_ascii_alphabetic()) && !looks_like_row(line)
 }
 
 /// A line whose first field is a whole number: a data row (nccl-tests' or a Markdown table's).

@@ -17,6 +17,7 @@
 //! What is not modelled: CollNet (SHARP) execution and PAT (one GPU per node), user buffer
 //! registration, the proxy thread's network progress, and clocks that differ between GPUs.
 
+pub mod calibrate;
 pub mod constants;
 pub mod graph;
 pub mod log;
@@ -408,7 +409,12 @@ impl Model {
             _ => BASE_LATENCY[a][p],
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
-        base + FIXED_OVERHEAD_US + others * LAUNCH_US
+        let fixed = self
+            .system
+            .calibration
+            .fixed_us
+            .unwrap_or(FIXED_OVERHEAD_US);
+        base + fixed + others * LAUNCH_US
     }
 
     /// How NCCL cuts the call: channels, loops of `channels x ranks x chunk` bytes, slices.
@@ -534,21 +540,27 @@ impl Model {
     fn network(&self, choice: Choice) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
-        let graph = &self.graphs[a];
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
-        // The protocol's share of the channels' bandwidth in NCCL's model.
+        let measured = &s.calibration;
+        // The protocol's share of the channels' bandwidth in NCCL's model (times what was
+        // measured of it).
         let scale = match choice.algo {
             Algo::Ring | Algo::Tree => {
                 self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
+                    * measured.rate_factor.get(p).unwrap_or(1.0)
             }
             _ => 1.0,
         };
+        let intra_gbps = measured.intra_gbps.unwrap_or_else(|| s.nccl_intra_gbps());
         let intra = if nvls {
-            s.nccl_intra_gbps() * NVLS_EFFICIENCY[s.arch.table_index()]
+            intra_gbps * NVLS_EFFICIENCY[s.arch.table_index()]
         } else {
-            s.nccl_intra_gbps() * scale
+            intra_gbps * scale
         };
-        let nic = graph.bw_inter.max(0.1) * scale * self.nic_channels_per_nic();
+        let nic_gbps = measured
+            .nic_gbps
+            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
+        let nic = nic_gbps * scale;
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -567,6 +579,8 @@ impl Model {
             intra_lat = intra_lat.max(overhead);
         }
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
+        let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);
+        let (intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
         let gb = Bandwidth::gb_per_sec;
@@ -577,6 +591,12 @@ impl Model {
             Vec::new()
         };
         Ok((topology, switches))
+    }
+
+    /// One NIC's rate as NCCL's search books it for `algo`: its channels' `bwInter` spread
+    /// over the NICs, GB/s.
+    pub fn booked_nic_gbps(&self, algo: Algo) -> f64 {
+        self.graphs[algo as usize].bw_inter.max(0.1) * self.nic_channels_per_nic()
     }
 
     /// NIC link rate per search channel: the search books `channels x bwInter` over the NICs.

@@ -244,14 +244,7 @@ pub fn write_msccl(
     path: &Path,
 ) -> Result<(), Error> {
     let text = msccl_xml(schedule, c, name)?;
-    // Written beside the target and renamed over it: an interrupted write leaves no half file.
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.partial"));
-    std::fs::write(&tmp, text).map_err(|e| Error::io(tmp.display(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path.display(), e))
+    crate::write_replacing(path, &text)
 }
 
 /// The MSCCL XML text of `schedule` (see [`write_msccl`]).

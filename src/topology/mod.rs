@@ -10,6 +10,7 @@ mod fabrics;
 mod file;
 mod routing;
 mod spec;
+pub mod system_file;
 mod systems;
 
 pub(crate) use build::strides as strides_of;
@@ -17,7 +18,7 @@ pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
-pub use systems::{GpuArch, GpuSystem, Intra, NicKind};
+pub use systems::{Calibration, GpuArch, GpuSystem, Intra, NicKind, PerProtocol};
 
 use crate::units::{Bandwidth, Time};
 use crate::Error;

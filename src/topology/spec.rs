@@ -48,15 +48,8 @@ impl TopologyOptions {
         let path = Path::new(&self.spec);
         let looks_like_file =
             self.spec.ends_with(".yaml") || self.spec.ends_with(".yml") || path.exists();
-        let mut topology = if looks_like_file {
-            if self.bandwidth.is_some() || self.latency.is_some() {
-                return Err(Error::input(format!(
-                    "--bandwidth/--latency apply to inline topologies; {} sets its own links",
-                    self.spec
-                )));
-            }
-            load_topology_file(path)?
-        } else if let Some(system) = GpuSystem::parse(&self.spec)? {
+        let system = GpuSystem::parse(&self.spec)?;
+        let mut topology = if let Some(system) = system {
             if self.bandwidth.is_some() || self.latency.is_some() {
                 return Err(Error::input(format!(
                     "--bandwidth/--latency apply to generic shapes; {} is a GPU system with its \
@@ -65,6 +58,14 @@ impl TopologyOptions {
                 )));
             }
             system.topology()?
+        } else if looks_like_file {
+            if self.bandwidth.is_some() || self.latency.is_some() {
+                return Err(Error::input(format!(
+                    "--bandwidth/--latency apply to inline topologies; {} sets its own links",
+                    self.spec
+                )));
+            }
+            load_topology_file(path)?
         } else {
             let bandwidths = parse_list(
                 "--bandwidth",

@@ -7,6 +7,8 @@
 //! vendor's datasheet (cited on each constructor) and can be overridden (`--nic`, `--nic-kind`,
 //! `--sharp`).
 
+use serde::{Deserialize, Serialize};
+
 use super::{Link, NodeId, Topology};
 use crate::units::{parse_bandwidth, Bandwidth, Time};
 use crate::Error;
@@ -88,6 +90,75 @@ pub struct GpuSystem {
     pub sharp: bool,
     /// Whether the box's switches reduce (NVLink SHARP, Hopper and later NVSwitches).
     pub nvls: bool,
+    /// The named kind it is or derives from (`hgx-b200`).
+    pub kind: &'static str,
+    /// The GPU model in the boxes (`a100`, `h100`, `h200`, `b200`, `mi300x`), as the compute
+    /// model names it.
+    pub gpu: &'static str,
+    /// Figures measured on this system that replace the NCCL model's defaults.
+    pub calibration: Calibration,
+}
+
+/// One figure per NCCL protocol (LL, LL128, Simple); None keeps the model's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerProtocol {
+    #[serde(rename = "LL", default, skip_serializing_if = "Option::is_none")]
+    pub ll: Option<f64>,
+    #[serde(rename = "LL128", default, skip_serializing_if = "Option::is_none")]
+    pub ll128: Option<f64>,
+    #[serde(rename = "Simple", default, skip_serializing_if = "Option::is_none")]
+    pub simple: Option<f64>,
+}
+
+impl PerProtocol {
+    /// The figure of protocol `p` (NCCL's index: LL 0, LL128 1, Simple 2).
+    pub fn get(&self, p: usize) -> Option<f64> {
+        [self.ll, self.ll128, self.simple].get(p).copied().flatten()
+    }
+
+    pub fn set(&mut self, p: usize, value: Option<f64>) {
+        match p {
+            0 => self.ll = value,
+            1 => self.ll128 = value,
+            _ => self.simple = value,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == PerProtocol::default()
+    }
+}
+
+/// What `collsim calibrate` measured on a system: the effective bandwidth of each link class,
+/// and per protocol how its latency and rate compare with NCCL's public figures. The NCCL model
+/// runs its network with these in place of its defaults; NCCL's own choice of algorithm and
+/// protocol is unchanged (NCCL chooses from what it detects, not from what was measured).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// Effective bandwidth of one GPU into its box's fabric per direction, GB/s (default: NCCL's
+    /// links x per-link figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intra_gbps: Option<f64>,
+    /// Effective bandwidth of one NIC per direction, GB/s (default: NCCL's search speed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_gbps: Option<f64>,
+    /// A call's fixed cost besides NCCL's base latency and the launches, us (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_us: Option<f64>,
+    /// Per protocol, a factor on NCCL's per-hop latencies.
+    #[serde(default, skip_serializing_if = "PerProtocol::is_empty")]
+    pub latency_factor: PerProtocol,
+    /// Per protocol, a factor on the share of the links' bandwidth NCCL's model gives it.
+    #[serde(default, skip_serializing_if = "PerProtocol::is_empty")]
+    pub rate_factor: PerProtocol,
+}
+
+impl Calibration {
+    pub fn is_empty(&self) -> bool {
+        *self == Calibration::default()
+    }
 }
 
 impl GpuSystem {
@@ -112,15 +183,24 @@ impl GpuSystem {
         Ok(())
     }
 
-    /// The system named `spec` (`dgx-a100:2`), or None when `spec` names no GPU system.
+    /// The system `spec` names (`dgx-a100:2`), or a GPU-system file (`sys.yml`, or `sys.yml:N`
+    /// for N boxes of it); None when `spec` is neither.
     pub fn parse(spec: &str) -> Result<Option<GpuSystem>, Error> {
-        let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
-        if !matches!(
-            kind,
-            "dgx-a100" | "hgx-h100" | "hgx-h200" | "hgx-b200" | "mi300x" | "pcie"
-        ) {
-            return Ok(None);
+        if let Some(system) = super::system_file::load(spec)? {
+            return Ok(Some(system));
         }
+        GpuSystem::named(spec)
+    }
+
+    /// The system a name gives (`dgx-a100:2`), or None when `spec` names no GPU system.
+    pub fn named(spec: &str) -> Result<Option<GpuSystem>, Error> {
+        let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
+        const KINDS: [&str; 6] = [
+            "dgx-a100", "hgx-h100", "hgx-h200", "hgx-b200", "mi300x", "pcie",
+        ];
+        let Some(kind) = KINDS.iter().copied().find(|k| *k == kind) else {
+            return Ok(None);
+        };
         let count = match arg.trim() {
             "" => 1,
             text => text
@@ -136,7 +216,7 @@ impl GpuSystem {
         };
         let gb = |g: f64| Bandwidth::gb_per_sec(g);
         let gbit = |g: f64| Bandwidth::gb_per_sec(g / 8.0);
-        let boxed = |arch, links, link_rate, nic_rate| GpuSystem {
+        let boxed = |gpu, arch, links, link_rate, nic_rate| GpuSystem {
             name: spec.to_string(),
             arch,
             boxes: count,
@@ -149,24 +229,27 @@ impl GpuSystem {
             nic_kind: NicKind::InfiniBand,
             sharp: false,
             nvls: arch != GpuArch::Ampere,
+            kind,
+            gpu,
+            calibration: Calibration::default(),
         };
         let system = match kind {
             // DGX A100 datasheet: 8 A100 SXM4, 6 NVSwitches, 12 NVLink3 links per GPU at 25 GB/s a
             // direction (600 GB/s bidirectional), 8 ConnectX-6 HDR 200 Gb/s compute NICs.
-            "dgx-a100" => boxed(GpuArch::Ampere, 12, 25.0, 200.0),
+            "dgx-a100" => boxed("a100", GpuArch::Ampere, 12, 25.0, 200.0),
             // HGX H100 / H200: 18 NVLink4 links at 25 GB/s a direction (900 GB/s bidirectional),
             // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX H100/H200 datasheets).
-            "hgx-h100" => boxed(GpuArch::Hopper, 18, 25.0, 400.0),
-            "hgx-h200" => boxed(GpuArch::Hopper, 18, 25.0, 400.0),
+            "hgx-h100" => boxed("h100", GpuArch::Hopper, 18, 25.0, 400.0),
+            "hgx-h200" => boxed("h200", GpuArch::Hopper, 18, 25.0, 400.0),
             // HGX B200: 18 NVLink5 links at 50 GB/s a direction (1.8 TB/s bidirectional),
             // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX B200 datasheet).
-            "hgx-b200" => boxed(GpuArch::Blackwell, 18, 50.0, 400.0),
+            "hgx-b200" => boxed("b200", GpuArch::Blackwell, 18, 50.0, 400.0),
             // AMD Instinct MI300X platform: 8 GPUs, each with 7 xGMI links of 128 GB/s
             // bidirectional to its peers; one 400 Gb/s NIC per GPU.
             "mi300x" => GpuSystem {
                 intra: Intra::FullMesh,
                 nvls: false,
-                ..boxed(GpuArch::Cdna3, 7, 64.0, 400.0)
+                ..boxed("mi300x", GpuArch::Cdna3, 7, 64.0, 400.0)
             },
             // A box of G GPUs on PCIe Gen4 x16 (32 GB/s a direction); A100 PCIe cards.
             _ => GpuSystem {
@@ -177,7 +260,7 @@ impl GpuSystem {
                 link_line_rate: gb(32.0),
                 nics_per_box: 0,
                 nvls: false,
-                ..boxed(GpuArch::Ampere, 1, 32.0, 200.0)
+                ..boxed("a100", GpuArch::Ampere, 1, 32.0, 200.0)
             },
         };
         Ok(Some(system))
@@ -244,13 +327,19 @@ impl GpuSystem {
     /// line rate) or the xGMI / PCIe links; with more than one box, one leaf switch per rail (GPU
     /// `i` of every box on leaf `i`, at its NIC's line rate) and as many spines, each joined to
     /// every leaf (rail-optimised: cross-rail traffic goes through a spine). Links have 500 ns of
-    /// latency. The NCCL model draws the same network at NCCL's own rates ([`Self::network_at`]).
+    /// latency. Rates measured by `collsim calibrate` replace the datasheet's. The NCCL model
+    /// draws the same network at NCCL's own rates ([`Self::network_at`]).
     pub fn topology(&self) -> Result<Topology, Error> {
         let latency = Time::from_ns(500);
-        let intra = Bandwidth::bytes_per_sec(
-            self.link_line_rate.as_bytes_per_sec() * self.links_per_gpu as f64,
-        );
-        self.network_at(false, (intra, latency), (self.nic_line_rate, latency))
+        let gb = |g: f64| Bandwidth::gb_per_sec(g);
+        let intra = match self.calibration.intra_gbps {
+            Some(g) => gb(g),
+            None => Bandwidth::bytes_per_sec(
+                self.link_line_rate.as_bytes_per_sec() * self.links_per_gpu as f64,
+            ),
+        };
+        let nic = self.calibration.nic_gbps.map_or(self.nic_line_rate, gb);
+        self.network_at(false, (intra, latency), (nic, latency))
     }
 
     /// The network with every GPU-fabric link at `intra` and every NIC link at `nic`

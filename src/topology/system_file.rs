@@ -1,0 +1,249 @@
+//! GPU-system files: a named system (`base: hgx-b200`) with its figures overridden, and the
+//! figures `collsim calibrate` measured on it. Every command that takes a GPU system by name
+//! takes the file in its place (`--topology b200.yml`, or `b200.yml:4` for four boxes of it).
+//!
+//! ```yaml
+//! gpu_system:
+//!   base: hgx-b200        # dgx-a100, hgx-h100, hgx-h200, hgx-b200, mi300x, pcie
+//!   boxes: 2              # optional (pcie: GPUs)
+//!   nic: 8x400Gb          # optional, as --nic takes it
+//!   nic_kind: ib          # optional: ib or roce
+//!   sharp: false          # optional
+//!   calibrated:           # optional, written by collsim calibrate
+//!     intra_gbps: 612.4
+//!     latency_factor: {LL: 1.1, Simple: 1.6}
+//! ```
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_yaml::Value;
+
+use super::systems::{Calibration, GpuSystem};
+use crate::Error;
+
+/// The file's one top-level key.
+const KEY: &str = "gpu_system";
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SystemFile {
+    /// A named system without its count (`hgx-b200`), or with it (`hgx-b200:2`).
+    base: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    boxes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nic: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nic_kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sharp: Option<bool>,
+    #[serde(default, skip_serializing_if = "Calibration::is_empty")]
+    calibrated: Calibration,
+}
+
+/// The system a GPU-system file at `spec` (optionally `FILE:N`) describes; None when `spec` is
+/// not such a file (a name, or a topology file of another kind).
+pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
+    let (path, count) = match spec.rsplit_once(':') {
+        Some((p, n)) if is_yaml(p) => (p, Some(n)),
+        _ => (spec, None),
+    };
+    if !is_yaml(path) || !Path::new(path).is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::input(format!("{path}: cannot read: {}", crate::io_words(&e))))?;
+    let value: Value =
+        serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{path}: {e}")))?;
+    let Some(body) = value.get(KEY) else {
+        return Ok(None);
+    };
+    let file: SystemFile = serde_yaml::from_value(body.clone())
+        .map_err(|e| Error::input(format!("{path}: {KEY}: {e}")))?;
+    let base = if file.base.contains(':') {
+        file.base.clone()
+    } else {
+        format!("{}:1", file.base)
+    };
+    let mut system = GpuSystem::named(&base)?.ok_or_else(|| {
+        Error::input(format!(
+            "{path}: {KEY}.base '{}': expected dgx-a100, hgx-h100, hgx-h200, hgx-b200, mi300x or pcie",
+            file.base
+        ))
+    })?;
+    let boxes = match count {
+        Some(n) => Some(n.trim().parse::<u32>().map_err(|_| {
+            Error::input(format!(
+                "topology '{spec}': expected FILE:N with N a whole number"
+            ))
+        })?),
+        None => file.boxes,
+    };
+    if let Some(n) = boxes {
+        let kind = file.base.split(':').next().unwrap_or_default();
+        let resized = GpuSystem::named(&format!("{kind}:{n}"))
+            .map_err(|e| Error::input(format!("{path}: {e}")))?
+            .expect("the base is a named system");
+        system.boxes = resized.boxes;
+        system.gpus_per_box = resized.gpus_per_box;
+    }
+    if let Some(nic) = &file.nic {
+        system
+            .set_nics(nic)
+            .map_err(|e| Error::input(format!("{path}: {KEY}.nic: {e}")))?;
+    }
+    if let Some(kind) = &file.nic_kind {
+        system
+            .set_nic_kind(kind)
+            .map_err(|e| Error::input(format!("{path}: {KEY}.nic_kind: {e}")))?;
+    }
+    if let Some(sharp) = file.sharp {
+        system.sharp = sharp;
+    }
+    check(&file.calibrated)
+        .map_err(|why| Error::input(format!("{path}: {KEY}.calibrated.{why}")))?;
+    system.calibration = file.calibrated;
+    system.name = spec.to_string();
+    Ok(Some(system))
+}
+
+fn is_yaml(path: &str) -> bool {
+    path.ends_with(".yml") || path.ends_with(".yaml")
+}
+
+/// Every calibrated figure is a positive finite number.
+fn check(c: &Calibration) -> Result<(), String> {
+    let mut figures = vec![
+        ("intra_gbps".to_string(), c.intra_gbps),
+        ("nic_gbps".to_string(), c.nic_gbps),
+        ("fixed_us".to_string(), c.fixed_us),
+    ];
+    for (name, per) in [
+        ("latency_factor", &c.latency_factor),
+        ("rate_factor", &c.rate_factor),
+    ] {
+        for (p, proto) in ["LL", "LL128", "Simple"].iter().enumerate() {
+            figures.push((format!("{name}.{proto}"), per.get(p)));
+        }
+    }
+    for (name, value) in figures {
+        if let Some(v) = value {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name}: {v} is not a positive number"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The text of a GPU-system file: `base`'s kind, count and NICs with `calibration`, after a comment
+/// block (`notes`, one line each) saying where the figures came from.
+pub fn render(base: &GpuSystem, calibration: &Calibration, notes: &[String]) -> String {
+    let file = SystemFile {
+        base: base.kind.to_string(),
+        boxes: Some(if base.intra == super::Intra::Pcie {
+            base.gpus_per_box
+        } else {
+            base.boxes
+        }),
+        nic: (base.nics_per_box > 0).then(|| {
+            format!(
+                "{}x{}GB/s",
+                base.nics_per_box,
+                base.nic_line_rate.as_bytes_per_sec() / 1e9
+            )
+        }),
+        nic_kind: Some(
+            match base.nic_kind {
+                super::NicKind::InfiniBand => "ib",
+                super::NicKind::RoCE => "roce",
+            }
+            .to_string(),
+        ),
+        sharp: Some(base.sharp),
+        calibrated: calibration.clone(),
+    };
+    let mut map = serde_yaml::Mapping::new();
+    map.insert(
+        Value::String(KEY.into()),
+        serde_yaml::to_value(&file).expect("a system file serialises"),
+    );
+    let body = serde_yaml::to_string(&map).expect("a mapping serialises");
+    let mut text = String::new();
+    for note in notes {
+        text.push_str("# ");
+        text.push_str(note);
+        text.push('\n');
+    }
+    text.push_str(&body);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::systems::PerProtocol;
+
+    fn temp(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("collsim-sysfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_written_file_reads_back_as_the_same_system() {
+        let mut base = GpuSystem::named("dgx-a100:2").unwrap().unwrap();
+        base.set_nics("16x100Gb").unwrap();
+        base.set_nic_kind("roce").unwrap();
+        let calibration = Calibration {
+            intra_gbps: Some(201.5),
+            latency_factor: PerProtocol {
+                ll128: Some(0.6),
+                ..PerProtocol::default()
+            },
+            ..Calibration::default()
+        };
+        let text = render(&base, &calibration, &["fitted on a.log".into()]);
+        assert!(text.starts_with("# fitted on a.log\n"));
+        let path = temp("a100.yml", &text);
+        let spec = path.display().to_string();
+        let read = GpuSystem::parse(&spec).unwrap().unwrap();
+        assert_eq!(read.calibration, calibration);
+        assert_eq!((read.boxes, read.nics_per_box), (2, 16));
+        assert_eq!(read.nic_line_rate, base.nic_line_rate);
+        assert_eq!(read.nic_kind, base.nic_kind);
+        // FILE:N resizes it.
+        let four = GpuSystem::parse(&format!("{spec}:4")).unwrap().unwrap();
+        assert_eq!((four.boxes, four.nics_per_box), (4, 16));
+    }
+
+    #[test]
+    fn bad_files_are_refused_by_field() {
+        let bad = temp(
+            "bad.yml",
+            "gpu_system:\n  base: hgx-b200\n  calibrated:\n    intra_gbps: -3\n",
+        );
+        let e = GpuSystem::parse(&bad.display().to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("calibrated.intra_gbps"), "{e}");
+        let unknown = temp("unknown.yml", "gpu_system:\n  base: tpu-v5\n");
+        let e = GpuSystem::parse(&unknown.display().to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gpu_system.base 'tpu-v5'"), "{e}");
+        let typo = temp("typo.yml", "gpu_system:\n  base: hgx-b200\n  boxs: 2\n");
+        let e = GpuSystem::parse(&typo.display().to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("boxs"), "{e}");
+        // A topology file of another kind is not a GPU system.
+        let other = temp("ring.yml", "npus: 4\nlinks: []\n");
+        assert!(GpuSystem::parse(&other.display().to_string())
+            .unwrap()
+            .is_none());
+    }
+}
