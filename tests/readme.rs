@@ -94,7 +94,8 @@ fn examples() -> Vec<Example> {
 
 /// Commands a debug build takes more than a few seconds over: run by the ignored test only.
 fn slow(example: &Example) -> bool {
-    const SLOW: [&str; 6] = [
+    const SLOW: [&str; 7] = [
+        "calibrate ",
         "switch:1024",
         "3d_sw_sw_sw",
         "run configs/",

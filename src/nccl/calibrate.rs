@@ -104,10 +104,18 @@ impl Figure {
             })
     }
 
-    /// How far (as a natural logarithm of the ratio to its start) the figure may move: a
-    /// bandwidth to a twelfth or three times, a protocol's rate to a twelfth or 1.6 times.
-    fn reach(self) -> (f64, f64) {
+    /// How far (as a natural logarithm of the ratio to its start) the figure may move: a link
+    /// class's bandwidth down to a twelfth and up to its line rate (no faster than the wire), a
+    /// protocol's rate down to a twelfth and up 1.6 times, the others a twelfth to three times.
+    fn reach(self, model: &Model, start: f64) -> (f64, f64) {
+        let s = &model.system;
+        let line = |gbps: f64| (gbps / start).ln().clamp(0.0, 1.1);
         match self {
+            Figure::IntraGbps => (
+                -2.5,
+                line(s.links_per_gpu as f64 * s.link_line_rate.as_bytes_per_sec() / 1e9),
+            ),
+            Figure::NicGbps => (-2.5, line(s.nic_gbps())),
             Figure::RateFactor(_) => (-2.5, 0.5),
             _ => (-2.5, 1.1),
         }
@@ -174,6 +182,8 @@ struct Problem<'a> {
     measured: &'a [Measurement],
     figures: &'a [Figure],
     starts: Vec<f64>,
+    /// Each figure's reach (see [`Figure::reach`]).
+    reaches: Vec<(f64, f64)>,
     evaluations: &'a AtomicUsize,
     progress: &'a (dyn Fn(usize) + Sync),
 }
@@ -212,8 +222,7 @@ impl CostFunction for Problem<'_> {
         // Outside a figure's reach the cost climbs with the distance, steering the simplex back.
         let mut outside = 0.0;
         let mut inside = x.clone();
-        for ((xi, f), clamped) in x.iter().zip(self.figures).zip(inside.iter_mut()) {
-            let (lo, hi) = f.reach();
+        for ((xi, &(lo, hi)), clamped) in x.iter().zip(&self.reaches).zip(inside.iter_mut()) {
             *clamped = xi.clamp(lo, hi);
             outside += (xi - *clamped).abs();
         }
@@ -256,12 +265,18 @@ pub fn fit(
         ));
     }
     let evaluations = AtomicUsize::new(0);
+    let starts: Vec<f64> = figures.iter().map(|f| f.start(model)).collect();
     let problem = Problem {
         model,
         launch,
         measured,
         figures: &figures,
-        starts: figures.iter().map(|f| f.start(model)).collect(),
+        reaches: figures
+            .iter()
+            .zip(&starts)
+            .map(|(f, &start)| f.reach(model, start))
+            .collect(),
+        starts,
         evaluations: &evaluations,
         progress,
     };
@@ -290,8 +305,8 @@ pub fn fit(
         .unwrap_or_else(|| vec![0.0; n]);
     let clamped: Vec<f64> = best
         .iter()
-        .zip(&figures)
-        .map(|(x, f)| x.clamp(f.reach().0, f.reach().1))
+        .zip(&problem.reaches)
+        .map(|(x, &(lo, hi))| x.clamp(lo, hi))
         .collect();
     let mut calibration = problem.calibration(&clamped);
     // Written to four decimals; the residuals are those of the figures as written.
