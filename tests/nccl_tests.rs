@@ -548,3 +548,57 @@ fn calibrate_refuses_logs_it_cannot_read() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("--figures 'bandwidth'"));
     assert!(!out.exists(), "nothing written on a refusal");
 }
+
+/// CollNet Direct on a SHARP network: NCCL's model chooses it, the rails' leaf switches sum the
+/// boxes, and the closed forms hold. With fast NICs the boxes' NVLink bounds it (each GPU moves
+/// 2(G-1)/G of the buffer over its 240 GB/s); with slow NICs it halves the ring's network
+/// traffic (ring over SHARP: 2(n-1)/n, here 1.94). Without --sharp it is refused by name.
+#[test]
+fn collnet_sums_in_the_network_switches() {
+    let time = |extra: &[&str]| -> (f64, String) {
+        let mut args = vec![
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            "dgx-a100:4",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+            "--format",
+            "csv",
+        ];
+        args.extend_from_slice(extra);
+        let out = stdout_of(&args);
+        let row: Vec<String> = out
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .map(String::from)
+            .collect();
+        (row[5].parse().unwrap(), row[8].clone())
+    };
+    let (t, algo) = time(&["--sharp"]);
+    assert_eq!(algo, "CollNetDirect");
+    let bound_us = (1u64 << 30) as f64 * 2.0 * 7.0 / 8.0 / 240e9 * 1e6;
+    assert!(
+        t >= bound_us && t < 1.03 * bound_us,
+        "{t} against {bound_us}"
+    );
+    let slow = ["--sharp", "--nic", "8x50Gb"];
+    let (ring, _) = time(&[&slow[..], &["--nccl-algo", "Ring"]].concat());
+    let (collnet, _) = time(&[&slow[..], &["--nccl-algo", "CollNetDirect"]].concat());
+    let ratio = ring / collnet;
+    assert!((ratio / (2.0 * 31.0 / 32.0) - 1.0).abs() < 0.05, "{ratio}");
+    let refused = collsim(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        "dgx-a100:4",
+        "--nccl-algo",
+        "CollNetDirect",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--sharp"));
+}

@@ -33,6 +33,8 @@ pub enum Kernel {
     Tree,
     /// NVLS in one box, NVLSTree across boxes.
     Nvls,
+    /// CollNet Direct: the sum across boxes made in the rails' switches (SHARP).
+    CollNet,
     AllToAll,
 }
 
@@ -59,6 +61,8 @@ impl Kernel {
                 };
                 reduce + spread
             }
+            // Per share: into its box's head, up to the rail, back down, out to the box.
+            Kernel::CollNet => n * 2 * n,
             Kernel::AllToAll => n * (n - 1),
         }
     }
@@ -289,6 +293,56 @@ pub fn nvls(
     Ok(b.finish())
 }
 
+/// CollNet Direct all-reduce (NCCL's in-network reduction, IB SHARP): each rank's share of a
+/// unit has a head in every box, the box's GPU on the share's rail (share `o` on rail `o % G`);
+/// the box's other GPUs reduce their copies into it over NVLink, the heads send the box sums up
+/// to their rail's leaf switch `leaves[rail % leaves.len()]`, which sums the boxes in the network and sends the
+/// total back down, and each head copies it to the rest of its box.
+pub fn collnet_direct(
+    c: &Collective,
+    gpus_per_box: u32,
+    leaves: &[NodeId],
+    cut: Cut,
+) -> Result<Schedule, Error> {
+    if c.kind != CollectiveKind::AllReduce {
+        return Err(Error::Internal(format!("CollNet kernel for {}", c.kind)));
+    }
+    let n = c.ranks();
+    let g = gpus_per_box;
+    let boxes = n / g;
+    let mut b = Builder::with_relays(c, leaves)?;
+    // Groups: 0 reduces into the heads, 1 goes up to the network, 2 spreads from the heads.
+    let mut program = Program::new(n, cut.channels, 3, cut.window);
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            for s in 0..cut.slices {
+                for owner in 0..n {
+                    let pieces = cut.piece(c, owner, l, ch, s);
+                    let rail = owner % g;
+                    // With fewer NICs than GPUs a box, GPU `i` is on leaf `i % leaves`.
+                    let leaf = b.relay_rank(rail % leaves.len() as u32);
+                    let head = |bx: u32| bx * g + rail;
+                    for bx in 0..boxes {
+                        for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
+                            program.send(&mut b, (r, head(bx)), pieces, Op::Reduce, (ch, 0));
+                        }
+                        program.send(&mut b, (head(bx), leaf), pieces, Op::Reduce, (ch, 1));
+                    }
+                    for bx in 0..boxes {
+                        b.send(leaf, head(bx), pieces, Op::Copy);
+                    }
+                    for bx in 0..boxes {
+                        for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
+                            program.send(&mut b, (head(bx), r), pieces, Op::Copy, (ch, 2));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
 /// One unit of NVLSTree all-reduce: pieces `first .. first + n` reduced in each box's switch,
 /// read by the box's head, summed up the heads' tree and back down, stored into the switch and
 /// spread to the box.
@@ -390,6 +444,9 @@ mod tests {
         crate::schedule::validate(&s, &c, 7).unwrap();
         let s = nvls(&c, 8, &[16, 17], cut).unwrap();
         validate_with_relays(&s, &c, &[16, 17], 7).unwrap();
+        // Four boxes of four, the rails' leaves 20..24 summing in the network.
+        let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
+        validate_with_relays(&s, &c, &[20, 21, 22, 23], 7).unwrap();
         for kind in [CollectiveKind::Broadcast, CollectiveKind::Reduce] {
             let c =
                 Collective::new(kind, (0..8).collect(), 1 << 20, cut.chunks(), Some(3)).unwrap();
@@ -461,6 +518,8 @@ mod tests {
         assert_eq!(s.len(), count(Kernel::Tree, &c, 4));
         let s = nvls(&c, 4, &[16, 17, 18, 19], cut).unwrap();
         assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));
+        let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
+        assert_eq!(s.len(), count(Kernel::CollNet, &c, 4));
         let c = Collective::new(
             CollectiveKind::Broadcast,
             (0..8).collect(),

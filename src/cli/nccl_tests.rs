@@ -73,7 +73,8 @@ pub struct NcclSystemArgs {
     /// single box [default: every GPU of the system]
     #[arg(long)]
     pub gpus: Option<u32>,
-    /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree; ^ excludes)
+    /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree,CollNetDirect;
+    /// ^ excludes)
     #[arg(long)]
     pub nccl_algo: Option<String>,
     /// Protocols NCCL may use, as NCCL_PROTO takes them (LL,LL128,Simple; ^ excludes)
@@ -85,6 +86,9 @@ pub struct NcclSystemArgs {
     /// NIC kind: ib or roce
     #[arg(long)]
     pub nic_kind: Option<String>,
+    /// The network's switches reduce (IB SHARP): NCCL may run CollNet
+    #[arg(long)]
+    pub sharp: bool,
 }
 
 impl NcclSystemArgs {
@@ -102,6 +106,9 @@ impl NcclSystemArgs {
         }
         if let Some(k) = &self.nic_kind {
             system.set_nic_kind(k)?;
+        }
+        if self.sharp {
+            system.sharp = true;
         }
         if let Some(n) = self.gpus {
             system.use_first_gpus(n)?;

@@ -14,8 +14,10 @@
 //!    NVSwitch is a relay NPU that reduces (NVLS). The call's fixed cost (NCCL's base latency and
 //!    the kernel launches, [`constants::LAUNCH_US`]) is added.
 //!
-//! What is not modelled: CollNet (SHARP) execution and PAT (one GPU per node), user buffer
-//! registration, the proxy thread's network progress, and clocks that differ between GPUs.
+//! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
+//! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
+//! GPU per node), user buffer registration, the proxy thread's network progress, and clocks that
+//! differ between GPUs.
 
 pub mod calibrate;
 pub mod constants;
@@ -27,7 +29,7 @@ use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
-use crate::topology::{GpuSystem, Intra, Topology};
+use crate::topology::{GpuSystem, Intra, SwitchRelays, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 use constants::*;
@@ -260,6 +262,7 @@ fn kernel_of(kind: CollectiveKind, algo: Algo) -> Kernel {
         (CollectiveKind::AllToAll, _) => Kernel::AllToAll,
         (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => Kernel::Chain,
         (_, Algo::Nvls | Algo::NvlsTree) => Kernel::Nvls,
+        (CollectiveKind::AllReduce, Algo::CollNetDirect) => Kernel::CollNet,
         (CollectiveKind::AllReduce, Algo::Tree) => Kernel::Tree,
         _ => Kernel::Ring,
     }
@@ -312,7 +315,7 @@ impl Model {
         })?;
         let mut best: Option<(f64, Algo, Proto)> = None;
         for algo in Algo::ALL {
-            if !self.runnable(algo) {
+            if !self.runnable(algo, kind) {
                 continue;
             }
             for proto in Proto::ALL {
@@ -333,8 +336,15 @@ impl Model {
             }
         }
         let (estimate_us, algo, proto) = best.ok_or_else(|| {
+            let collnet = self.allowed.algos[Algo::CollNetDirect as usize]
+                || self.allowed.algos[Algo::CollNetChain as usize];
+            let hint = if collnet && !(self.system.sharp && self.system.boxes > 1) {
+                " (CollNet needs several boxes on a SHARP network: --sharp)"
+            } else {
+                ""
+            };
             Error::input(format!(
-                "no NCCL algorithm and protocol allowed by --nccl-algo/--nccl-proto runs {kind} on {}",
+                "no NCCL algorithm and protocol allowed by --nccl-algo/--nccl-proto runs {kind} on {}{hint}",
                 self.system.name
             ))
         })?;
@@ -355,10 +365,15 @@ impl Model {
         })
     }
 
-    /// Whether collsim models the algorithm's execution (CollNet and PAT it does not; NCCL's own
-    /// disable rules are applied in [`tuning::tune`]).
-    fn runnable(&self, algo: Algo) -> bool {
-        !matches!(algo, Algo::CollNetDirect | Algo::CollNetChain | Algo::Pat)
+    /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct for
+    /// all-reduce only, not CollNet Chain nor PAT (NCCL's own disable rules are applied in
+    /// [`tuning::tune`]).
+    fn runnable(&self, algo: Algo, kind: CollectiveKind) -> bool {
+        match algo {
+            Algo::CollNetDirect => kind == CollectiveKind::AllReduce,
+            Algo::CollNetChain | Algo::Pat => false,
+            _ => true,
+        }
     }
 
     /// Runs one call of `bytes` of `kind` as NCCL would (or as forced), launched as `launch` says.
@@ -520,6 +535,7 @@ impl Model {
             Kernel::AllToAll => nccl_kernels::all_to_all(c),
             Kernel::Chain => nccl_kernels::chain(c, &self.rings(), cut),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
+            Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
             Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut),
             Kernel::Ring => nccl_kernels::ring(c, &self.rings(), cut),
         }
@@ -584,9 +600,24 @@ impl Model {
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
         let gb = Bandwidth::gb_per_sec;
-        let topology = s.network_at(nvls, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
-        let switches = if nvls && s.intra != Intra::FullMesh {
-            (s.gpus()..s.gpus() + s.boxes).collect()
+        let collnet = choice.algo == Algo::CollNetDirect;
+        let relays = match (nvls, collnet) {
+            (_, true) => SwitchRelays::BoxesAndRails,
+            (true, _) => SwitchRelays::Boxes,
+            _ => SwitchRelays::None,
+        };
+        let topology = s.network_at(relays, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
+        let box_switches = if s.intra == Intra::FullMesh {
+            0
+        } else {
+            s.boxes
+        };
+        let switches = if collnet {
+            // The rails' leaf switches, after the GPUs and the boxes' switches.
+            let first = s.gpus() + box_switches;
+            (first..topology.npus() as u32).collect()
+        } else if nvls {
+            (s.gpus()..s.gpus() + box_switches).collect()
         } else {
             Vec::new()
         };

@@ -68,6 +68,18 @@ pub enum NicKind {
     RoCE,
 }
 
+/// Which of a GPU system's switches are NPUs of its network (in-switch reduction: NVLS in the
+/// boxes' NVSwitches, SHARP in the rails' leaf switches). Node order is GPUs, box switches, rail
+/// leaves, spines, so the rails' leaves come with the boxes' switches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchRelays {
+    None,
+    /// Each box's NVSwitch (nodes `n .. n + boxes`).
+    Boxes,
+    /// Those and each rail's leaf switch (the next `rails` nodes).
+    BoxesAndRails,
+}
+
 /// A GPU system's figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSystem {
@@ -339,15 +351,15 @@ impl GpuSystem {
             ),
         };
         let nic = self.calibration.nic_gbps.map_or(self.nic_line_rate, gb);
-        self.network_at(false, (intra, latency), (nic, latency))
+        self.network_at(SwitchRelays::None, (intra, latency), (nic, latency))
     }
 
     /// The network with every GPU-fabric link at `intra` and every NIC link at `nic`
     /// (bandwidth, latency); the GPU-fabric figure is per GPU (split evenly over a full mesh's
-    /// links).
+    /// links). `relays` says which switches are NPUs (so a schedule may reduce in them).
     pub fn network_at(
         &self,
-        nvswitch_as_npu: bool,
+        relays: SwitchRelays,
         intra: (Bandwidth, Time),
         nic: (Bandwidth, Time),
     ) -> Result<Topology, Error> {
@@ -397,10 +409,10 @@ impl GpuSystem {
                 }
             }
         }
-        let (npus, switches) = if nvswitch_as_npu {
-            (n + fabric_nodes, rails + spines)
-        } else {
-            (n, fabric_nodes + rails + spines)
+        let (npus, switches) = match relays {
+            SwitchRelays::None => (n, fabric_nodes + rails + spines),
+            SwitchRelays::Boxes => (n + fabric_nodes, rails + spines),
+            SwitchRelays::BoxesAndRails => (n + fabric_nodes + rails, spines),
         };
         Topology::from_parts(
             self.name.clone(),
@@ -463,12 +475,17 @@ mod tests {
         assert_eq!(t.links().len(), 2 * (16 + 16 + 64));
         let t = s
             .network_at(
-                true,
+                SwitchRelays::Boxes,
                 (Bandwidth::gb_per_sec(1.0), Time::ZERO),
                 (Bandwidth::gb_per_sec(1.0), Time::ZERO),
             )
             .unwrap();
         assert_eq!(t.npus(), 18, "the NVSwitches are NPUs");
+        let gb = (Bandwidth::gb_per_sec(1.0), Time::ZERO);
+        let sharp = s.network_at(SwitchRelays::BoxesAndRails, gb, gb).unwrap();
+        assert_eq!(sharp.npus(), 26, "and the rails' leaves");
+        // Rail leaf 3 (node 16 + 2 + 3) joins GPU 3 of each box.
+        assert!(sharp.link_between(3, 21).is_some() && sharp.link_between(11, 21).is_some());
         let mesh = GpuSystem::parse("mi300x:1").unwrap().unwrap();
         assert_eq!(mesh.topology().unwrap().links().len(), 2 * 28);
     }
