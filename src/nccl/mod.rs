@@ -615,7 +615,7 @@ impl Model {
         let switches = if collnet {
             // The rails' leaf switches, after the GPUs and the boxes' switches.
             let first = s.gpus() + box_switches;
-            (first..topology.npus() as u32).collect()
+            (first..topology.npus()).collect()
         } else if nvls {
             (s.gpus()..s.gpus() + box_switches).collect()
         } else {
