@@ -196,9 +196,16 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
 }
 
 /// Tree all-reduce: per channel, a chain in each box from the channel's head GPU, and a binary
-/// tree over the boxes' heads (odd channels over the boxes shifted by one, NCCL's double tree:
-/// [`channel_tree`], channel `ch` heading from local GPU `ch % G`).
-pub fn tree_all_reduce(c: &Collective, gpus_per_box: u32, cut: Cut) -> Result<Schedule, Error> {
+/// tree over the boxes' heads ([`channel_tree`]). As NCCL duplicates its tree channels, the
+/// communicator's `comm_channels` come in two halves over the same heads (channel `ch` heads
+/// from local GPU `(ch mod half) mod G`): the first half runs the in-order tree across boxes,
+/// the second the shifted one, so a head's NIC is an inner node in one and a leaf in the other.
+pub fn tree_all_reduce(
+    c: &Collective,
+    gpus_per_box: u32,
+    cut: Cut,
+    comm_channels: u32,
+) -> Result<Schedule, Error> {
     let n = c.ranks();
     let g = gpus_per_box;
     let boxes: Vec<Vec<u32>> = (0..n / g).map(|b| (b * g..(b + 1) * g).collect()).collect();
@@ -207,7 +214,8 @@ pub fn tree_all_reduce(c: &Collective, gpus_per_box: u32, cut: Cut) -> Result<Sc
     let mut program = Program::new(n, cut.channels, 2, cut.window);
     let trees: Vec<(Tree, Vec<usize>)> = (0..cut.channels)
         .map(|ch| {
-            let mut t = channel_tree(&boxes, ch % g, n);
+            let half = (comm_channels / 2).max(1);
+            let mut t = channel_tree(&boxes, (ch % half) % g, (ch / half) % 2 == 1, n);
             // NCCL sends to all of a node's children in one step; they go in rank order.
             t.children.iter_mut().for_each(|kids| kids.sort_unstable());
             let order = post_ordered(&t);
@@ -363,7 +371,7 @@ fn nvls_tree_unit(
         }
         b.send(sw, head(bx), pieces, Op::Copy);
     }
-    let mut across = boxes_tree(boxes as usize, ch);
+    let mut across = boxes_tree(boxes as usize, ch % 2 == 1);
     across
         .children
         .iter_mut()
@@ -418,6 +426,35 @@ mod tests {
         Collective::new(kind, (0..n).collect(), 1 << 20, chunks, None).unwrap()
     }
 
+    /// NCCL's duplicated tree channels: the second half of the communicator's channels runs the
+    /// other tree across boxes over the same heads, so the schedule uses both trees' edges
+    /// (when every channel is in the first half, one tree's).
+    #[test]
+    fn tree_channel_halves_run_both_trees() {
+        let cut = Cut {
+            channels: 8,
+            loops: 1,
+            slices: 1,
+            window: 8,
+        };
+        let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
+        let edges_across = |comm_channels: u32| {
+            let s = tree_all_reduce(&c, 4, cut, comm_channels).unwrap();
+            crate::schedule::validate(&s, &c, 7).unwrap();
+            let mut edges: Vec<(u32, u32)> = s
+                .transfers()
+                .filter(|t| t.src / 4 != t.dst / 4)
+                .map(|t| (t.src, t.dst))
+                .collect();
+            edges.sort_unstable();
+            edges.dedup();
+            edges.len()
+        };
+        // Each tree over 4 boxes has 3 edges each way, per head (4 heads).
+        assert_eq!(edges_across(16), 4 * 3 * 2);
+        assert!(edges_across(8) > edges_across(16));
+    }
+
     /// Every kernel implements its collective (symbolic validation), relays included.
     #[test]
     fn kernels_implement_their_collectives() {
@@ -440,7 +477,7 @@ mod tests {
             validate_with_relays(&s, &c, &[8], 7).unwrap();
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
-        let s = tree_all_reduce(&c, 4, cut).unwrap();
+        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels).unwrap();
         crate::schedule::validate(&s, &c, 7).unwrap();
         let s = nvls(&c, 8, &[16, 17], cut).unwrap();
         validate_with_relays(&s, &c, &[16, 17], 7).unwrap();
@@ -514,7 +551,7 @@ mod tests {
             assert_eq!(s.len(), count(Kernel::Nvls, &c, 1), "{kind}");
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
-        let s = tree_all_reduce(&c, 4, cut).unwrap();
+        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels).unwrap();
         assert_eq!(s.len(), count(Kernel::Tree, &c, 4));
         let s = nvls(&c, 4, &[16, 17, 18, 19], cut).unwrap();
         assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));

@@ -32,7 +32,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     let total = refined.piece_count();
     let ranks: Vec<u32> = (0..c.ranks()).collect();
     let trees: Vec<Tree> = (0..g)
-        .map(|ch| channel_tree(&boxes, ch, c.ranks()))
+        .map(|ch| channel_tree(&boxes, ch, ch % 2 == 1, c.ranks()))
         .collect();
     for s in 0..c.chunks {
         for (ch, t) in trees.iter().enumerate() {
@@ -47,11 +47,11 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     Ok(b.finish())
 }
 
-/// Channel `ch`'s binary tree over `boxes` boxes: the in-order tree, over the boxes shifted by
-/// one for odd channels (NCCL's double binary tree), as box indices.
-pub(crate) fn boxes_tree(boxes: usize, ch: u32) -> Tree {
+/// A binary tree over `boxes` boxes, as box indices: the in-order tree, or (`flipped`) the same
+/// tree over the boxes shifted by one, NCCL's second tree of its double binary tree.
+pub(crate) fn boxes_tree(boxes: usize, flipped: bool) -> Tree {
     let across = tree(boxes);
-    let box_at = |p: usize| (p + ch as usize % 2) % boxes;
+    let box_at = |p: usize| (p + flipped as usize) % boxes;
     let mut children = vec![Vec::new(); boxes];
     for (p, kids) in across.children.iter().enumerate() {
         children[box_at(p)].extend(kids.iter().map(|&k| box_at(k)));
@@ -62,9 +62,9 @@ pub(crate) fn boxes_tree(boxes: usize, ch: u32) -> Tree {
     }
 }
 
-/// Channel `ch`'s tree over all `n` ranks: each box a chain from its GPU `ch`, the chains' heads
-/// joined by the channel's binary tree over the boxes ([`boxes_tree`]).
-pub(crate) fn channel_tree(boxes: &[Vec<u32>], ch: u32, n: u32) -> Tree {
+/// A channel's tree over all `n` ranks: each box a chain from its local GPU `ch`, the chains'
+/// heads joined by a binary tree over the boxes ([`boxes_tree`], `flipped` or not).
+pub(crate) fn channel_tree(boxes: &[Vec<u32>], ch: u32, flipped: bool, n: u32) -> Tree {
     let g = boxes[0].len();
     let mut children = vec![Vec::new(); n as usize];
     let head = |b: usize| boxes[b][ch as usize] as usize;
@@ -74,7 +74,7 @@ pub(crate) fn channel_tree(boxes: &[Vec<u32>], ch: u32, n: u32) -> Tree {
             children[gpus[up] as usize].push(gpus[down] as usize);
         }
     }
-    let across = boxes_tree(boxes.len(), ch);
+    let across = boxes_tree(boxes.len(), flipped);
     for (p, kids) in across.children.iter().enumerate() {
         for &k in kids {
             children[head(p)].push(head(k));
@@ -96,7 +96,7 @@ mod tests {
     fn channel_trees_span_every_rank() {
         let boxes: Vec<Vec<u32>> = (0..4).map(|b| (b * 4..(b + 1) * 4).collect()).collect();
         for ch in 0..4 {
-            let t = channel_tree(&boxes, ch, 16);
+            let t = channel_tree(&boxes, ch, ch % 2 == 1, 16);
             let mut parent = vec![None; 16];
             for (p, kids) in t.children.iter().enumerate() {
                 for &k in kids {
@@ -108,8 +108,8 @@ mod tests {
             assert_eq!(t.root % 4, ch as usize, "the root is a head");
         }
         assert_ne!(
-            channel_tree(&boxes, 0, 16).root / 4,
-            channel_tree(&boxes, 1, 16).root / 4
+            channel_tree(&boxes, 0, false, 16).root / 4,
+            channel_tree(&boxes, 1, true, 16).root / 4
         );
     }
 }

@@ -444,6 +444,7 @@ impl Model {
         ) && choice.algo == Algo::Ring;
         let (chunk, slices) = match (choice.algo, choice.proto) {
             (Algo::Nvls | Algo::NvlsTree, _) => (self.nvls_chunk(bytes, channels), 1),
+            (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
             (_, Proto::Simple) if ring_like => (
                 step * RING_CHUNK_STEPS,
                 (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
@@ -505,6 +506,23 @@ impl Model {
         chunk
     }
 
+    /// CollNet Direct's chunk (src/enqueue.cc `calcCollChunking`): Simple's step per channel and
+    /// network head, halved (to 128, 64, 32 KiB) while the call gives each fewer chunks than
+    /// 64, 8, 8 times the depth (2 across boxes). A head carries one share of every box, so a
+    /// rank's share is that chunk over the boxes.
+    fn collnet_chunk(&self, bytes: u64, channels: u32, step: u64) -> u64 {
+        let heads = self.system.gpus_per_box as u64;
+        let depth = 2;
+        let per_head = |chunk: u64| bytes / (channels as u64 * heads * chunk);
+        let mut chunk = step;
+        for (times, floor) in [(64, 131072), (8, 65536), (8, 32768)] {
+            while per_head(chunk) < depth * times && chunk > floor {
+                chunk /= 2;
+            }
+        }
+        (chunk / self.system.boxes as u64).max(1)
+    }
+
     /// Pieces per pair of an all-to-all of `bytes` per rank: NCCL's p2p chunk (512 KiB over
     /// NVLink, 128 KiB across boxes).
     fn p2p_chunks(&self, bytes: u64) -> u32 {
@@ -536,7 +554,7 @@ impl Model {
             Kernel::Chain => nccl_kernels::chain(c, &self.rings(), cut),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
             Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
-            Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut),
+            Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels),
             Kernel::Ring => nccl_kernels::ring(c, &self.rings(), cut),
         }
     }
