@@ -5,8 +5,13 @@
 //! One figure per GPU sets the matmul rate: the maximum achievable BF16 matmul FLOPS measured on
 //! one GPU by Stas Bekman's `mamf-finder` (github.com/stas00/ml-engineering,
 //! compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"), never a
-//! figure fitted to training runs. Element-wise kernels stream at 90% of the datasheet HBM rate
-//! (large copies reach 90-92% of it on current NVIDIA GPUs).
+//! figure fitted to training runs. That rate is the best over shapes; a given product loses to
+//! dimension quantisation as NVIDIA's "Matrix Multiplication Background User's Guide"
+//! (DU-09799-001, sections 2.3 and 3) describes it: cuBLAS computes the output in thread-block
+//! tiles (its most efficient, 256 x 128 or 128 x 256), one per SM at a time, so a product runs
+//! in waves of as many tiles as the GPU has SMs, and partial tiles and a partial last wave idle
+//! their share. Element-wise kernels stream at 90% of the datasheet HBM rate (large copies reach
+//! 90-92% of it on current NVIDIA GPUs).
 
 use super::model::{LlmModel, Recompute};
 use crate::Error;
@@ -23,6 +28,32 @@ pub struct Gpu {
     pub memory_bandwidth: f64,
     /// HBM capacity, bytes.
     pub memory_bytes: f64,
+    /// Streaming multiprocessors (compute units): the tiles of a matrix product that run at once.
+    pub sms: u32,
+}
+
+/// cuBLAS's most efficient thread-block tiles of a product's output (rows x columns), per the
+/// NVIDIA guide cited in the module documentation.
+const TILES: [(f64, f64); 2] = [(256.0, 128.0), (128.0, 256.0)];
+
+/// A matrix product `batch x (m x k) . (k x n)`.
+#[derive(Clone, Copy, Debug)]
+struct Product {
+    batch: f64,
+    m: f64,
+    n: f64,
+    k: f64,
+}
+
+impl Product {
+    fn flops(&self) -> f64 {
+        2.0 * self.batch * self.m * self.n * self.k
+    }
+
+    /// Bytes moved: inputs and output once.
+    fn bytes(&self) -> f64 {
+        HALF * self.batch * (self.m * self.k + self.k * self.n + self.m * self.n)
+    }
 }
 
 /// Fraction of the HBM rate element-wise kernels reach.
@@ -34,24 +65,26 @@ const HALF: f64 = 2.0;
 impl Gpu {
     /// The presets: `a100`, `h100`, `h200`, `b200`, `mi300x`.
     pub fn parse(name: &str) -> Result<Gpu, Error> {
-        let gpu = |name, peak: f64, mamf: f64, tb_s: f64, gb: f64| Gpu {
+        let gpu = |name, peak: f64, mamf: f64, tb_s: f64, gb: f64, sms| Gpu {
             name,
             peak_flops: peak * 1e12,
             matmul_flops: mamf * 1e12,
             memory_bandwidth: tb_s * 1e12,
             memory_bytes: gb * 1e9,
+            sms,
         };
         Ok(match name.to_ascii_lowercase().as_str() {
-            // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s (datasheet); MAMF 267.9 (CUDA 12.1).
-            "a100" => gpu("A100", 312.0, 267.9, 2.039, 80.0),
-            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB; MAMF 792.1 (CUDA 12.1).
-            "h100" => gpu("H100", 989.0, 792.1, 3.35, 80.0),
+            // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s, 108 SMs (datasheet, and the NVIDIA
+            // guide's own wave example); MAMF 267.9 (CUDA 12.1).
+            "a100" => gpu("A100", 312.0, 267.9, 2.039, 80.0, 108),
+            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 792.1 (CUDA 12.1).
+            "h100" => gpu("H100", 989.0, 792.1, 3.35, 80.0, 132),
             // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5.
-            "h200" => gpu("H200", 989.0, 794.5, 4.8, 141.0),
-            // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB; MAMF 1745.
-            "b200" => gpu("B200", 2250.0, 1745.0, 8.0, 180.0),
-            // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB; MAMF 781.9 (ROCm 6.2).
-            "mi300x" => gpu("MI300X", 1307.0, 781.9, 5.3, 192.0),
+            "h200" => gpu("H200", 989.0, 794.5, 4.8, 141.0, 132),
+            // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB, 148 SMs; MAMF 1745.
+            "b200" => gpu("B200", 2250.0, 1745.0, 8.0, 180.0, 148),
+            // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB, 304 compute units; MAMF 781.9 (ROCm 6.2).
+            "mi300x" => gpu("MI300X", 1307.0, 781.9, 5.3, 192.0, 304),
             _ => {
                 return Err(Error::input(format!(
                     "--gpu '{name}': expected a100, h100, h200, b200 or mi300x"
@@ -70,9 +103,34 @@ impl Gpu {
         Gpu::parse(name).expect("a preset")
     }
 
-    /// Seconds of a matrix product of `flops` that moves `bytes`.
-    fn matmul(&self, flops: f64, bytes: f64) -> f64 {
+    /// Seconds of work of `flops` at the achievable matmul rate that moves `bytes`.
+    fn matmul_rate(&self, flops: f64, bytes: f64) -> f64 {
         (flops / self.matmul_flops).max(bytes / (self.memory_bandwidth * MEMORY_EFFICIENCY))
+    }
+
+    /// The share of the achievable rate a product's shape leaves: its useful outputs over the
+    /// tile slots of the waves it takes, with the better of cuBLAS's two large tiles. A product
+    /// smaller than one wave of them gets smaller tiles or a split of its inner dimension from
+    /// cuBLAS, whose rates the guide does not give: it is charged nothing.
+    fn quantisation(&self, p: &Product) -> f64 {
+        let sms = self.sms as f64;
+        TILES
+            .iter()
+            .map(|&(tm, tn)| {
+                let tiles = p.batch * (p.m / tm).ceil() * (p.n / tn).ceil();
+                if tiles < sms {
+                    return 1.0;
+                }
+                let waves = (tiles / sms).ceil();
+                p.batch * p.m * p.n / (waves * sms * tm * tn)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Seconds of a matrix product: its FLOPs at the achievable rate its shape leaves, or its
+    /// bytes at the memory rate, whichever is longer.
+    fn matmul(&self, p: Product) -> f64 {
+        self.matmul_rate(p.flops() / self.quantisation(&p), p.bytes())
     }
 
     /// Seconds of element-wise work moving `bytes`.
@@ -123,12 +181,9 @@ pub struct LayerTime {
     pub backward: f64,
 }
 
-/// A matrix product `batch x (m x k) . (k x n)`: FLOPs and bytes moved (inputs and output once).
-fn product(batch: f64, m: f64, n: f64, k: f64) -> (f64, f64) {
-    (
-        2.0 * batch * m * n * k,
-        HALF * batch * (m * k + k * n + m * n),
-    )
+/// The matrix product `batch x (m x k) . (k x n)`.
+fn product(batch: f64, m: f64, n: f64, k: f64) -> Product {
+    Product { batch, m, n, k }
 }
 
 /// One layer's forward on one GPU: (matmul time, attention-core time, element-wise time).
@@ -146,25 +201,27 @@ fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
     let expert_tokens = tokens * model.top_k as f64;
     let mut matmul = 0.0;
-    for (flops, bytes) in [
+    for p in [
         product(1.0, tokens, qkv_out, h),
         product(1.0, tokens, h, h / t),
         product(1.0, expert_tokens, up * ffn / t, h),
         product(1.0, expert_tokens, h, ffn / t),
     ] {
-        matmul += gpu.matmul(flops, bytes);
+        matmul += gpu.matmul(p);
     }
     let scores = b * heads * queries * s;
     let core = match w.attention {
         Attention::Standard => {
-            let (f1, b1) = product(b * heads, queries, s, dh);
-            let (f2, b2) = product(b * heads, queries, dh, s);
+            let scores_product = product(b * heads, queries, s, dh);
+            let context_product = product(b * heads, queries, dh, s);
             // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
             // them and a one-byte mask.
-            gpu.matmul(f1, b1) + gpu.matmul(f2, b2) + gpu.stream(HALF * 4.5 * scores)
+            gpu.matmul(scores_product)
+                + gpu.matmul(context_product)
+                + gpu.stream(HALF * 4.5 * scores)
         }
         // One kernel: the products at the matmul rate, Q, K, V and the output read or written once.
-        Attention::Flash => gpu.matmul(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh),
+        Attention::Flash => gpu.matmul_rate(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh),
     };
     // Two layer norms, two bias-dropout-residual adds (11 tensors of tokens x hidden moved,
     // split over the tensor-parallel group under sequence parallelism) and the activation
@@ -197,8 +254,8 @@ pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
     let t = w.tp as f64;
     let tokens = (w.micro_batch * model.seq) as f64 / w.cp as f64;
     let (h, v) = (model.hidden as f64, model.vocab as f64);
-    let (flops, bytes) = product(1.0, tokens, v / t, h);
-    let forward = gpu.matmul(flops, bytes) + gpu.stream(4.0 * 4.0 * tokens * v / t);
+    let forward =
+        gpu.matmul(product(1.0, tokens, v / t, h)) + gpu.stream(4.0 * 4.0 * tokens * v / t);
     LayerTime {
         forward,
         backward: 2.0 * forward,
@@ -219,12 +276,31 @@ mod tests {
     #[test]
     fn a_large_product_runs_at_the_measured_matmul_rate() {
         let a100 = Gpu::parse("a100").unwrap();
-        let (f, b) = product(1.0, 8192.0, 8192.0, 8192.0);
-        let t = a100.matmul(f, b);
-        assert!((f / t / 267.9e12 - 1.0).abs() < 1e-12);
+        // 27648 x 8192 outputs: 108 x 64 tiles of 256 x 128, whole waves on 108 SMs.
+        let p = product(1.0, 27648.0, 8192.0, 8192.0);
+        assert!((p.flops() / a100.matmul(p) / 267.9e12 - 1.0).abs() < 1e-12);
         // Attention's scores (k = head dim 128) are bound by memory on an A100.
-        let (f, b) = product(96.0, 2048.0, 2048.0, 128.0);
-        assert!(a100.matmul(f, b) > f / a100.matmul_flops);
+        let p = product(96.0, 2048.0, 2048.0, 128.0);
+        assert!(a100.matmul(p) > p.flops() / a100.matmul_flops);
+    }
+
+    /// The NVIDIA guide's wave quantisation: 144 tiles on 108 SMs take two waves, so the
+    /// product runs at 144 / 216 of the rate; one more row of tiles costs nothing more.
+    #[test]
+    fn products_run_in_whole_waves_of_tiles() {
+        let a100 = Gpu::parse("a100").unwrap();
+        // 2048 x 2304 outputs: 8 x 18 = 144 tiles either way round.
+        let p = product(1.0, 2048.0, 2304.0, 8192.0);
+        assert!((a100.quantisation(&p) - 144.0 / 216.0).abs() < 1e-12);
+        let bigger = product(1.0, 2048.0 + 256.0, 2304.0, 8192.0);
+        assert!((a100.matmul(bigger) / a100.matmul(p) - 1.0).abs() < 1e-12);
+        // A partial tile idles its unused part: 100 rows fill 100/128 of a row of 128 x 256
+        // tiles (one wave of 108).
+        let thin = product(1.0, 100.0, 108.0 * 256.0, 8192.0);
+        assert!((a100.quantisation(&thin) - 100.0 / 128.0).abs() < 1e-12);
+        // Less than a wave of large tiles: cuBLAS's smaller tiles, not charged.
+        let small = product(1.0, 1024.0, 16.0, 1024.0);
+        assert_eq!(a100.quantisation(&small), 1.0);
     }
 
     #[test]
