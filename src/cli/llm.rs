@@ -200,6 +200,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             }
         },
         timeline_ranks: None,
+        progress: None,
     };
     let out = args.output.prepare_reading(&[(path, "--model")])?;
     let mut outcomes: Vec<Outcome> = Vec::new();
@@ -221,7 +222,17 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             ..options.clone()
         };
         let heartbeat = crate::report::Heartbeat::start("training iteration");
-        outcomes.push(llm::simulate(&candidate, &topology, &options)?);
+        let options = TrainOptions {
+            progress: Some(heartbeat.steps()),
+            ..options
+        };
+        let mut progress = super::Progress::new();
+        outcomes.push(llm::simulate(
+            &candidate,
+            &topology,
+            &options,
+            &mut progress,
+        )?);
         drop(heartbeat);
     }
     let best = (0..outcomes.len())

@@ -217,6 +217,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         trees: args.forest.trees,
         solo_timer: None,
         timeline_ranks: None,
+        progress: None,
     };
     let heartbeat = crate::report::Heartbeat::start("training iteration");
     let runs = compare_with(&program.name, &algorithms, &options, |o| {

@@ -561,12 +561,13 @@ pub fn simulate(
     plan: &Plan,
     topology: &Topology,
     options: &TrainOptions,
+    observer: &mut dyn crate::sim::Observer,
 ) -> Result<Outcome, Error> {
     let gpus = topology.active_npus();
     plan.check(gpus.len() as u64)?;
     let npus = plan.layout.placement.gpus_of_ranks(&plan.layout, &gpus);
     let program = pipeline::program(plan);
-    let execution = program::execute(topology, &program, &npus, options, &mut ())?;
+    let execution = program::execute(topology, &program, &npus, options, observer)?;
     let slowest = &execution.ranks[execution.slowest];
     let step = slowest.breakdown.total;
     let secs = step.as_secs_f64().max(1e-12);
@@ -751,6 +752,27 @@ mod tests {
         }
     }
 
+    /// A long iteration can say how far it is: every task of every rank is counted once as it
+    /// is laid out on the network.
+    #[test]
+    fn laying_out_counts_every_task() {
+        let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+        let p = plan(tiny(4, 1), 4, 2, 2, 8);
+        let steps = std::sync::Arc::new(crate::report::Steps::default());
+        let options = TrainOptions {
+            progress: Some(steps.clone()),
+            ..options()
+        };
+        simulate(&p, &topology, &options, &mut ()).unwrap();
+        let tasks: u64 = pipeline::program(&p)
+            .ranks
+            .iter()
+            .map(|r| r.len() as u64)
+            .sum();
+        assert!(tasks > 0);
+        assert_eq!(steps.done(), tasks);
+    }
+
     /// With pipeline stages of equal work and negligible messages, the first stage idles for
     /// (p - 1) forward-backward steps of m + p - 1: 1F1B's bubble.
     #[test]
@@ -759,7 +781,8 @@ mod tests {
         let mut model = tiny(8, 1);
         model.vocab = 16;
         let (p, m) = (4, 12);
-        let outcome = simulate(&plan(model, 1, p, 2, 2 * m), &topology, &options()).unwrap();
+        let outcome =
+            simulate(&plan(model, 1, p, 2, 2 * m), &topology, &options(), &mut ()).unwrap();
         let expected = (p - 1) as f64 / (m + p - 1) as f64;
         assert!(
             (outcome.bubble_fraction / expected - 1.0).abs() < 0.03,
@@ -775,7 +798,7 @@ mod tests {
         let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
         let mut p = plan(tiny(8, 1), 4, 2, 4, 16);
         p.layout.virtual_stages = 2;
-        let outcome = simulate(&p, &topology, &options()).unwrap();
+        let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
         for r in &outcome.execution.ranks {
             let by_group = r
                 .exposed_by_group
@@ -798,7 +821,7 @@ mod tests {
         let run = |ep| {
             let mut p = plan(tiny(2, 16), 1, 1, 16, 16);
             p.layout.ep = ep;
-            simulate(&p, &topology, &options()).unwrap()
+            simulate(&p, &topology, &options(), &mut ()).unwrap()
         };
         let (inside, across) = (run(8), run(16));
         let expert = |o: &Outcome| o.exposed[3].1;
@@ -824,7 +847,7 @@ mod tests {
         let (m, l) = (2, 6);
         assert_eq!(count(CollectiveKind::AllGather), 2 * m * l);
         assert_eq!(count(CollectiveKind::ReduceScatter), m * l);
-        let three = simulate(&p, &topology, &options()).unwrap();
+        let three = simulate(&p, &topology, &options(), &mut ()).unwrap();
         assert!(three.step_time > Time::ZERO);
         let mut one = p.clone();
         one.layout.zero = ZeroStage::Optimizer;
@@ -848,7 +871,7 @@ mod tests {
         let mut p = plan(tiny(4, 1), 4, 2, 2, 16);
         p.layout.cp = 2;
         assert_eq!(p.layout.gpus(), 32);
-        let outcome = simulate(&p, &topology, &options()).unwrap();
+        let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
         assert!(outcome.exposed[4].1 > Time::ZERO, "{:?}", outcome.exposed);
         let program = pipeline::program(&p);
         let npus = topology.active_npus();

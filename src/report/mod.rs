@@ -814,6 +814,11 @@ impl Steps {
         self.done.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Steps counted since the phase began.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
     /// Stops counting: the heartbeat says only the time again.
     pub fn end(&self) {
         if let Ok(mut phase) = self.phase.lock() {

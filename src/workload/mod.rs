@@ -225,6 +225,9 @@ pub struct TrainOptions {
     pub solo_timer: Option<std::sync::Arc<dyn SoloTimer>>,
     /// The ranks whose spans the timeline keeps (None: every rank).
     pub timeline_ranks: Option<Vec<u32>>,
+    /// Counts the program's tasks as they are laid out on the network, for a progress line
+    /// (one program at a time).
+    pub progress: Option<std::sync::Arc<crate::report::Steps>>,
 }
 
 /// A model of how long a collective takes alone on its links.
@@ -253,6 +256,7 @@ impl TrainOptions {
             trees: None,
             solo_timer: None,
             timeline_ranks: None,
+            progress: None,
         }
     }
 }

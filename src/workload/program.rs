@@ -615,8 +615,19 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
+        let progress = self.options.progress.clone();
+        if let Some(steps) = &progress {
+            let tasks = self.program.ranks.iter().map(|r| r.len() as u64).sum();
+            steps.begin("tasks laid out", tasks);
+        }
         while let Some((r, i)) = self.ready.pop_front() {
             self.arrive(r, i)?;
+            if let Some(steps) = &progress {
+                steps.step();
+            }
+        }
+        if let Some(steps) = &progress {
+            steps.end();
         }
         for (r, states) in self.state.iter().enumerate() {
             if let Some(i) = states.iter().position(|&s| s != State::Done) {
