@@ -49,16 +49,26 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
         Some((p, n)) if is_yaml(p) => (p, Some(n)),
         _ => (spec, None),
     };
-    if !is_yaml(path) || !Path::new(path).is_file() {
+    if !is_yaml(path) || Path::new(path).is_dir() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::input(format!("{path}: cannot read: {}", crate::io_words(&e))))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{path}: cannot read topology file: {}",
+            crate::io_words(&e)
+        ))
+    })?;
     let value: Value =
         serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{path}: {e}")))?;
     let Some(body) = value.get(KEY) else {
         return Ok(None);
     };
+    if !body.is_mapping() {
+        return Err(Error::input(format!(
+            "{path}: {KEY}: expected a mapping of system fields (base, boxes, nic, nic_kind, \
+             sharp, calibrated)"
+        )));
+    }
     let file: SystemFile = serde_yaml::from_value(body.clone())
         .map_err(|e| Error::input(format!("{path}: {KEY}: {e}")))?;
     let base = if file.base.contains(':') {
@@ -240,6 +250,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("boxs"), "{e}");
+        let list = temp("list.yml", "gpu_system: [1, 2]\n");
+        let e = GpuSystem::parse(&list.display().to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a mapping of system fields"), "{e}");
+        let e = GpuSystem::parse("no/such/system.yml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("no/such/system.yml: cannot read"), "{e}");
         // A topology file of another kind is not a GPU system.
         let other = temp("ring.yml", "npus: 4\nlinks: []\n");
         assert!(GpuSystem::parse(&other.display().to_string())
