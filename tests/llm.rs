@@ -180,6 +180,19 @@ fn bad_layouts_exit_2_naming_the_constraint() {
             "--cp 3",
         ),
         (vec!["--zero", "3", "--pp", "2"], "--zero 3 with --pp 2"),
+        (
+            vec![
+                "--pp",
+                "16",
+                "--dp",
+                "1",
+                "--topology",
+                "dgx-a100:2",
+                "--first-stage-layers",
+                "2",
+            ],
+            "22 layers left",
+        ),
         (vec!["--zero", "4"], "--zero 4"),
     ] {
         let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
@@ -275,4 +288,36 @@ fn measured_layer_times_replace_the_roofline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no row for tp 2, micro_batch 1"), "{err}");
+}
+
+/// Megatron's uneven split runs when asked: 24 layers on 16 stages as 3, 1 x 14, 7.
+#[test]
+fn uneven_pipeline_stages_run_when_asked() {
+    let out = stdout_of(&[
+        "train",
+        "--model",
+        &model("gpt_1.7b.yaml"),
+        "--topology",
+        "dgx-a100:2",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--dp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--virtual-stages",
+        "1",
+        "--global-batch",
+        "32",
+        "--first-stage-layers",
+        "3",
+        "--last-stage-layers",
+        "7",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(column(&out, "pp"), 16.0);
+    assert!(column(&out, "step_time_s") > 0.0);
 }

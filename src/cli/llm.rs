@@ -44,6 +44,13 @@ pub struct LlmArgs {
     /// searches them all [default: the fastest of 1, 2, 4]
     #[arg(long, requires = "model")]
     pub virtual_stages: Option<String>,
+    /// Layers of the first pipeline stage, the rest split evenly over the others (Megatron's
+    /// --decoder-first-pipeline-num-layers), for models whose layers do not split evenly
+    #[arg(long, requires = "model")]
+    pub first_stage_layers: Option<u64>,
+    /// Layers of the last pipeline stage (--decoder-last-pipeline-num-layers)
+    #[arg(long, requires = "model")]
+    pub last_stage_layers: Option<u64>,
     /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too), 3 (weights too, gathered
     /// per layer: ZeRO-3/FSDP, without pipeline parallelism)
     #[arg(long, default_value_t = 0, requires = "model")]
@@ -148,6 +155,8 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             sequence_parallel: a.sequence_parallel,
             attention: Attention::parse(&a.attention)?,
             placement: llm::Placement::parse(&a.placement)?,
+            first_stage_layers: a.first_stage_layers,
+            last_stage_layers: a.last_stage_layers,
             overlap_grad_reduce: match a.grad_reduce.as_str() {
                 "overlapped" => true,
                 "after" => false,

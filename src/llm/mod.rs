@@ -180,6 +180,10 @@ pub struct Layout {
     pub overlap_grad_reduce: bool,
     /// Which GPU each rank runs on.
     pub placement: Placement,
+    /// Layers of the first and the last pipeline stage when they differ from the others'
+    /// (Megatron's uneven split); None: every stage the same.
+    pub first_stage_layers: Option<u64>,
+    pub last_stage_layers: Option<u64>,
 }
 
 /// The order in which the parallel dimensions fill the GPUs, the first fastest: Megatron's
@@ -373,11 +377,8 @@ impl Plan {
                 l.tp, m.ffn, m.vocab
             ));
         }
-        if m.layers % (l.pp * l.virtual_stages) != 0 {
-            return fail(format!(
-                "{} layers cannot be split into --pp {} x --virtual-stages {} equal chunks",
-                m.layers, l.pp, l.virtual_stages
-            ));
+        if let Err(why) = self.stage_split() {
+            return fail(why);
         }
         if l.global_batch.saturating_mul(m.seq) > 1 << 40 {
             return fail(format!(
@@ -438,12 +439,93 @@ impl Plan {
         Ok(())
     }
 
+    /// Layers of each pipeline stage: the same for all, or (Megatron's uneven split, as Llama 3
+    /// 405B ran 126 layers on 16 stages: 7, 8 x 14, 7) the first and last stages' given counts
+    /// and the rest split evenly over the others. Err names the constraint a split breaks.
+    fn stage_split(&self) -> Result<Vec<u64>, String> {
+        let (m, l) = (&self.model, &self.layout);
+        let (pp, v) = (l.pp, l.virtual_stages);
+        let (first, last) = (l.first_stage_layers, l.last_stage_layers);
+        if first.is_none() && last.is_none() {
+            if m.layers % (pp * v) != 0 {
+                return Err(format!(
+                    "{} layers cannot be split into --pp {pp} x --virtual-stages {v} equal \
+                     chunks (give --first-stage-layers / --last-stage-layers for an uneven split)",
+                    m.layers
+                ));
+            }
+            return Ok(vec![m.layers / pp; pp as usize]);
+        }
+        if pp < 2 {
+            return Err("--first-stage-layers / --last-stage-layers need --pp 2 or more".into());
+        }
+        let given = first.iter().count() as u64 + last.iter().count() as u64;
+        let fixed = first.unwrap_or(0) + last.unwrap_or(0);
+        let rest = m.layers.checked_sub(fixed).ok_or_else(|| {
+            format!(
+                "--first-stage-layers + --last-stage-layers exceed the {} layers",
+                m.layers
+            )
+        })?;
+        let others = pp - given;
+        if others == 0 && rest != 0 {
+            return Err(format!(
+                "--first-stage-layers + --last-stage-layers leave {rest} of the {} layers on no \
+                 stage (--pp 2)",
+                m.layers
+            ));
+        }
+        if others > 0 && rest % others != 0 {
+            return Err(format!(
+                "the {rest} layers left after --first-stage-layers / --last-stage-layers do not \
+                 split evenly over the other {others} stages"
+            ));
+        }
+        let even = rest.checked_div(others).unwrap_or(0);
+        let mut stages = vec![even; pp as usize];
+        if let Some(f) = first {
+            stages[0] = f;
+        }
+        if let Some(n) = last {
+            stages[pp as usize - 1] = n;
+        }
+        if let Some(s) = stages.iter().position(|&n| n == 0 || n % v != 0) {
+            return Err(format!(
+                "stage {s} would hold {} layers: every stage needs a whole number of layers for \
+                 each of its --virtual-stages {v} chunks, at least one",
+                stages[s]
+            ));
+        }
+        Ok(stages)
+    }
+
+    /// Layers of each model chunk, in model order (chunk `c x pp + s` is virtual chunk `c` of
+    /// stage `s`): its stage's layers over the stage's chunks (see [`Plan::stage_split`]).
+    pub fn chunk_layers(&self) -> Vec<u64> {
+        let (pp, v) = (self.layout.pp, self.layout.virtual_stages);
+        let stages = self
+            .stage_split()
+            .unwrap_or_else(|_| vec![self.model.layers / pp; pp as usize]);
+        (0..pp * v).map(|j| stages[(j % pp) as usize] / v).collect()
+    }
+
+    /// Layers held by pipeline stage `s` (all its virtual chunks).
+    pub fn stage_layers(&self, s: u64) -> u64 {
+        let pp = self.layout.pp;
+        self.chunk_layers()
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j as u64 % pp == s)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Weights held by a GPU of the first stage (which also holds the embedding).
     pub fn params_per_gpu(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);
         let layer =
             (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp + 4 * m.hidden;
-        (m.layers / l.pp * layer + m.vocab * m.hidden / l.tp) as f64
+        (self.stage_layers(0) * layer + m.vocab * m.hidden / l.tp) as f64
     }
 
     /// Weights (2 bytes), gradients (2) and Adam's FP32 master weights and moments (12), the
@@ -504,7 +586,7 @@ impl Plan {
             } else {
                 1.0
             };
-        let layers = (m.layers / l.pp) as f64;
+        let layers = self.stage_layers(0) as f64;
         // The logits of one micro-batch in FP32, on the last stage; one layer's full working set
         // while it is recomputed.
         let logits = 4.0 * s * b * m.vocab as f64 / t;
@@ -690,6 +772,8 @@ mod tests {
                 attention: Attention::Flash,
                 overlap_grad_reduce: true,
                 placement: Placement::default(),
+                first_stage_layers: None,
+                last_stage_layers: None,
             },
         }
     }
@@ -771,6 +855,36 @@ mod tests {
             .sum();
         assert!(tasks > 0);
         assert_eq!(steps.done(), tasks);
+    }
+
+    /// Llama 3 405B's split: 126 layers on 16 stages, 7 on the first and last; with two
+    /// virtual stages each middle stage's 8 layers are two chunks of 4.
+    #[test]
+    fn uneven_stages_split_as_megatron_does() {
+        let mut model = tiny(126, 1);
+        model.heads = 16;
+        let mut p = plan(model, 1, 16, 1, 32);
+        p.layout.first_stage_layers = Some(7);
+        p.layout.last_stage_layers = Some(7);
+        assert!(p.check(16).is_ok());
+        let layers = p.chunk_layers();
+        assert_eq!(layers.len(), 16);
+        assert_eq!((layers[0], layers[15]), (7, 7));
+        assert!(layers[1..15].iter().all(|&n| n == 8));
+        assert_eq!(layers.iter().sum::<u64>(), 126);
+        p.layout.virtual_stages = 2;
+        p.layout.first_stage_layers = Some(6);
+        p.layout.last_stage_layers = Some(8);
+        assert!(p.check(16).is_ok());
+        assert_eq!(p.chunk_layers().iter().sum::<u64>(), 126);
+        assert_eq!(p.stage_layers(0), 6);
+        // The iteration runs, every chunk's layers computed once each way.
+        let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+        p.layout.virtual_stages = 1;
+        p.layout.first_stage_layers = Some(7);
+        p.layout.last_stage_layers = Some(7);
+        let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+        assert!(outcome.step_time > Time::ZERO);
     }
 
     /// With pipeline stages of equal work and negligible messages, the first stage idles for
@@ -926,6 +1040,15 @@ mod tests {
         refuse(plan(model.clone(), 2, 2, 2, 8), 16, "= 8 GPUs");
         refuse(plan(model.clone(), 3, 1, 1, 8), 3, "tensor parallelism");
         refuse(plan(model.clone(), 1, 4, 1, 8), 4, "6 layers");
+        // An uneven split only when asked, and only one that gives every stage whole chunks.
+        let mut uneven = plan(model.clone(), 1, 4, 1, 8);
+        uneven.layout.first_stage_layers = Some(1);
+        refuse(uneven.clone(), 4, "5 layers left");
+        uneven.layout.last_stage_layers = Some(1);
+        assert!(uneven.check(4).is_ok());
+        assert_eq!(uneven.chunk_layers(), [1, 2, 2, 1]);
+        uneven.layout.virtual_stages = 2;
+        refuse(uneven, 4, "stage 0 would hold 1 layers");
         refuse(plan(model.clone(), 1, 1, 4, 6), 4, "--global-batch 6");
         let mut huge = plan(model, 1, 1, 1, 8);
         huge.model.hidden = 65536;

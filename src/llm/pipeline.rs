@@ -258,7 +258,7 @@ pub fn program(plan: &Plan) -> Program {
     let cp = l.cp;
     let m = l.micro_batches();
     let (layer, head) = step_times(plan);
-    let layers_per_chunk = model.layers / (pp * v);
+    let chunk_layers = plan.chunk_layers();
     let moe = model.experts > 1;
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
     let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
@@ -314,6 +314,7 @@ pub fn program(plan: &Plan) -> Program {
                 let mut dp_buckets: Vec<u64> = Vec::new();
                 for (i, step) in order.iter().enumerate() {
                     let c = step.chunk;
+                    let layers_per_chunk = chunk_layers[(c * pp + s) as usize];
                     let first = s == 0 && c == 0;
                     let last = s == pp - 1 && c == v - 1;
                     // Stage and chunk before and after this one on the way forward.
@@ -476,7 +477,7 @@ pub fn program(plan: &Plan) -> Program {
                     }
                 }
                 let stage_params =
-                    layers_per_chunk * v * layer_params + if s == 0 { embedding_params } else { 0 };
+                    plan.stage_layers(s) * layer_params + if s == 0 { embedding_params } else { 0 };
                 let reduce = if plan.layout.zero == ZeroStage::None {
                     CollectiveKind::AllReduce
                 } else {
