@@ -248,8 +248,17 @@ pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
 
 /// The iteration's programs.
 pub fn program(plan: &Plan) -> Program {
+    program_counted(plan, None)
+}
+
+/// [`program`], counting the ranks built on `progress` (a long build can say how far it is).
+pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> Program {
     if plan.layout.zero == ZeroStage::Parameters {
         return super::sharded::program(plan);
+    }
+    if let Some(steps) = progress {
+        let l = &plan.layout;
+        steps.begin("ranks built", l.tp * l.pp * l.replicas());
     }
     let l = &plan.layout;
     let model = &plan.model;
@@ -539,6 +548,9 @@ pub fn program(plan: &Plan) -> Program {
                     }
                 }
                 ranks.push((rank_of(t, d, s), b.nodes));
+                if let Some(steps) = progress {
+                    steps.step();
+                }
             }
         }
     }

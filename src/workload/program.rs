@@ -828,7 +828,14 @@ impl<'a> Emitter<'a> {
         let mut used: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
         type Alone = (CollectiveKey, Time, Vec<(usize, u64, Time)>);
         let mut alone_runs: Vec<Vec<Alone>> = vec![Vec::new(); names.len()];
+        let progress = self.options.progress.clone();
+        if let Some(steps) = &progress {
+            steps.begin("communicators timed alone", names.len() as u64);
+        }
         for (index, name) in names.iter().enumerate() {
+            if let Some(steps) = &progress {
+                steps.step();
+            }
             let c = &self.communicators[name];
             let npus = self.member_npus(c);
             if npus.len() < 2 {
