@@ -83,7 +83,8 @@ impl Gpu {
             "h200" => gpu("H200", 989.0, 794.5, 4.8, 141.0, 132),
             // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB, 148 SMs; MAMF 1745.
             "b200" => gpu("B200", 2250.0, 1745.0, 8.0, 180.0, 148),
-            // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB, 304 compute units; MAMF 781.9 (ROCm 6.2).
+            // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB, 304 compute units (cuBLAS's tiles assumed
+            // for hipBLASLt); MAMF 781.9 (ROCm 6.2).
             "mi300x" => gpu("MI300X", 1307.0, 781.9, 5.3, 192.0, 304),
             _ => {
                 return Err(Error::input(format!(
