@@ -498,6 +498,23 @@ fn calibrate_recovers_known_figures_and_writes_a_system_file() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("own LOG"));
     assert_eq!(std::fs::read_to_string(&log).unwrap(), measured);
+    // Nor the system file it starts from, named with a box count or not.
+    let truth_text = std::fs::read_to_string(&truth).unwrap();
+    let truth_boxes = format!("{}:1", truth.display());
+    let refused = collsim(&[
+        "calibrate",
+        log.to_str().unwrap(),
+        "--topology",
+        &truth_boxes,
+        "--gpus",
+        "4",
+        "--out",
+        truth.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("own --topology"));
+    assert_eq!(std::fs::read_to_string(&truth).unwrap(), truth_text);
 }
 
 /// A log that names no operation needs --op; an --op the log lacks is named.

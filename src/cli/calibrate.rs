@@ -99,7 +99,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     }
     let mut inputs: Vec<(&std::path::Path, &str)> =
         args.logs.iter().map(|l| (l.as_path(), "LOG")).collect();
-    let topology_file = std::path::Path::new(&args.system.topology);
+    let topology_file = std::path::Path::new(system_file::file_of(&args.system.topology));
     inputs.push((topology_file, "--topology"));
     crate::check_output_file(&args.out, "--out", &inputs, args.force)?;
 

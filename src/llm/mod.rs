@@ -499,25 +499,20 @@ impl Plan {
         Ok(stages)
     }
 
-    /// Layers of each model chunk, in model order (chunk `c x pp + s` is virtual chunk `c` of
-    /// stage `s`): its stage's layers over the stage's chunks (see [`Plan::stage_split`]).
-    pub fn chunk_layers(&self) -> Vec<u64> {
-        let (pp, v) = (self.layout.pp, self.layout.virtual_stages);
-        let stages = self
-            .stage_split()
-            .unwrap_or_else(|_| vec![self.model.layers / pp; pp as usize]);
-        (0..pp * v).map(|j| stages[(j % pp) as usize] / v).collect()
+    /// Layers held by each pipeline stage (all its virtual chunks), of a plan that passed
+    /// [`Plan::check`] (see [`Plan::stage_split`]).
+    pub fn stage_layers(&self) -> Vec<u64> {
+        let pp = self.layout.pp;
+        self.stage_split()
+            .unwrap_or_else(|_| vec![self.model.layers / pp; pp as usize])
     }
 
-    /// Layers held by pipeline stage `s` (all its virtual chunks).
-    pub fn stage_layers(&self, s: u64) -> u64 {
-        let pp = self.layout.pp;
-        self.chunk_layers()
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j as u64 % pp == s)
-            .map(|(_, n)| n)
-            .sum()
+    /// Layers of each model chunk, in model order (chunk `c x pp + s` is virtual chunk `c` of
+    /// stage `s`): its stage's layers over the stage's chunks.
+    pub fn chunk_layers(&self) -> Vec<u64> {
+        let (pp, v) = (self.layout.pp, self.layout.virtual_stages);
+        let stages = self.stage_layers();
+        (0..pp * v).map(|j| stages[(j % pp) as usize] / v).collect()
     }
 
     /// Weights held by a GPU of the first stage (which also holds the embedding).
@@ -525,7 +520,7 @@ impl Plan {
         let (m, l) = (&self.model, &self.layout);
         let layer =
             (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp + 4 * m.hidden;
-        (self.stage_layers(0) * layer + m.vocab * m.hidden / l.tp) as f64
+        (self.stage_layers()[0] * layer + m.vocab * m.hidden / l.tp) as f64
     }
 
     /// Weights (2 bytes), gradients (2) and Adam's FP32 master weights and moments (12), the
@@ -586,7 +581,7 @@ impl Plan {
             } else {
                 1.0
             };
-        let layers = self.stage_layers(0) as f64;
+        let layers = self.stage_layers()[0] as f64;
         // The logits of one micro-batch in FP32, on the last stage; one layer's full working set
         // while it is recomputed.
         let logits = 4.0 * s * b * m.vocab as f64 / t;
@@ -877,7 +872,7 @@ mod tests {
         p.layout.last_stage_layers = Some(8);
         assert!(p.check(16).is_ok());
         assert_eq!(p.chunk_layers().iter().sum::<u64>(), 126);
-        assert_eq!(p.stage_layers(0), 6);
+        assert_eq!(p.stage_layers()[0], 6);
         // The iteration runs, every chunk's layers computed once each way.
         let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
         p.layout.virtual_stages = 1;

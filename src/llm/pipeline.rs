@@ -256,11 +256,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     if plan.layout.zero == ZeroStage::Parameters {
         return super::sharded::program(plan);
     }
+    let l = &plan.layout;
     if let Some(steps) = progress {
-        let l = &plan.layout;
         steps.begin("ranks built", l.tp * l.pp * l.replicas());
     }
-    let l = &plan.layout;
     let model = &plan.model;
     // Data-parallel indices run over context x data parallel ranks (tp-cp-dp-pp order).
     let (tp, pp, dp, v) = (l.tp, l.pp, l.replicas(), l.virtual_stages);
@@ -268,6 +267,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let m = l.micro_batches();
     let (layer, head) = step_times(plan);
     let chunk_layers = plan.chunk_layers();
+    let stage_layers = plan.stage_layers();
     let moe = model.experts > 1;
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
     let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
@@ -485,8 +485,8 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         );
                     }
                 }
-                let stage_params =
-                    plan.stage_layers(s) * layer_params + if s == 0 { embedding_params } else { 0 };
+                let stage_params = stage_layers[s as usize] * layer_params
+                    + if s == 0 { embedding_params } else { 0 };
                 let reduce = if plan.layout.zero == ZeroStage::None {
                     CollectiveKind::AllReduce
                 } else {

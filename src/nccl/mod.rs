@@ -625,21 +625,7 @@ impl Model {
             _ => SwitchRelays::None,
         };
         let topology = s.network_at(relays, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
-        let box_switches = if s.intra == Intra::FullMesh {
-            0
-        } else {
-            s.boxes
-        };
-        let switches = if collnet {
-            // The rails' leaf switches, after the GPUs and the boxes' switches.
-            let first = s.gpus() + box_switches;
-            (first..topology.npus()).collect()
-        } else if nvls {
-            (s.gpus()..s.gpus() + box_switches).collect()
-        } else {
-            Vec::new()
-        };
-        Ok((topology, switches))
+        Ok((topology, s.reducing_switches(relays)))
     }
 
     /// One NIC's rate as NCCL's search books it for `algo`: its channels' `bwInter` spread

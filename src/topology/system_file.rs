@@ -45,10 +45,7 @@ struct SystemFile {
 /// The system a GPU-system file at `spec` (optionally `FILE:N`) describes; None when `spec` is
 /// not such a file (a name, or a topology file of another kind).
 pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
-    let (path, count) = match spec.rsplit_once(':') {
-        Some((p, n)) if is_yaml(p) => (p, Some(n)),
-        _ => (spec, None),
-    };
+    let (path, count) = split(spec);
     if !is_yaml(path) || Path::new(path).is_dir() {
         return Ok(None);
     }
@@ -116,6 +113,19 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     system.calibration = file.calibrated;
     system.name = spec.to_string();
     Ok(Some(system))
+}
+
+/// `FILE.yml:N` as the file and the count; anything else as itself.
+fn split(spec: &str) -> (&str, Option<&str>) {
+    match spec.rsplit_once(':') {
+        Some((p, n)) if is_yaml(p) => (p, Some(n)),
+        _ => (spec, None),
+    }
+}
+
+/// The file a `--topology` names (`FILE.yml` of `FILE.yml:N`), or the spec itself.
+pub fn file_of(spec: &str) -> &str {
+    split(spec).0
 }
 
 fn is_yaml(path: &str) -> bool {
@@ -232,32 +242,27 @@ mod tests {
 
     #[test]
     fn bad_files_are_refused_by_field() {
+        let refusal = |path: &std::path::Path| {
+            GpuSystem::parse(&path.display().to_string())
+                .unwrap_err()
+                .to_string()
+        };
         let bad = temp(
             "bad.yml",
             "gpu_system:\n  base: hgx-b200\n  calibrated:\n    intra_gbps: -3\n",
         );
-        let e = GpuSystem::parse(&bad.display().to_string())
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&bad);
         assert!(e.contains("calibrated.intra_gbps"), "{e}");
-        let unknown = temp("unknown.yml", "gpu_system:\n  base: tpu-v5\n");
-        let e = GpuSystem::parse(&unknown.display().to_string())
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&temp("unknown.yml", "gpu_system:\n  base: tpu-v5\n"));
         assert!(e.contains("gpu_system.base 'tpu-v5'"), "{e}");
-        let typo = temp("typo.yml", "gpu_system:\n  base: hgx-b200\n  boxs: 2\n");
-        let e = GpuSystem::parse(&typo.display().to_string())
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&temp(
+            "typo.yml",
+            "gpu_system:\n  base: hgx-b200\n  boxs: 2\n",
+        ));
         assert!(e.contains("boxs"), "{e}");
-        let list = temp("list.yml", "gpu_system: [1, 2]\n");
-        let e = GpuSystem::parse(&list.display().to_string())
-            .unwrap_err()
-            .to_string();
+        let e = refusal(&temp("list.yml", "gpu_system: [1, 2]\n"));
         assert!(e.contains("expected a mapping of system fields"), "{e}");
-        let e = GpuSystem::parse("no/such/system.yml")
-            .unwrap_err()
-            .to_string();
+        let e = refusal(std::path::Path::new("no/such/system.yml"));
         assert!(e.starts_with("no/such/system.yml: cannot read"), "{e}");
         // A topology file of another kind is not a GPU system.
         let other = temp("ring.yml", "npus: 4\nlinks: []\n");

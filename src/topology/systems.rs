@@ -354,6 +354,37 @@ impl GpuSystem {
         self.network_at(SwitchRelays::None, (intra, latency), (nic, latency))
     }
 
+    /// Switch nodes of the boxes' fabrics (one NVSwitch or PCIe switch node a box; none for a
+    /// full mesh).
+    fn box_switches(&self) -> u32 {
+        match self.intra {
+            Intra::FullMesh => 0,
+            _ => self.boxes,
+        }
+    }
+
+    /// Rail leaf switches (one per NIC of a box, at most one per GPU), with more than one box.
+    fn rails(&self) -> u32 {
+        if self.boxes > 1 && self.nics_per_box > 0 {
+            self.nics_per_box.min(self.gpus_per_box)
+        } else {
+            0
+        }
+    }
+
+    /// The switches that reduce when the network is drawn with `relays`
+    /// ([`Self::network_at`]): each box's NVSwitch, or for in-network reduction (SHARP) the
+    /// rails' leaves.
+    pub fn reducing_switches(&self, relays: SwitchRelays) -> Vec<NodeId> {
+        let first_box = self.gpus();
+        let first_rail = first_box + self.box_switches();
+        match relays {
+            SwitchRelays::None => Vec::new(),
+            SwitchRelays::Boxes => (first_box..first_rail).collect(),
+            SwitchRelays::BoxesAndRails => (first_rail..first_rail + self.rails()).collect(),
+        }
+    }
+
     /// The network with every GPU-fabric link at `intra` and every NIC link at `nic`
     /// (bandwidth, latency); the GPU-fabric figure is per GPU (split evenly over a full mesh's
     /// links). `relays` says which switches are NPUs (so a schedule may reduce in them).
@@ -366,12 +397,8 @@ impl GpuSystem {
         let g = self.gpus_per_box;
         let n = self.gpus();
         let boxes = self.boxes;
-        let fabric_nodes = match self.intra {
-            Intra::FullMesh => 0,
-            _ => boxes,
-        };
-        let multi = boxes > 1 && self.nics_per_box > 0;
-        let rails = if multi { self.nics_per_box.min(g) } else { 0 };
+        let (fabric_nodes, rails) = (self.box_switches(), self.rails());
+        let multi = rails > 0;
         let spines = if multi && rails > 1 { rails } else { 0 };
         let mut links = Vec::new();
         let mut join = |a: NodeId, b: NodeId, tier: (Bandwidth, Time)| {
@@ -486,6 +513,11 @@ mod tests {
         assert_eq!(sharp.npus(), 26, "and the rails' leaves");
         // Rail leaf 3 (node 16 + 2 + 3) joins GPU 3 of each box.
         assert!(sharp.link_between(3, 21).is_some() && sharp.link_between(11, 21).is_some());
+        assert_eq!(
+            s.reducing_switches(SwitchRelays::BoxesAndRails),
+            (18..26).collect::<Vec<_>>()
+        );
+        assert_eq!(s.reducing_switches(SwitchRelays::Boxes), [16, 17]);
         let mesh = GpuSystem::parse("mi300x:1").unwrap().unwrap();
         assert_eq!(mesh.topology().unwrap().links().len(), 2 * 28);
     }
