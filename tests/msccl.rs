@@ -171,9 +171,19 @@ fn bad_files_are_errors_naming_the_problem() {
     let c = Collective::new(CollectiveKind::AllGather, t.active_npus(), 4 << 20, 1, None).unwrap();
     let s = generate(Algorithm::Ring, &t, &c).unwrap();
     let xml = msccl_xml(&s, s.collective.as_ref().unwrap(), "x").unwrap();
-    let missing = xml.replace(" proto=\"Simple\"", "");
+    let missing = xml.replace(" ngpus=\"4\"", "");
     let err = parse_msccl("f.xml", &missing, &c).unwrap_err().to_string();
-    assert!(err.contains("f.xml") && err.contains("proto"), "{err}");
+    assert!(err.contains("f.xml") && err.contains("ngpus"), "{err}");
+    // What some versions of the format lack is not needed (msccl-tools' early files).
+    let early = ["proto", "outofplace", "minBytes", "maxBytes"]
+        .iter()
+        .fold(xml.clone(), |text, key| {
+            let at = text.find(&format!(" {key}=\"")).unwrap();
+            let end = at + 2 + key.len() + text[at + key.len() + 3..].find('"').unwrap() + 2;
+            format!("{}{}", &text[..at], &text[end..])
+        });
+    assert!(!early.contains("outofplace"), "{early}");
+    parse_msccl("f.xml", &early, &c).unwrap();
     let wrong =
         Collective::new(CollectiveKind::AllReduce, t.active_npus(), 4 << 20, 1, None).unwrap();
     let err = parse_msccl("f.xml", &xml, &wrong).unwrap_err().to_string();
@@ -225,4 +235,117 @@ fn indices_and_offsets_outside_the_declared_sizes_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("send=9"), "{err}");
+}
+
+mod common;
+
+const TOOLS: &str = "tests/data/msccl";
+
+fn tools_file(name: &str) -> String {
+    format!("{TOOLS}/{name}")
+}
+
+fn run_file(file: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "simulate",
+        "--topology",
+        "switch:8",
+        "--bandwidth",
+        "300GB/s",
+        "--latency",
+        "1us",
+        "--schedule",
+        file,
+        "--size",
+        "64MB",
+        "--format",
+        "csv",
+    ];
+    args.extend_from_slice(extra);
+    common::collsim(&args)
+}
+
+fn refusal(out: &std::process::Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
+/// Algorithms from microsoft/msccl-tools as they were published (tests/data/msccl/README.md):
+/// the collective and its chunks come from the file, older headers load, and the all-pairs
+/// all-reduce, which reduces in the scratch buffer, runs validated: one transfer per send step.
+#[test]
+fn msccl_tools_files_run_with_what_they_state() {
+    for (file, sends, chunks) in [("ring_2_4.xml", 448, 4), ("ap_8.xml", 896, 8)] {
+        let text = std::fs::read_to_string(tools_file(file)).unwrap();
+        assert!(!text.contains("outofplace"));
+        let steps = |kind: &str| text.matches(&format!("type=\"{kind}\"")).count();
+        assert_eq!(
+            steps("s") + steps("rcs") + steps("rrs") + steps("rrcs"),
+            sends
+        );
+        let out = run_file(&tools_file(file), &[]);
+        assert!(out.status.success(), "{file}: {out:?}");
+        let row = common::first_row(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(row["collective"], "all-reduce", "{file}");
+        assert_eq!(row["transfers"], sends.to_string(), "{file}");
+        assert_eq!(row["chunks_per_npu"], chunks.to_string(), "{file}");
+        let efficiency: f64 = row["efficiency"].parse().unwrap();
+        assert!(efficiency > 0.3 && efficiency <= 1.0, "{file}: {efficiency}");
+    }
+    // A coarser --chunks is refined by the file, as before; one that does not divide it is not.
+    let out = run_file(&tools_file("ap_8.xml"), &["--chunks", "4"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = refusal(&run_file(&tools_file("ap_8.xml"), &["--chunks", "3"]));
+    assert!(err.contains("nchunksperloop=64"), "{err}");
+    let err = refusal(&run_file(&tools_file("ring_2_4.xml"), &["--collective", "all-gather"]));
+    assert!(err.contains("allreduce") && err.contains("all-gather"), "{err}");
+}
+
+fn text_of(name: &str) -> String {
+    std::fs::read_to_string(tools_file(name)).unwrap()
+}
+
+/// Files whose steps cannot run as written are refused, naming the step: one whose chunks do not
+/// match at the two ends (msccl-tools' own ar_4.xml, deleted by its authors an hour after it was
+/// committed, "fix bug"), a step waiting for a later one of its own thread block (a GPU would
+/// deadlock), the output buffer in an in-place all-reduce, and a scratch chunk nothing reads.
+#[test]
+fn steps_that_cannot_run_as_written_are_refused_by_name() {
+    let err = refusal(&run_file(&tools_file("ar_4.xml"), &[]));
+    assert!(
+        err.contains("GPU 3 thread block 32 step 0 sends piece 7")
+            && err.contains("takes as piece 6"),
+        "{err}"
+    );
+    let dir = common::scratch("msccl", "refused");
+    let ring = text_of("ring_2_4.xml");
+    let ap = text_of("ap_8.xml");
+    let first = r#"<step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0" cnt="1" depid="-1" deps="-1""#;
+    assert!(ring.contains(first));
+    let scratch_read = r#"type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="0""#;
+    assert!(ap.contains(scratch_read));
+    for (name, text, expected) in [
+        (
+            "deadlock",
+            ring.replacen(first, &first.replace(r#"depid="-1" deps="-1""#, r#"depid="0" deps="3""#), 1),
+            "GPU 0 thread block 0 step 0 waits",
+        ),
+        (
+            "output",
+            ring.replacen(first, &first.replace(r#"dstbuf="i""#, r#"dstbuf="o""#), 1),
+            "dstbuf=o, but all-reduce runs in place",
+        ),
+        (
+            "unread",
+            ap.replacen(scratch_read, r#"type="re" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0""#, 1),
+            "receives into scratch chunk 0",
+        ),
+    ] {
+        let path = dir.join(format!("{name}.xml"));
+        std::fs::write(&path, text).unwrap();
+        let err = refusal(&run_file(path.to_str().unwrap(), &[]));
+        assert!(err.contains(expected) && err.contains(&format!("{name}.xml")), "{name}: {err}");
+    }
 }

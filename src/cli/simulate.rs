@@ -334,7 +334,7 @@ pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
         return super::system::simulate(args, &path);
     }
     let system = args.multi_dim.resolve()?;
-    let collectives = args.collective.requests_with(system.chunks)?;
+    let collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
         (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
@@ -350,6 +350,31 @@ pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
         &args.run,
         &system,
     )
+}
+
+/// The collective flags, completed from an MSCCL algorithm given as `--schedule` where no
+/// `--collective` is: the file states its collective and chunks (`--chunks` still overrides,
+/// as a coarser chunking the file may refine); only the bytes come from `--size`.
+fn msccl_stated(args: &SimulateArgs) -> Result<super::CollectiveArgs, Error> {
+    let mut flags = args.collective.clone();
+    let xml = args
+        .schedule
+        .as_ref()
+        .filter(|p| p.extension().is_some_and(|e| e == "xml"));
+    if let (Some(path), None) = (xml, &flags.collective) {
+        let claim = crate::schedule::read_msccl_claim(path)?;
+        if flags.size.is_none() {
+            return Err(Error::input(format!(
+                "{}: an MSCCL algorithm counts chunks, not bytes: give --size",
+                path.display()
+            )));
+        }
+        flags.collective = Some(claim.kind.to_string());
+        if flags.chunks.is_none() {
+            flags.chunks = Some(claim.chunks(&path.display().to_string())?);
+        }
+    }
+    Ok(flags)
 }
 
 pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {

@@ -158,8 +158,8 @@ fn produce(
         ScheduleSource::File(path) if path.extension().is_some_and(|e| e == "xml") => {
             let [c] = collectives else {
                 return Err(Error::input(format!(
-                    "{}: an MSCCL XML algorithm counts chunks, not bytes: give one --collective \
-                     with --size and --chunks",
+                    "{}: an MSCCL XML algorithm counts chunks, not bytes: give --size (and one \
+                     --collective, if any)",
                     path.display()
                 )));
             };

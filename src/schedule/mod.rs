@@ -18,7 +18,7 @@ mod validate;
 
 pub use in_order::{InOrderCheck, RecentTransfers};
 pub use io::{load_schedule_file, write_schedule_csv, write_schedule_json};
-pub use msccl::{load_msccl, msccl_xml, parse_msccl, write_msccl};
+pub use msccl::{load_msccl, msccl_xml, parse_msccl, read_msccl_claim, write_msccl, Claim};
 pub(crate) use parquet::{schedule_column, Column, EncodedColumn, ParquetFile};
 pub use parquet::{
     schedule_rows, write_schedule_parquet, CopyRows, ScheduleFile, ScheduleRows, ROW_GROUP,

@@ -536,17 +536,103 @@ fn field<T: std::str::FromStr>(
     })
 }
 
+/// What an MSCCL algorithm's `<algo>` element states: its collective, GPUs and chunks per loop.
+/// Every version of the format the executors read names these (and `name`, `nchannels`);
+/// `proto`, `inplace`, `outofplace`, `minBytes` and `maxBytes` came and went between versions
+/// (msccl-tools' early files carry only `inplace`), and collsim's model needs none of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub kind: CollectiveKind,
+    pub ngpus: u32,
+    pub chunks_per_loop: u32,
+}
+
+impl Claim {
+    fn of(file: &str, algo: &HashMap<String, String>) -> Result<Claim, Error> {
+        for key in ["name", "nchannels"] {
+            field::<String>(file, "algo", algo, key)?;
+        }
+        let coll: String = field(file, "algo", algo, "coll")?;
+        let kind = [
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+            CollectiveKind::AllReduce,
+            CollectiveKind::Broadcast,
+            CollectiveKind::Reduce,
+        ]
+        .into_iter()
+        .find(|&k| coll_name(k) == Some(coll.as_str()))
+        .ok_or_else(|| {
+            Error::input(format!(
+                "{file}: coll='{coll}' is not a collective collsim imports (allgather, \
+                 reducescatter, allreduce, broadcast, reduce)"
+            ))
+        })?;
+        let ngpus: u32 = field(file, "algo", algo, "ngpus")?;
+        let chunks_per_loop: u32 = field(file, "algo", algo, "nchunksperloop")?;
+        if ngpus == 0 || chunks_per_loop == 0 {
+            return Err(Error::input(format!(
+                "{file}: ngpus={ngpus} nchunksperloop={chunks_per_loop}: both must be at least 1"
+            )));
+        }
+        Ok(Claim {
+            kind,
+            ngpus,
+            chunks_per_loop,
+        })
+    }
+
+    /// Chunks per NPU (`--chunks`) of the collective the file states: each GPU's share of a loop
+    /// for the collectives whose buffer holds every GPU's pieces, the loop itself for rooted ones.
+    pub fn chunks(&self, file: &str) -> Result<u32, Error> {
+        let per_gpu = match self.kind {
+            CollectiveKind::Broadcast | CollectiveKind::Reduce => 1,
+            _ => self.ngpus,
+        };
+        if !self.chunks_per_loop.is_multiple_of(per_gpu) {
+            return Err(Error::input(format!(
+                "{file}: nchunksperloop={} does not divide among ngpus={} GPUs",
+                self.chunks_per_loop, self.ngpus
+            )));
+        }
+        Ok(self.chunks_per_loop / per_gpu)
+    }
+}
+
+/// Reads what the `<algo>` element of the MSCCL algorithm at `path` states, so a command can
+/// take the collective and its chunking from the file.
+pub fn read_msccl_claim(path: &Path) -> Result<Claim, Error> {
+    let file = path.display().to_string();
+    let text = read_text(path)?;
+    let mut reader = Reader::from_str(&text);
+    loop {
+        match reader
+            .read_event()
+            .map_err(|e| Error::input(format!("{file}: malformed XML: {e}")))?
+        {
+            Event::Eof => return Err(Error::input(format!("{file}: no <algo> element"))),
+            Event::Start(e) | Event::Empty(e) if e.name().as_ref() == b"algo" => {
+                return Claim::of(&file, &attributes(&file, &e)?)
+            }
+            _ => {}
+        }
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{}: cannot open schedule: {}",
+            path.display(),
+            crate::io_words(&e)
+        ))
+    })
+}
+
 /// Reads an MSCCL XML algorithm implementing `c` (its size and chunking come from the command
 /// line; the file gives chunks, not bytes) as a schedule claiming `c`.
 pub fn load_msccl(path: &Path, c: &Collective) -> Result<Schedule, Error> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{file}: cannot open schedule: {}",
-            crate::io_words(&e)
-        ))
-    })?;
-    parse_msccl(&file, &text, c)
+    parse_msccl(&path.display().to_string(), &read_text(path)?, c)
 }
 
 /// Parses MSCCL XML `text` (named `file` in errors); see [`load_msccl`].
@@ -613,28 +699,15 @@ pub fn parse_msccl(file: &str, text: &str, c: &Collective) -> Result<Schedule, E
         }
     }
     let algo = algo.ok_or_else(|| Error::input(format!("{file}: no <algo> element")))?;
-    for key in [
-        "name",
-        "proto",
-        "nchannels",
-        "nchunksperloop",
-        "ngpus",
-        "coll",
-        "inplace",
-        "outofplace",
-        "minBytes",
-        "maxBytes",
-    ] {
-        field::<String>(file, "algo", &algo, key)?;
-    }
-    let coll: String = field(file, "algo", &algo, "coll")?;
-    if Some(coll.as_str()) != coll_name(c.kind) {
+    let claim = Claim::of(file, &algo)?;
+    if claim.kind != c.kind {
         return Err(Error::input(format!(
-            "{file}: the algorithm is a '{coll}', but --collective says {}",
+            "{file}: the algorithm is a '{}', but --collective says {}",
+            coll_name(claim.kind).unwrap_or_default(),
             c.kind
         )));
     }
-    let ngpus: u32 = field(file, "algo", &algo, "ngpus")?;
+    let ngpus = claim.ngpus;
     if ngpus != c.ranks() || gpus.len() as u32 != ngpus {
         return Err(Error::input(format!(
             "{file}: ngpus={ngpus} with {} <gpu> elements, but the collective has {} NPUs",
@@ -644,7 +717,7 @@ pub fn parse_msccl(file: &str, text: &str, c: &Collective) -> Result<Schedule, E
     }
     // A file may cut the buffer finer than --chunks (e.g. a bidirectional ring halves each
     // chunk): the schedule then claims the same collective with that finer chunking.
-    let per_loop: u32 = field(file, "algo", &algo, "nchunksperloop")?;
+    let per_loop = claim.chunks_per_loop;
     let (i_chunks, o_chunks) = Layout { c }.chunks();
     let expected = i_chunks.max(o_chunks);
     if per_loop == 0 || !per_loop.is_multiple_of(expected) {
@@ -741,6 +814,13 @@ fn check_indices(
                     let Some((buffer, offset)) = place else {
                         continue;
                     };
+                    if buffer == Buffer::Output && layout.in_place() {
+                        return Err(Error::input(format!(
+                            "{at}: {end}buf=o, but {} runs in place: its chunks live in the \
+                             input buffer",
+                            c.kind
+                        )));
+                    }
                     let Some(size) = size_of(buffer) else {
                         continue;
                     };
@@ -758,6 +838,61 @@ fn check_indices(
     Ok(())
 }
 
+/// Per GPU, thread block and step: its place in an order the GPU can run its steps in (each
+/// block's steps in sequence, each step after the one it depends on; among steps free to go,
+/// lower blocks first). A GPU whose steps wait for each other in a circle would deadlock.
+fn run_order(file: &str, gpus: &[(u32, Vec<ReadBlock>)]) -> Result<Vec<Vec<Vec<usize>>>, Error> {
+    let mut runs = Vec::with_capacity(gpus.len());
+    for (gpu, blocks) in gpus {
+        let mut waiting: Vec<Vec<u32>> = Vec::with_capacity(blocks.len());
+        let mut after: HashMap<(usize, usize), Vec<(usize, usize)>> = HashMap::new();
+        for (b, tb) in blocks.iter().enumerate() {
+            waiting.push(
+                tb.steps
+                    .iter()
+                    .enumerate()
+                    .map(|(s, step)| (s > 0) as u32 + step.dep.is_some() as u32)
+                    .collect(),
+            );
+            for (s, step) in tb.steps.iter().enumerate() {
+                if let Some(dep) = step.dep {
+                    after.entry(dep).or_default().push((b, s));
+                }
+            }
+        }
+        let mut place: Vec<Vec<usize>> = blocks.iter().map(|b| vec![0; b.steps.len()]).collect();
+        let mut ready: std::collections::BTreeSet<(usize, usize)> = (0..blocks.len())
+            .filter(|&b| waiting[b].first() == Some(&0))
+            .map(|b| (b, 0))
+            .collect();
+        let mut placed = 0;
+        while let Some((b, s)) = ready.pop_first() {
+            place[b][s] = placed;
+            placed += 1;
+            let next = (s + 1 < blocks[b].steps.len()).then_some((b, s + 1));
+            for (nb, ns) in next.into_iter().chain(after.remove(&(b, s)).into_iter().flatten()) {
+                waiting[nb][ns] -= 1;
+                if waiting[nb][ns] == 0 {
+                    ready.insert((nb, ns));
+                }
+            }
+        }
+        if let Some((b, s)) = waiting
+            .iter()
+            .enumerate()
+            .find_map(|(b, w)| w.iter().position(|&n| n > 0).map(|s| (b, s)))
+        {
+            return Err(Error::input(format!(
+                "{file}: GPU {gpu} thread block {b} step {s} waits, through its dependencies, \
+                 for a step that runs after it (its block runs in step order): the GPU would \
+                 deadlock"
+            )));
+        }
+        runs.push(place);
+    }
+    Ok(runs)
+}
+
 /// Pairs sends with receives per connection and turns step dependencies into transfer ones.
 fn build_schedule(
     file: &str,
@@ -767,6 +902,7 @@ fn build_schedule(
 ) -> Result<Schedule, Error> {
     const SENDS: [&str; 4] = ["s", "rcs", "rrs", "rrcs"];
     const RECEIVES: [&str; 5] = ["r", "rcs", "rrc", "rrs", "rrcs"];
+    const LOCAL: [&str; 3] = ["re", "cpy", "nop"];
     // Per connection (src, dst, chan): the (gpu, tb, step) of its sends and of its receives.
     type Spot = (usize, usize, usize);
     let mut sends: HashMap<(u32, u32, i64), Vec<Spot>> = HashMap::new();
@@ -790,7 +926,13 @@ fn build_schedule(
             }
         }
     }
-    // Transfers: one per matched send/receive, keyed by both ends' steps.
+    // Transfers: one per matched send/receive, keyed by both ends' steps. The k-th send on a
+    // connection meets its k-th receive in the order each GPU runs its steps, which matters
+    // where several thread blocks share a connection (msccl-tools' early files do).
+    let runs = run_order(file, gpus)?;
+    for list in sends.values_mut().chain(receives.values_mut()) {
+        list.sort_by_key(|&(g, b, s)| runs[g][b][s]);
+    }
     let mut transfers: Vec<(Spot, Spot)> = Vec::new();
     let mut keys: Vec<_> = sends.keys().copied().collect();
     keys.sort_unstable();
@@ -814,13 +956,24 @@ fn build_schedule(
         .map(|(i, &(_, r))| (r, i))
         .collect();
     // The transfers a step waits for: its own dependency and those of the nops just before it,
-    // through local steps to the receives behind them.
+    // through local steps to the receives behind them. A local step also runs after every
+    // earlier step of its thread block (the executor runs a block's steps in order), so what
+    // those received is behind it too.
     let waits = |spot: Spot| -> Vec<usize> {
         let mut found = Vec::new();
         let mut stack = vec![spot];
         let mut seen = std::collections::HashSet::new();
         while let Some((g, b, s)) = stack.pop() {
             let steps = &gpus[g].1[b].steps;
+            if s > 0 && LOCAL.contains(&steps[s].kind.as_str()) {
+                let before = (g, b, s - 1);
+                if seen.insert(before) {
+                    match by_receive.get(&before) {
+                        Some(&t) => found.push(t),
+                        None => stack.push(before),
+                    }
+                }
+            }
             let mut k = s;
             loop {
                 if let Some((db, ds)) = steps[k].dep {
@@ -898,17 +1051,123 @@ fn build_schedule(
     for (i, &t) in order.iter().enumerate() {
         position[t] = i as TransferIndex;
     }
+    // Local steps that read a scratch chunk, by (GPU, chunk): what a receive into scratch is for.
+    let mut readers: HashMap<(usize, u32), Vec<Spot>> = HashMap::new();
+    for (g, (_, blocks)) in gpus.iter().enumerate() {
+        for (b, tb) in blocks.iter().enumerate() {
+            for (s, step) in tb.steps.iter().enumerate() {
+                if let (true, Some((Buffer::Scratch, off))) =
+                    (["re", "cpy"].contains(&step.kind.as_str()), step.src)
+                {
+                    readers
+                        .entry((g, off.clamp(0, u32::MAX as i64) as u32))
+                        .or_default()
+                        .push((g, b, s));
+                }
+            }
+        }
+    }
+    let at = |(g, b, s): Spot| format!("{file}: GPU {} thread block {b} step {s}", gpus[g].0);
+    // Where transfer `t` lands: its first piece and how it is combined there. A chunk received
+    // into scratch lands where the one local step that waits for it puts it (`re` reduces it
+    // into place, `cpy` copies it), and must be the piece found there.
+    // The place a step sends from: what it received for the forwarding kinds that store it
+    // first (rcs, rrcs), its source otherwise (rrs sends the sum without storing it).
+    let sent_from = |(g, b, s): Spot| -> Option<u32> {
+        let step = &gpus[g].1[b].steps[s];
+        let (buffer, off) = match step.kind.as_str() {
+            "rcs" | "rrcs" => (step.dst.0, step.dst.1 as i64),
+            _ => step.src?,
+        };
+        layout.piece(gpus[g].0, buffer, off.clamp(0, u32::MAX as i64) as u32)
+    };
+    let landing = |t: usize| -> Result<(u32, Op), Error> {
+        let (send, recv) = transfers[t];
+        let step = &gpus[recv.0].1[recv.1].steps[recv.2];
+        let rank = gpus[recv.0].0;
+        // rrs reduces what arrives with its source and sends the sum on; the others store it
+        // at their destination.
+        let kept = match (step.kind.as_str(), step.src) {
+            ("rrs", Some((buffer, off))) => (buffer, off.clamp(0, u32::MAX as i64) as u32),
+            _ => step.dst,
+        };
+        if let Some(lo) = layout.piece(rank, kept.0, kept.1) {
+            if let Some(sent) = sent_from(send).filter(|&p| p != lo) {
+                return Err(Error::input(format!(
+                    "{} sends piece {sent}, which {} takes as piece {lo}",
+                    at(send),
+                    at(recv).split_once(": ").map_or("", |(_, step)| step)
+                )));
+            }
+            let op = if step.kind.starts_with("rr") {
+                Op::Reduce
+            } else {
+                Op::Copy
+            };
+            return Ok((lo, op));
+        }
+        if step.kind != "r" {
+            return Err(Error::input(format!(
+                "{}: a '{}' step into the scratch buffer; import models scratch chunks received \
+                 whole (r) and then reduced (re) or copied (cpy) into place",
+                at(recv),
+                step.kind
+            )));
+        }
+        let sent = &gpus[send.0].1[send.1].steps[send.2];
+        let carried = match sent.src {
+            Some((buffer, off)) if buffer != Buffer::Scratch => {
+                layout.piece(gpus[send.0].0, buffer, off as u32)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::input(format!(
+                "{}: sends from the scratch buffer into another GPU's scratch; import models \
+                 scratch chunks that are reduced or copied into place where they arrive",
+                at(send)
+            ))
+        })?;
+        let mut found = readers
+            .get(&(recv.0, step.dst.1))
+            .into_iter()
+            .flatten()
+            .filter(|&&r| waits(r).contains(&t));
+        let (Some(&reader), None) = (found.next(), found.next()) else {
+            return Err(Error::input(format!(
+                "{}: receives into scratch chunk {}, which not exactly one local step (re or \
+                 cpy) that waits for it reads",
+                at(recv),
+                step.dst.1
+            )));
+        };
+        let local = &gpus[reader.0].1[reader.1].steps[reader.2];
+        let target = layout.piece(rank, local.dst.0, local.dst.1);
+        if local.count != step.count || target != Some(carried) {
+            return Err(Error::input(format!(
+                "{}: puts scratch chunks {}..{} (piece {carried} from GPU {}, {} chunk(s)) where \
+                 {} chunk(s) of another place lie",
+                at(reader),
+                step.dst.1,
+                step.dst.1 + step.count,
+                gpus[send.0].0,
+                step.count,
+                local.count
+            )));
+        }
+        let op = if local.kind == "re" {
+            Op::Reduce
+        } else {
+            Op::Copy
+        };
+        Ok((carried, op))
+    };
     let mut schedule = Schedule::with_capacity(transfers.len());
     for &t in &order {
         let ((sg, _, _), (rg, rb, rs)) = transfers[t];
         let step = &gpus[rg].1[rb].steps[rs];
         let rank = gpus[rg].0;
-        let lo = layout.piece(rank, step.dst.0, step.dst.1).ok_or_else(|| {
-            Error::input(format!(
-                "{file}: GPU {rank} receives into the scratch buffer; import reads schedules \
-                 that keep pieces in the input and output buffers"
-            ))
-        })?;
+        let (lo, op) = landing(t)?;
         let hi = lo + step.count;
         if step.count == 0 || hi > c.piece_count() {
             return Err(Error::input(format!(
@@ -923,11 +1182,6 @@ fn build_schedule(
             bytes: c.piece_bytes(lo, hi),
         };
         let d: Vec<TransferIndex> = deps[t].iter().map(|&x| position[x]).collect();
-        let op = if step.kind.starts_with("rr") {
-            Op::Reduce
-        } else {
-            Op::Copy
-        };
         schedule.push_data(transfer, &d, (lo, hi), op);
     }
     schedule.collective = Some(c.clone());
