@@ -22,7 +22,7 @@
 //! bounds hold with `a_min` added; the diameter latency holds on its own.
 
 use crate::collective::{Collective, CollectiveKind};
-use crate::forest::rate::{optimal_rate, Demand, Network};
+use crate::forest::rate::{optimal_rate_counted, Demand, Network};
 use crate::topology::{DimKind, NodeId, Topology};
 use crate::units::Time;
 
@@ -54,9 +54,20 @@ pub const CUT_BOUND_BUDGET: u64 = 300_000;
 /// Computes the bounds of `collective` on `topology`, the cut bound only when its max-flow work
 /// stays within `cut_budget` (None: always).
 pub fn bounds(topology: &Topology, collective: &Collective, cut_budget: Option<u64>) -> Bounds {
+    bounds_counted(topology, collective, cut_budget, None)
+}
+
+/// [`bounds`], counting the cut bound's max-flows in `progress` (the `bound` command's progress
+/// lines: a large mesh needs one per class of NPUs its symmetries leave).
+pub fn bounds_counted(
+    topology: &Topology,
+    collective: &Collective,
+    cut_budget: Option<u64>,
+    progress: Option<&crate::report::Steps>,
+) -> Bounds {
     Bounds {
         npu: npu_bound(topology, collective),
-        cut: cut_bound(topology, collective, cut_budget),
+        cut: cut_bound_counted(topology, collective, cut_budget, progress),
         latency: latency_bound(topology, collective),
         last_hop: topology
             .links()
@@ -76,6 +87,15 @@ pub fn bounds(topology: &Topology, collective: &Collective, cut_budget: Option<u
 /// reach. All-to-all takes the groups the links join ([`all_to_all_cut_bound`]). None when the
 /// work would exceed `budget`.
 pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Option<Time> {
+    cut_bound_counted(topology, c, budget, None)
+}
+
+fn cut_bound_counted(
+    topology: &Topology,
+    c: &Collective,
+    budget: Option<u64>,
+    progress: Option<&crate::report::Steps>,
+) -> Option<Time> {
     let rooted = matches!(c.kind, CollectiveKind::Broadcast | CollectiveKind::Reduce);
     let to_root = matches!(c.kind, CollectiveKind::Gather | CollectiveKind::Scatter);
     let all = c.npus.len() == topology.active_npus().len();
@@ -112,10 +132,13 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
     } else {
         c.size as f64 / c.ranks() as f64
     };
+    if let Some(steps) = progress {
+        steps.begin("max-flows", (sinks.len() * phases.len()) as u64);
+    }
     let mut times = Vec::new();
     for &reversed in phases {
         let net = Network::new(topology, reversed);
-        let rate = optimal_rate(&net, &demand, &sinks).ok()?;
+        let rate = optimal_rate_counted(&net, &demand, &sinks, progress).ok()?;
         times.push(share / (rate.as_f64() * net.unit_bps));
     }
     let secs = if c.kind != CollectiveKind::AllReduce || symmetric {
@@ -128,6 +151,9 @@ pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Op
             .fold(group_bound(topology, c), f64::max)
             .max(crossing_bound(topology, c, budget))
     };
+    if let Some(steps) = progress {
+        steps.end();
+    }
     Some(seconds(secs))
 }
 
@@ -579,6 +605,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ns(cut_bound(&t, &bc, None)), 1e9);
+    }
+
+    /// The `bound` command's progress lines count the cut bound's max-flows: at least one per
+    /// sink class and phase, and the counted bounds are the bounds.
+    #[test]
+    fn counting_max_flows_changes_no_bound() {
+        let t = TopologyOptions::new("mesh:4x6").build().unwrap();
+        let c = collective(CollectiveKind::AllReduce, 24);
+        let steps = crate::report::Steps::default();
+        let counted = bounds_counted(&t, &c, None, Some(&steps));
+        assert_eq!(counted.cut, bounds(&t, &c, None).cut);
+        let classes = symmetry_representatives(&t).len() as u64;
+        assert!(classes > 1 && classes < 24, "{classes}");
+        assert!(steps.done() >= 2 * classes, "{} < {}", steps.done(), 2 * classes);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod system;
 pub mod topology;
 pub mod units;
 pub mod workload;
+pub mod yaml;
 
 /// Writes `text` to `path` beside it first and renames it over: an interrupted write leaves no
 /// half file where a result was.

@@ -85,8 +85,7 @@ pub(crate) fn read_system_file(path: &Path) -> Result<(Value, String), Error> {
     let value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?
     } else {
-        let yaml: serde_yaml::Value =
-            serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
+        let yaml: serde_yaml::Value = crate::yaml::from_str(&shown, &text)?;
         serde_json::to_value(yaml).map_err(|e| Error::input(format!("{shown}: {e}")))?
     };
     Ok((value, shown))

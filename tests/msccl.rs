@@ -175,13 +175,14 @@ fn bad_files_are_errors_naming_the_problem() {
     let err = parse_msccl("f.xml", &missing, &c).unwrap_err().to_string();
     assert!(err.contains("f.xml") && err.contains("ngpus"), "{err}");
     // What some versions of the format lack is not needed (msccl-tools' early files).
-    let early = ["proto", "outofplace", "minBytes", "maxBytes"]
-        .iter()
-        .fold(xml.clone(), |text, key| {
-            let at = text.find(&format!(" {key}=\"")).unwrap();
-            let end = at + 2 + key.len() + text[at + key.len() + 3..].find('"').unwrap() + 2;
-            format!("{}{}", &text[..at], &text[end..])
-        });
+    let early =
+        ["proto", "outofplace", "minBytes", "maxBytes"]
+            .iter()
+            .fold(xml.clone(), |text, key| {
+                let at = text.find(&format!(" {key}=\"")).unwrap();
+                let end = at + 2 + key.len() + text[at + key.len() + 3..].find('"').unwrap() + 2;
+                format!("{}{}", &text[..at], &text[end..])
+            });
     assert!(!early.contains("outofplace"), "{early}");
     parse_msccl("f.xml", &early, &c).unwrap();
     let wrong =
@@ -292,15 +293,24 @@ fn msccl_tools_files_run_with_what_they_state() {
         assert_eq!(row["transfers"], sends.to_string(), "{file}");
         assert_eq!(row["chunks_per_npu"], chunks.to_string(), "{file}");
         let efficiency: f64 = row["efficiency"].parse().unwrap();
-        assert!(efficiency > 0.3 && efficiency <= 1.0, "{file}: {efficiency}");
+        assert!(
+            efficiency > 0.3 && efficiency <= 1.0,
+            "{file}: {efficiency}"
+        );
     }
     // A coarser --chunks is refined by the file, as before; one that does not divide it is not.
     let out = run_file(&tools_file("ap_8.xml"), &["--chunks", "4"]);
     assert!(out.status.success(), "{out:?}");
     let err = refusal(&run_file(&tools_file("ap_8.xml"), &["--chunks", "3"]));
     assert!(err.contains("nchunksperloop=64"), "{err}");
-    let err = refusal(&run_file(&tools_file("ring_2_4.xml"), &["--collective", "all-gather"]));
-    assert!(err.contains("allreduce") && err.contains("all-gather"), "{err}");
+    let err = refusal(&run_file(
+        &tools_file("ring_2_4.xml"),
+        &["--collective", "all-gather"],
+    ));
+    assert!(
+        err.contains("allreduce") && err.contains("all-gather"),
+        "{err}"
+    );
 }
 
 fn text_of(name: &str) -> String {
@@ -329,7 +339,11 @@ fn steps_that_cannot_run_as_written_are_refused_by_name() {
     for (name, text, expected) in [
         (
             "deadlock",
-            ring.replacen(first, &first.replace(r#"depid="-1" deps="-1""#, r#"depid="0" deps="3""#), 1),
+            ring.replacen(
+                first,
+                &first.replace(r#"depid="-1" deps="-1""#, r#"depid="0" deps="3""#),
+                1,
+            ),
             "GPU 0 thread block 0 step 0 waits",
         ),
         (
@@ -339,13 +353,20 @@ fn steps_that_cannot_run_as_written_are_refused_by_name() {
         ),
         (
             "unread",
-            ap.replacen(scratch_read, r#"type="re" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0""#, 1),
+            ap.replacen(
+                scratch_read,
+                r#"type="re" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0""#,
+                1,
+            ),
             "receives into scratch chunk 0",
         ),
     ] {
         let path = dir.join(format!("{name}.xml"));
         std::fs::write(&path, text).unwrap();
         let err = refusal(&run_file(path.to_str().unwrap(), &[]));
-        assert!(err.contains(expected) && err.contains(&format!("{name}.xml")), "{name}: {err}");
+        assert!(
+            err.contains(expected) && err.contains(&format!("{name}.xml")),
+            "{name}: {err}"
+        );
     }
 }

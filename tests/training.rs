@@ -266,3 +266,22 @@ fn a_training_run_past_the_memory_is_refused_up_front() {
     );
     assert!(started.elapsed().as_secs() < 20);
 }
+
+/// A long `train --workload` says how far it is: every task of every rank is counted once as it
+/// is laid out (the log's `k/n tasks laid out` lines), and the count ends with the layout.
+#[test]
+fn laying_out_a_workload_counts_every_task() {
+    let t = TopologyOptions::new("ring:8").build().unwrap();
+    let w = workload("resnet50.yaml");
+    let program = w.program(&t).unwrap();
+    let tasks: u64 = program.ranks.iter().map(|r| r.len() as u64).sum();
+    assert!(tasks > 100);
+    let steps = std::sync::Arc::new(collsim::report::Steps::default());
+    let options = TrainOptions {
+        progress: Some(steps.clone()),
+        ..options(Algorithm::Ring, 1)
+    };
+    let npus = t.active_npus();
+    collsim::workload::program::execute(&t, &program, &npus, &options, &mut ()).unwrap();
+    assert_eq!(steps.done(), tasks);
+}

@@ -141,6 +141,10 @@ fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
             "simulate -t ring:4096 -c all-reduce --size 1TB -a ring --chunks 100000",
             &["needs about"],
         ),
+        (
+            "trees -t configs/hier_256.yml --trees 100000",
+            &["--trees 100000", "at most 4096", "optimal rate needs 7"],
+        ),
     ] {
         let started = std::time::Instant::now();
         refused(&words(line), expected);
@@ -149,6 +153,26 @@ fn runs_that_cannot_fit_in_memory_are_refused_before_they_start() {
             "{line} ran before refusing"
         );
     }
+}
+
+/// A 200 KB YAML file of nested brackets took half a minute to fail in the parser; it is
+/// refused where the nesting passes the limit, at once.
+#[test]
+fn deeply_nested_yaml_is_refused_at_once() {
+    let dir = scratch("nesting");
+    let file = dir.join("deep.yml");
+    std::fs::write(
+        &file,
+        format!("dims: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let topology = file.to_str().unwrap();
+    refused(
+        &["simulate", "-t", topology, "-c", "all-reduce", "--size", "1MB", "-a", "ring"],
+        &[topology, "line 1 column 71", "nested deeper than 64"],
+    );
+    assert!(started.elapsed().as_secs() < 5);
 }
 
 #[test]

@@ -22,7 +22,7 @@ pub(super) fn bound(args: BoundArgs) -> Result<(), Error> {
     let c = request.resolve(&topology)?;
     // The exact cut bound runs max-flows over the whole network: seconds on thousands of NPUs.
     let heartbeat = crate::report::Heartbeat::start("cut bound");
-    let b = bound::bounds(&topology, &c, None);
+    let b = bound::bounds_counted(&topology, &c, None, Some(&heartbeat.steps()));
     drop(heartbeat);
     if !b.total().fits() {
         return Err(Error::input(format!(

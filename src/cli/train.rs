@@ -220,8 +220,15 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         progress: None,
     };
     let heartbeat = crate::report::Heartbeat::start("training iteration");
-    let runs = compare_with(&program.name, &algorithms, &options, |o| {
-        program::execute(&topology, &program, &npus, o, &mut ())
+    // One algorithm's iteration counts its tasks and its transfers for the log; several run at
+    // once and say each when it is done.
+    let options = TrainOptions {
+        progress: (algorithms.len() == 1).then(|| heartbeat.steps()),
+        ..options
+    };
+    let runs = compare_with(&program.name, &algorithms, &options, |o| match o.progress {
+        Some(_) => program::execute(&topology, &program, &npus, o, &mut super::Progress::new()),
+        None => program::execute(&topology, &program, &npus, o, &mut ()),
     })?;
     drop(heartbeat);
     let rows: Vec<Breakdown> = runs.iter().map(|r| r.breakdown.clone()).collect();

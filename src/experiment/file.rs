@@ -185,8 +185,7 @@ impl Experiment {
 
     /// Parses experiment YAML; `file` names the source in errors, relative paths start at `base`.
     pub fn parse_in(text: &str, file: &str, base: &Path) -> Result<Experiment, Error> {
-        let raw: RawExperiment =
-            serde_yaml::from_str(text).map_err(|e| Error::input(format!("{file}: {e}")))?;
+        let raw: RawExperiment = crate::yaml::from_str(file, text)?;
         let field = |name: &str, e: String| Error::input(format!("{file}: field '{name}': {e}"));
         let nonempty = |name: &str, len: usize| {
             if len == 0 {

@@ -209,6 +209,14 @@ pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Erro
             (k, u)
         }
         Some(0) => return Err(Error::input("--trees must be at least 1")),
+        Some(k) if k > MAX_TREES => {
+            let (optimal, _) = rate::trees_for(optimal_rate, net.capacity_gcd());
+            return Err(Error::input(format!(
+                "--trees {k}: at most {MAX_TREES} trees per NPU (the packing's tree classes, and \
+                 its time, grow faster than the trees); the optimal rate needs {optimal} on {}",
+                topology.name()
+            )));
+        }
         Some(k) => (k, rate::fixed_k_multiplier(&net, &demand, sinks, k)),
     };
     let n = participants.len();

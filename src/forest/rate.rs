@@ -195,6 +195,17 @@ impl Demand {
 /// The optimal spreading rate per root, in capacity units, exactly. `sinks` are the participants
 /// whose cuts are checked (all of them, or one per symmetry class).
 pub fn optimal_rate(net: &Network, demand: &Demand, sinks: &[NodeId]) -> Result<Ratio, Error> {
+    optimal_rate_counted(net, demand, sinks, None)
+}
+
+/// [`optimal_rate`], counting each max-flow it runs (one per sink, more where a cut lowers the
+/// rate) in `progress`.
+pub fn optimal_rate_counted(
+    net: &Network,
+    demand: &Demand,
+    sinks: &[NodeId],
+    progress: Option<&crate::report::Steps>,
+) -> Result<Ratio, Error> {
     let roots = demand.roots.len() as u64;
     let is_root = membership(net.nodes, &demand.roots);
     let (inward, outward) = net.degrees();
@@ -241,7 +252,11 @@ pub fn optimal_rate(net: &Network, demand: &Demand, sinks: &[NodeId]) -> Result<
             .map_init(
                 || flow_net.clone(),
                 |fnet, (i, &sink)| {
-                    if fnet.max_flow(&[source], &[sink], need) >= need {
+                    let flow = fnet.max_flow(&[source], &[sink], need);
+                    if let Some(steps) = progress {
+                        steps.step();
+                    }
+                    if flow >= need {
                         return None;
                     }
                     Some((i, fnet.source_side(&[source])))

@@ -84,8 +84,7 @@ impl LlmModel {
                 crate::io_words(&e)
             ))
         })?;
-        let file: ModelFile = serde_yaml::from_str(&text)
-            .map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
+        let file: ModelFile = crate::yaml::from_str(&path.display().to_string(), &text)?;
         let stem = path
             .file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());

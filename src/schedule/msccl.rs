@@ -870,7 +870,10 @@ fn run_order(file: &str, gpus: &[(u32, Vec<ReadBlock>)]) -> Result<Vec<Vec<Vec<u
             place[b][s] = placed;
             placed += 1;
             let next = (s + 1 < blocks[b].steps.len()).then_some((b, s + 1));
-            for (nb, ns) in next.into_iter().chain(after.remove(&(b, s)).into_iter().flatten()) {
+            for (nb, ns) in next
+                .into_iter()
+                .chain(after.remove(&(b, s)).into_iter().flatten())
+            {
                 waiting[nb][ns] -= 1;
                 if waiting[nb][ns] == 0 {
                     ready.insert((nb, ns));

@@ -35,8 +35,7 @@ pub fn load_topology_file(path: &Path) -> Result<Topology, Error> {
         ))
     })?;
     let shown = path.display().to_string();
-    let value: Value =
-        serde_yaml::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?;
+    let value: Value = crate::yaml::from_str(&shown, &text)?;
     let Value::Mapping(map) = &value else {
         return Err(Error::input(format!(
             "{shown}: expected a YAML mapping of topology fields"

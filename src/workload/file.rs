@@ -225,8 +225,7 @@ struct RawComm {
 
 /// Parses collsim's workload YAML; `file` names the source in errors.
 pub fn parse_yaml(text: &str, file: &str, default_name: &str) -> Result<Workload, Error> {
-    let raw: RawWorkload =
-        serde_yaml::from_str(text).map_err(|e| Error::input(format!("{file}: {e}")))?;
+    let raw: RawWorkload = crate::yaml::from_str(file, text)?;
     let _ = raw.description;
     let field = |what: String, why: String| Error::input(format!("{file}: {what}: {why}"));
     let parallelism = Parallelism::parse(&raw.parallelism).ok_or_else(|| {
