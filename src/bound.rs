@@ -618,7 +618,12 @@ mod tests {
         assert_eq!(counted.cut, bounds(&t, &c, None).cut);
         let classes = symmetry_representatives(&t).len() as u64;
         assert!(classes > 1 && classes < 24, "{classes}");
-        assert!(steps.done() >= 2 * classes, "{} < {}", steps.done(), 2 * classes);
+        assert!(
+            steps.done() >= 2 * classes,
+            "{} < {}",
+            steps.done(),
+            2 * classes
+        );
     }
 
     #[test]

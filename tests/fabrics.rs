@@ -276,6 +276,8 @@ fn nccl_tree_wins_small_and_loses_large_against_nccl_ring() {
             size,
             "--algorithm",
             algorithm,
+            "--chunks",
+            "1",
         ]))
     };
     let (tree, ring) = (time("nccl-tree", "64KB"), time("nccl-ring", "64KB"));
@@ -301,6 +303,8 @@ fn two_step_tree_keeps_the_upper_pcie_links_free() {
             "broadcast",
             "--size",
             "64MB",
+            "--chunks",
+            "1",
             "--out",
             out.to_str().unwrap(),
         ];
@@ -354,6 +358,9 @@ fn pinned_paths_take_the_collisions_out_of_the_hybrid_all_reduce() {
             algorithm,
         ];
         args.extend_from_slice(extra);
+        if !extra.contains(&"--chunks") {
+            args.extend_from_slice(&["--chunks", "1"]);
+        }
         let row = summary(&args);
         (time_of(&row), row["max_queue"].parse::<u32>().unwrap())
     };
@@ -475,4 +482,50 @@ fn fabric_algorithms_validate_on_their_shapes() {
         checked += 1;
     }
     assert!(checked > 80, "only {checked} cases exercised");
+}
+
+/// Without --chunks, the algorithms whose stages pipeline cut each NPU's data into pieces of at
+/// least NCCL's 512 KiB pipeline step, up to 16, and say so; the others keep one chunk.
+#[test]
+fn pipelined_algorithms_default_to_pipeline_sized_chunks() {
+    let topology = format!("{}/configs/a100_2x8.yml", env!("CARGO_MANIFEST_DIR"));
+    let run = |algorithm: &str, size: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--topology",
+            &topology,
+            "--collective",
+            "all-reduce",
+            "--size",
+            size,
+            "--algorithm",
+            algorithm,
+        ];
+        args.extend_from_slice(extra);
+        summary(&args)
+    };
+    // 1 GB over 16 NPUs: 62.5 MB each, past 16 steps of 512 KiB; 64 MB: 4 MB each, 7 steps -> 4.
+    for (size, chunks) in [("1GB", "16"), ("64MB", "4"), ("1MB", "1")] {
+        for algorithm in ["nccl-tree", "accl-hybrid", "nccl-ring"] {
+            let row = run(algorithm, size, &[]);
+            assert_eq!(row["chunks_per_npu"], chunks, "{algorithm} {size}");
+        }
+        assert_eq!(run("ring", size, &[])["chunks_per_npu"], "1", "ring {size}");
+    }
+    for algorithm in ["nccl-tree", "accl-hybrid"] {
+        let default = time_of(&run(algorithm, "1GB", &[]));
+        let one = time_of(&run(algorithm, "1GB", &["--chunks", "1"]));
+        assert!(default * 2.0 < one, "{algorithm}: {default} against {one}");
+    }
+    let text = common::stdout_of(&[
+        "simulate",
+        "--topology",
+        &topology,
+        "--collective",
+        "all-reduce",
+        "--size",
+        "1GB",
+        "--algorithm",
+        "nccl-tree",
+    ]);
+    assert!(text.contains("chunks          16 per NPU"), "{text}");
 }

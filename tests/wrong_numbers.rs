@@ -169,7 +169,17 @@ fn deeply_nested_yaml_is_refused_at_once() {
     let started = std::time::Instant::now();
     let topology = file.to_str().unwrap();
     refused(
-        &["simulate", "-t", topology, "-c", "all-reduce", "--size", "1MB", "-a", "ring"],
+        &[
+            "simulate",
+            "-t",
+            topology,
+            "-c",
+            "all-reduce",
+            "--size",
+            "1MB",
+            "-a",
+            "ring",
+        ],
         &[topology, "line 1 column 71", "nested deeper than 64"],
     );
     assert!(started.elapsed().as_secs() < 5);

@@ -127,7 +127,9 @@ pub struct CollectiveArgs {
     #[arg(long, short = 's')]
     pub size: Option<String>,
     /// Pieces each NPU's data is split into for pipelining (forestcoll: pieces per tree)
-    /// [default: 1, the system file's preferred-dataset-splits, or forestcoll's own choice]
+    /// [default: the system file's preferred-dataset-splits; else for dbt, nccl-ring,
+    /// nccl-tree, accl-hybrid, two-step-tree, hierarchical and themis pieces of at least 512 KiB
+    /// (NCCL's pipeline step), up to 16; forestcoll's own choice; 1 for the rest]
     #[arg(long, allow_negative_numbers = true, value_parser = chunk_count)]
     pub chunks: Option<u32>,
     /// Participating NPUs (a communicator), e.g. 0,2,4,6 or 0-7; with several collectives, one

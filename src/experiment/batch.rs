@@ -496,7 +496,7 @@ fn slug(text: &str) -> String {
 fn series_name(exp: &Experiment, row: &RunRow) -> String {
     let mut name = row.algorithm.clone();
     if exp.chunks.len() > 1 {
-        name += &format!(" x{}", row.chunks_per_npu.unwrap_or(1));
+        name += &format!(", {} chunks/NPU", row.chunks_per_npu.unwrap_or(1));
     }
     if exp.seeds.len() > 1 {
         name += &format!(" seed {}", row.seed.unwrap_or(0));

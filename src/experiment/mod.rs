@@ -72,6 +72,20 @@ impl CollectiveRequest {
     }
 }
 
+/// `c` cut into `algorithm`'s default chunks ([`Algorithm::default_chunks`]), halved while the
+/// collective cannot be cut that finely.
+fn with_default_chunks(algorithm: Algorithm, c: &Collective) -> Collective {
+    let mut chunks = algorithm.default_chunks(c.kind, c.ranks(), c.size);
+    while chunks > 1 {
+        let root = c.kind.is_rooted().then(|| c.root());
+        if let Ok(cut) = Collective::new(c.kind, c.npus.clone(), c.size, chunks, root) {
+            return cut;
+        }
+        chunks /= 2;
+    }
+    c.clone()
+}
+
 /// Everything one run needs.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -256,8 +270,18 @@ fn produce(
         }
         ScheduleSource::Algorithm(algorithm) => {
             need_collective()?;
+            // Without --chunks, the algorithm's own default (more where its stages pipeline).
+            let chunked: Vec<Collective> = collectives
+                .iter()
+                .zip(&spec.collectives)
+                .map(|(c, request)| match request.chunks {
+                    Some(_) => c.clone(),
+                    None => with_default_chunks(*algorithm, c),
+                })
+                .collect();
+            let chosen = chunked.first().map(|c| c.chunks);
             Produced {
-                parts: collectives
+                parts: chunked
                     .iter()
                     .map(|c| algorithms::generate_with(*algorithm, topology, c, &spec.multi_dim))
                     .collect::<Result<_, _>>()?,
@@ -265,7 +289,7 @@ fn produce(
                 estimate: None,
                 ilp: Vec::new(),
                 synthesis_ms: None,
-                chunks: None,
+                chunks: chosen.filter(|&k| chunked.iter().all(|c| c.chunks == k)),
                 streamed: None,
                 simulated: None,
             }

@@ -186,6 +186,9 @@ impl Summary {
                 crate::units::format_bytes(size)
             );
         }
+        if let Some(chunks) = self.chunks_per_npu {
+            out += &format!("  chunks          {chunks} per NPU\n");
+        }
         out += &format!("  transfers       {}\n", self.transfers);
         out += &format!("  collective time {}\n", self.collective_time);
         if let (Some(a), Some(b)) = (self.algbw_gbps(), self.busbw_gbps()) {

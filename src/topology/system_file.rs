@@ -55,7 +55,7 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
             crate::io_words(&e)
         ))
     })?;
-    let value: Value = crate::yaml::from_str(&path.to_string(), &text)?;
+    let value: Value = crate::yaml::from_str(path, &text)?;
     let Some(body) = value.get(KEY) else {
         return Ok(None);
     };
