@@ -440,3 +440,38 @@ fn empty_shards_succeed_and_merge() {
         "{err}"
     );
 }
+
+/// The heat-map grid says in a cell why its run did not apply (DBT has no all-gather form)
+/// instead of leaving it blank, and the maps name switches by what they are.
+#[test]
+fn heat_map_grids_label_what_did_not_run() {
+    let dir = scratch("grid-blanks");
+    let exp = write(
+        &dir,
+        "exp.yaml",
+        "name: blanks\ntopologies: [ring:6, 'dims:ring3,switch2']\ncollectives: [all-gather]\n\
+         sizes: [6MiB]\nalgorithms: [ring, dbt]\nheatmaps: true\n",
+    );
+    let out = dir.join("out");
+    ok(&["run", exp.as_str(), "--out", out.to_str().unwrap()]);
+    let skipped = csv_rows(&out.join("skipped.csv"));
+    assert_eq!(skipped.len(), 2);
+    let reason = skipped[0]["reason"].clone();
+    let grid = std::fs::read_to_string(out.join("heatmaps.svg")).unwrap();
+    assert_eq!(grid.matches("does not apply:").count(), 2, "{grid}");
+    let first_words: String = reason
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        grid.contains(&first_words),
+        "'{first_words}' not in the grid"
+    );
+    let map = std::fs::read_dir(out.join("heatmaps"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("dims") && p.extension().is_some_and(|e| e == "svg"))
+        .expect("a heat map of the switched network");
+    assert!(std::fs::read_to_string(map).unwrap().contains("switch0"));
+}

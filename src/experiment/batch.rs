@@ -208,7 +208,12 @@ pub fn write_batch(
     )?;
     if shard.is_none() {
         let loads = |run: usize| result.link_bytes.get(&run).cloned();
-        draw_figures(&mut out, exp, &rows, &loads)?;
+        let skipped = result
+            .skipped
+            .iter()
+            .map(|s| (s.plan.index, s.reason.clone()))
+            .collect();
+        draw_figures(&mut out, exp, &rows, &loads, &skipped)?;
     }
     out.commit()
 }
@@ -372,7 +377,18 @@ pub fn merge(dirs: &[PathBuf], out_dir: &Path, force: bool) -> Result<usize, Err
             }
         }
         let loads = |run: usize| link_bytes.get(&run).cloned();
-        draw_figures(&mut out, &exp, &row_list, &loads)?;
+        // skipped.csv's last field is the reason.
+        let reasons: BTreeMap<usize, String> = skipped
+            .iter()
+            .filter_map(|(&run, line)| {
+                let mut reader = csv::ReaderBuilder::new()
+                    .has_headers(false)
+                    .from_reader(line.as_bytes());
+                let record = reader.records().next()?.ok()?;
+                Some((run, record.get(record.len().checked_sub(1)?)?.to_string()))
+            })
+            .collect();
+        draw_figures(&mut out, &exp, &row_list, &loads, &reasons)?;
     }
     let runs = info.runs;
     out.commit()?;
@@ -494,21 +510,33 @@ fn slug(text: &str) -> String {
 /// The series a row belongs to in a figure: its algorithm, and its chunk count or seed when the
 /// batch varies them.
 fn series_name(exp: &Experiment, row: &RunRow) -> String {
-    let mut name = row.algorithm.clone();
+    series_label(exp, &row.algorithm, row.chunks_per_npu, row.seed)
+}
+
+fn series_label(
+    exp: &Experiment,
+    algorithm: &str,
+    chunks: Option<u32>,
+    seed: Option<u64>,
+) -> String {
+    let mut name = algorithm.to_string();
     if exp.chunks.len() > 1 {
-        name += &format!(", {} chunks/NPU", row.chunks_per_npu.unwrap_or(1));
+        name += &format!(", {} chunks/NPU", chunks.unwrap_or(1));
     }
     if exp.seeds.len() > 1 {
-        name += &format!(" seed {}", row.seed.unwrap_or(0));
+        name += &format!(" seed {}", seed.unwrap_or(0));
     }
     name
 }
 
+/// Draws the batch's figures. `skipped` gives the reason of each run that did not apply, which
+/// the heat-map grid writes in that run's cell.
 fn draw_figures(
     out: &mut OutputDir,
     exp: &Experiment,
     rows: &[RunRow],
     loads: &dyn Fn(usize) -> Option<Vec<u64>>,
+    skipped: &BTreeMap<usize, String>,
 ) -> Result<(), Error> {
     // Curves against size for sweeps; bars comparing networks for a few sizes.
     if exp.sizes.len() >= 4 || (exp.sizes.len() > 1 && exp.topologies.len() == 1) {
@@ -517,7 +545,7 @@ fn draw_figures(
         draw_bars(out, exp, rows)?;
     }
     if exp.heatmaps {
-        draw_heatmaps(out, exp, rows, loads)?;
+        draw_heatmaps(out, exp, rows, loads, skipped)?;
     }
     Ok(())
 }
@@ -655,6 +683,7 @@ fn draw_heatmaps(
     exp: &Experiment,
     rows: &[RunRow],
     loads: &dyn Fn(usize) -> Option<Vec<u64>>,
+    skipped: &BTreeMap<usize, String>,
 ) -> Result<(), Error> {
     let plans = exp.plans();
     let mut stats: Vec<LinkStats> = Vec::new();
@@ -707,6 +736,7 @@ fn draw_heatmaps(
         row_names: Vec::new(),
         column_names: Vec::new(),
         maps: Vec::new(),
+        blanks: Vec::new(),
     };
     let mut placed: Vec<(usize, usize, Heatmap)> = Vec::new();
     for members in groups.into_values() {
@@ -741,10 +771,28 @@ fn draw_heatmaps(
         );
     }
     write_text(&path, &text)?;
+    // Runs that did not apply, in the cells of the networks and series drawn.
+    let mut reasons: Vec<(usize, usize, String)> = Vec::new();
+    for plan in plans.iter().filter(|p| skipped.contains_key(&p.index)) {
+        let Some(topology) = topologies.get(&plan.topology) else {
+            continue;
+        };
+        let column = series_label(exp, &plan.algorithm.label(), plan.chunks, plan.seed);
+        if let Some(r) = grid.row_names.iter().position(|x| x == topology.name()) {
+            let c = position_or_push(&mut grid.column_names, &column);
+            reasons.push((r, c, skipped[&plan.index].clone()));
+        }
+    }
     let cols = grid.column_names.len();
     grid.maps = vec![None; grid.row_names.len() * cols];
+    grid.blanks = vec![None; grid.row_names.len() * cols];
     for (r, c, map) in placed {
         grid.maps[r * cols + c] = Some(map);
+    }
+    for (r, c, reason) in reasons {
+        if grid.maps[r * cols + c].is_none() {
+            grid.blanks[r * cols + c] = Some(reason);
+        }
     }
     if grid.maps.len() > 1 && grid.maps.len() <= 64 {
         report::save_figure(&grid, out, "heatmaps")?;

@@ -71,6 +71,8 @@ pub struct Heatmap {
     starts: Vec<NodeId>,
     nodes: NodeId,
     npus: NodeId,
+    /// What each switch is ([`Topology::switch_names`]), for the axes.
+    switch_names: Vec<String>,
     /// Row-major (source block, destination block): the mean over the links from one block to
     /// the other; None where no link joins them.
     cells: Vec<Option<f64>>,
@@ -135,6 +137,7 @@ impl Heatmap {
             starts,
             nodes: topology.nodes(),
             npus: topology.npus(),
+            switch_names: topology.switch_names(),
             cells,
             scale_max: 0.0,
         };
@@ -244,12 +247,9 @@ impl Heatmap {
     fn label(&self, block: usize) -> String {
         let start = self.starts[block];
         let end = self.starts.get(block + 1).copied().unwrap_or(self.nodes);
-        let name = |v: NodeId| {
-            if v >= self.npus {
-                format!("s{}", v - self.npus)
-            } else {
-                v.to_string()
-            }
+        let name = |v: NodeId| match v.checked_sub(self.npus) {
+            Some(s) => self.switch_names[s as usize].clone(),
+            None => v.to_string(),
         };
         if end - start <= 1 {
             name(start)
@@ -350,6 +350,9 @@ pub struct HeatmapGrid {
     pub column_names: Vec<String>,
     /// Row-major; None where a run is missing.
     pub maps: Vec<Option<Heatmap>>,
+    /// Row-major, for cells without a map: why the run did not apply (written in the cell;
+    /// an empty cell without one says there was no run).
+    pub blanks: Vec<Option<String>>,
 }
 
 impl HeatmapGrid {
@@ -403,6 +406,16 @@ impl Figure for HeatmapGrid {
                 area.draw(&Text::new(self.column_names[c].clone(), (8, 4), font(16)))?;
             }
             let Some(map) = self.maps.get(i).and_then(|m| m.as_ref()) else {
+                let why = self.blanks.get(i).cloned().flatten();
+                let lines = match &why {
+                    Some(reason) => {
+                        std::iter::once("does not apply:".to_string()).chain(wrap(reason, 34))
+                    }
+                    None => std::iter::once("no run".to_string()).chain(wrap("", 34)),
+                };
+                for (k, line) in lines.take(9).enumerate() {
+                    area.draw(&Text::new(line, (12, 40 + 18 * k as i32), font(13)))?;
+                }
                 continue;
             };
             let side = map.side() as i32;
@@ -414,6 +427,21 @@ impl Figure for HeatmapGrid {
         }
         Ok(())
     }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word on its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.len() + 1 + word.len() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -484,6 +512,6 @@ mod tests {
         let s = TopologyOptions::new("switch:512").build().unwrap();
         let map = Heatmap::new(&s, &result_for(&s, |_| 1), HeatMetric::Bytes, "x");
         assert!(map.side() <= Heatmap::MAX_SIDE);
-        assert_eq!(map.label(map.side() - 1), "s0");
+        assert_eq!(map.label(map.side() - 1), "switch0");
     }
 }

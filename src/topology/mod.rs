@@ -308,6 +308,46 @@ impl Topology {
         &self.links[id as usize]
     }
 
+    /// What each switch is, by where it sits (index `v - npus` for switch `v`): `switch` for
+    /// one that joins only NPUs (an NVSwitch, a dimension's switch), `leaf` for one that joins
+    /// NPUs and higher switches, then `spine` two hops from the nearest NPU, `core` three, `tier
+    /// N` beyond; numbered within their kind in node order (`leaf0`, `spine3`).
+    pub fn switch_names(&self) -> Vec<String> {
+        let mut hops = vec![u32::MAX; self.nodes as usize];
+        let mut queue: std::collections::VecDeque<NodeId> = (0..self.npus).collect();
+        for v in 0..self.npus {
+            hops[v as usize] = 0;
+        }
+        while let Some(v) = queue.pop_front() {
+            for &l in self.out_links_of(v) {
+                let w = self.links[l as usize].dst;
+                if hops[w as usize] == u32::MAX {
+                    hops[w as usize] = hops[v as usize] + 1;
+                    queue.push_back(w);
+                }
+            }
+        }
+        let mut counts: std::collections::HashMap<String, u32> = Default::default();
+        (self.npus..self.nodes)
+            .map(|v| {
+                let higher = self
+                    .out_links_of(v)
+                    .iter()
+                    .any(|&l| hops[self.links[l as usize].dst as usize] > hops[v as usize]);
+                let kind = match hops[v as usize] {
+                    1 if higher => "leaf".to_string(),
+                    1 => "switch".to_string(),
+                    2 => "spine".to_string(),
+                    3 => "core".to_string(),
+                    n => format!("tier{n}."),
+                };
+                let k = counts.entry(kind.clone()).or_default();
+                *k += 1;
+                format!("{kind}{}", *k - 1)
+            })
+            .collect()
+    }
+
     /// Out-links of a node, sorted by destination.
     pub fn out_links_of(&self, node: NodeId) -> &[LinkId] {
         let v = node as usize;
@@ -404,6 +444,39 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Switches are named by where they sit: a leaf/spine's leaves and spines, a box's switch
+    /// (only NPUs on it) as a switch, numbered within their kind.
+    #[test]
+    fn switches_are_named_by_their_place() {
+        let names = |spec: &str| {
+            crate::topology::TopologyOptions::new(spec)
+                .build()
+                .unwrap()
+                .switch_names()
+        };
+        assert_eq!(
+            names("spineleaf:4x2x8"),
+            ["leaf0", "leaf1", "leaf2", "leaf3", "spine0", "spine1"]
+        );
+        assert_eq!(names("switch:8"), ["switch0"]);
+        let boxes = names("spineleaf:2x2x2x4");
+        assert_eq!(
+            boxes.iter().filter(|n| n.starts_with("switch")).count(),
+            4,
+            "{boxes:?}"
+        );
+        assert_eq!(
+            boxes.iter().filter(|n| n.starts_with("leaf")).count(),
+            2,
+            "{boxes:?}"
+        );
+        assert_eq!(
+            boxes.iter().filter(|n| n.starts_with("spine")).count(),
+            2,
+            "{boxes:?}"
+        );
+    }
 
     fn line(n: u32) -> Topology {
         let mut links = Vec::new();
