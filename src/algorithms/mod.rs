@@ -11,6 +11,7 @@ pub mod forestcoll;
 mod hamiltonian;
 mod hdrm;
 mod hierarchical;
+mod multitree;
 pub mod nccl_kernels;
 mod nccl_ring;
 mod nccl_tree;
@@ -57,10 +58,12 @@ pub enum Algorithm {
     NcclTree,
     /// The NCCL note's two-step tree broadcast (first copy to the farthest participant).
     TwoStepTree,
+    /// MultiTree's height-balanced spanning trees from every NPU, built together step by step.
+    MultiTree,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 16] = [
+    pub const ALL: [Algorithm; 17] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -77,6 +80,7 @@ impl Algorithm {
         Algorithm::NcclRing,
         Algorithm::NcclTree,
         Algorithm::TwoStepTree,
+        Algorithm::MultiTree,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -87,7 +91,7 @@ impl Algorithm {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
                      dbt, hierarchical, themis, tacos, tacos-ilp, taccl-like, forestcoll, hdrm, \
-                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree"
+                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree"
                 ))
             })
     }
@@ -107,7 +111,11 @@ impl Algorithm {
                     AllReduce | AllGather | ReduceScatter | Broadcast | Reduce
                 )
             }
-            Algorithm::Rhd | Algorithm::Hierarchical | Algorithm::Themis | Algorithm::NcclRing => {
+            Algorithm::Rhd
+            | Algorithm::Hierarchical
+            | Algorithm::Themis
+            | Algorithm::NcclRing
+            | Algorithm::MultiTree => {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
@@ -148,6 +156,7 @@ impl Algorithm {
             Algorithm::NcclRing => "nccl-ring",
             Algorithm::NcclTree => "nccl-tree",
             Algorithm::TwoStepTree => "two-step-tree",
+            Algorithm::MultiTree => "multitree",
         }
     }
 
@@ -184,7 +193,7 @@ impl Algorithm {
     /// Chunks per NPU when `--chunks` is not given: 1, or for the algorithms that pipeline
     /// ([`Algorithm::pipelines_chunks`]) as many as keep each piece at least NCCL's pipeline step
     /// (its 4 MiB buffer over `NCCL_STEPS` = 8 slots, src/include/device.h: 512 KiB), up to
-    /// [`MAX_DEFAULT_CHUNKS`], a power of two.
+    /// [`MAX_DEFAULT_CHUNKS`], a power of two; Themis and hierarchical at least 4.
     pub fn default_chunks(self, kind: CollectiveKind, ranks: u32, size: u64) -> u32 {
         if !self.pipelines_chunks() {
             return 1;
@@ -194,7 +203,14 @@ impl Algorithm {
             _ => size / ranks.max(1) as u64,
         };
         let fit = (per_npu / PIPELINE_STEP_BYTES).clamp(1, MAX_DEFAULT_CHUNKS as u64) as u32;
-        1 << fit.ilog2()
+        let least = match self {
+            // Chunks are what Themis balances over the dimensions (one chunk keeps all but one
+            // idle: torus 4x4 all-reduce 1 MB, 0.488 of the bound at 1 chunk, 1.000 at 4); the
+            // TACOS paper runs it with 4 chunks where latency counts (Sec. VII-B3).
+            Algorithm::Themis | Algorithm::Hierarchical => 4,
+            _ => 1,
+        };
+        (1 << fit.ilog2()).max(least)
     }
 }
 
@@ -288,6 +304,7 @@ pub fn generate_with(
         Algorithm::NcclRing => nccl_ring::generate(topology, collective),
         Algorithm::NcclTree => nccl_tree::generate(topology, collective),
         Algorithm::TwoStepTree => two_step_tree::generate(topology, collective),
+        Algorithm::MultiTree => multitree::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {

@@ -129,7 +129,8 @@ pub struct CollectiveArgs {
     /// Pieces each NPU's data is split into for pipelining (forestcoll: pieces per tree)
     /// [default: the system file's preferred-dataset-splits; else for dbt, nccl-ring,
     /// nccl-tree, accl-hybrid, two-step-tree, hierarchical and themis pieces of at least 512 KiB
-    /// (NCCL's pipeline step), up to 16; forestcoll's own choice; 1 for the rest]
+    /// (NCCL's pipeline step), up to 16, themis and hierarchical at least 4; forestcoll's own
+    /// choice; 1 for the rest]
     #[arg(long, allow_negative_numbers = true, value_parser = chunk_count)]
     pub chunks: Option<u32>,
     /// Participating NPUs (a communicator), e.g. 0,2,4,6 or 0-7; with several collectives, one
