@@ -4,6 +4,7 @@
 mod accl;
 mod boxes;
 pub(crate) mod builder;
+mod ccube;
 mod collectives;
 mod dbt;
 mod direct;
@@ -60,10 +61,12 @@ pub enum Algorithm {
     TwoStepTree,
     /// MultiTree's height-balanced spanning trees from every NPU, built together step by step.
     MultiTree,
+    /// C-Cube's two link-disjoint binary trees on a DGX-1, reducing and broadcasting at once.
+    CCube,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 17] = [
+    pub const ALL: [Algorithm; 18] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -81,6 +84,7 @@ impl Algorithm {
         Algorithm::NcclTree,
         Algorithm::TwoStepTree,
         Algorithm::MultiTree,
+        Algorithm::CCube,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -91,7 +95,7 @@ impl Algorithm {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
                      dbt, hierarchical, themis, tacos, tacos-ilp, taccl-like, forestcoll, hdrm, \
-                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree"
+                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree, c-cube"
                 ))
             })
     }
@@ -119,7 +123,9 @@ impl Algorithm {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
-            Algorithm::Hdrm | Algorithm::AcclHybrid | Algorithm::NcclTree => kind == AllReduce,
+            Algorithm::Hdrm | Algorithm::AcclHybrid | Algorithm::NcclTree | Algorithm::CCube => {
+                kind == AllReduce
+            }
             Algorithm::TwoStepTree => kind == Broadcast,
         }
     }
@@ -157,6 +163,7 @@ impl Algorithm {
             Algorithm::NcclTree => "nccl-tree",
             Algorithm::TwoStepTree => "two-step-tree",
             Algorithm::MultiTree => "multitree",
+            Algorithm::CCube => "c-cube",
         }
     }
 
@@ -187,6 +194,7 @@ impl Algorithm {
                 | Algorithm::TwoStepTree
                 | Algorithm::Hierarchical
                 | Algorithm::Themis
+                | Algorithm::CCube
         )
     }
 
@@ -305,6 +313,7 @@ pub fn generate_with(
         Algorithm::NcclTree => nccl_tree::generate(topology, collective),
         Algorithm::TwoStepTree => two_step_tree::generate(topology, collective),
         Algorithm::MultiTree => multitree::generate(topology, collective),
+        Algorithm::CCube => ccube::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {
