@@ -475,3 +475,39 @@ fn heat_map_grids_label_what_did_not_run() {
         .expect("a heat map of the switched network");
     assert!(std::fs::read_to_string(map).unwrap().contains("switch0"));
 }
+
+/// `utilization: true` draws each network's runs together over time (TACOS Fig. 18) and lists
+/// each run's mean busy fraction, which is the run's link utilisation in summary.csv.
+#[test]
+fn utilization_figures_follow_the_runs() {
+    let dir = scratch("utilization");
+    let exp = write(
+        &dir,
+        "exp.yaml",
+        "name: busy\ntopologies: [torus:3x3, mesh:3x3]\ncollectives: [all-reduce]\n\
+         sizes: [9MiB]\nalgorithms: [ring, tacos]\nutilization: true\n",
+    );
+    let out = dir.join("out");
+    ok(&["run", exp.as_str(), "--out", out.to_str().unwrap()]);
+    let summary = csv_rows(&out.join("summary.csv"));
+    let busy = csv_rows(&out.join("utilization.csv"));
+    assert_eq!(busy.len(), 4);
+    for row in &busy {
+        let run = summary.iter().find(|s| s["run"] == row["run"]).unwrap();
+        let (mean, whole): (f64, f64) = (
+            row["mean_busy_fraction"].parse().unwrap(),
+            run["link_utilization"].parse().unwrap(),
+        );
+        assert!(
+            (mean - whole).abs() < 1e-4,
+            "run {}: {mean} against {whole}",
+            row["run"]
+        );
+    }
+    for network in ["torus_3x3", "mesh_3x3"] {
+        let stem = format!("utilization_{network}_all_reduce_9mib");
+        assert!(out.join(format!("{stem}.png")).exists(), "{stem}");
+        let svg = std::fs::read_to_string(out.join(format!("{stem}.svg"))).unwrap();
+        assert!(svg.contains("time / the fastest run") && svg.contains("tacos (mean"));
+    }
+}

@@ -138,6 +138,7 @@ pub(super) fn sweep(args: SweepArgs) -> Result<(), Error> {
         synth: SynthOptions::default(),
         multi_dim: system.multi_dim,
         heatmaps: false,
+        utilization: false,
     };
     run_experiment(experiment, None, &args.batch)
 }

@@ -64,6 +64,9 @@ pub struct BatchResult {
     pub skipped: Vec<Skipped>,
     /// Per run with heat maps: bytes each link carried, in the topology's link order.
     pub link_bytes: HashMap<usize, Vec<u64>>,
+    /// Per run with utilisation figures: the busy fraction of all links in each of
+    /// [`report::UTILIZATION_BINS`] equal bins of the run, and the run's time.
+    pub utilization: HashMap<usize, (Vec<f64>, f64)>,
     /// Runs in the whole batch (not only this share).
     pub total_runs: usize,
 }
@@ -107,11 +110,16 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
         rows: Vec::new(),
         skipped: Vec::new(),
         link_bytes: HashMap::new(),
+        utilization: HashMap::new(),
         total_runs,
     };
     for (plan, outcome) in mine.into_iter().zip(outcomes) {
         match outcome {
-            Ok((summary, bytes)) => {
+            Ok((summary, bytes, busy)) => {
+                if let Some(busy) = busy {
+                    let time = summary.collective_time.ps() as f64 / 1e3;
+                    result.utilization.insert(plan.index, (busy, time));
+                }
                 result.rows.push((plan.index, summary));
                 if let Some(bytes) = bytes {
                     result.link_bytes.insert(plan.index, bytes);
@@ -123,8 +131,9 @@ pub fn run_batch(exp: &Experiment, shard: Option<Shard>) -> Result<BatchResult, 
     Ok(result)
 }
 
-/// A finished run: its summary, and the bytes per link when heat maps are wanted.
-type RunDone = (Summary, Option<Vec<u64>>);
+/// A finished run: its summary, the bytes per link when heat maps are wanted, and the busy
+/// fraction of all links over time when utilisation figures are.
+type RunDone = (Summary, Option<Vec<u64>>, Option<Vec<f64>>);
 
 fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunDone, Error> {
     let spec = RunSpec {
@@ -138,6 +147,7 @@ fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunD
         }],
         options: SimOptions {
             routing: exp.options.routing.seeded(plan.seed.unwrap_or(1)),
+            record_busy_intervals: exp.options.record_busy_intervals || exp.utilization,
             ..exp.options.clone()
         },
         seed: plan.seed,
@@ -149,7 +159,11 @@ fn run_one(exp: &Experiment, topology: &Topology, plan: &RunPlan) -> Result<RunD
     let mut outcome = execute(topology, &spec, &mut ())?;
     outcome.summary.algorithm = plan.algorithm.label();
     let bytes = exp.heatmaps.then(|| outcome.result.link_bytes.clone());
-    Ok((outcome.summary, bytes))
+    let busy = exp.utilization.then(|| {
+        let u = report::Utilization::new(topology, &outcome.result, report::UTILIZATION_BINS);
+        u.series.into_iter().next().map(|s| s.1).unwrap_or_default()
+    });
+    Ok((outcome.summary, bytes, busy))
 }
 
 /// What a results folder records about its batch, so shards can be merged and checked.
@@ -207,6 +221,9 @@ pub fn write_batch(
         &serde_json::to_string_pretty(&info).expect("serialisable"),
     )?;
     if shard.is_none() {
+        if exp.utilization {
+            draw_utilization(&mut out, exp, &rows, &result.utilization)?;
+        }
         let loads = |run: usize| result.link_bytes.get(&run).cloned();
         let skipped = result
             .skipped
@@ -678,6 +695,72 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
 
 /// A heat map per run, on one colour scale for the runs that share topology, collective, size,
 /// chunks and seed, so that algorithms compare at a glance.
+/// Link utilisation over time, one figure per (topology, collective, size): a line per run, time
+/// as a fraction of the fastest run's, as TACOS's Fig. 18 draws it; `utilization.csv` has each
+/// run's mean busy fraction.
+fn draw_utilization(
+    out: &mut OutputDir,
+    exp: &Experiment,
+    rows: &[RunRow],
+    busy: &HashMap<usize, (Vec<f64>, f64)>,
+) -> Result<(), Error> {
+    let mut groups: BTreeMap<(String, String, u64), Vec<&RunRow>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| busy.contains_key(&r.run)) {
+        let key = (
+            row.topology.clone(),
+            row.collective.clone(),
+            row.size_bytes.unwrap_or(0),
+        );
+        groups.entry(key).or_default().push(row);
+    }
+    let mut table =
+        String::from("run,topology,collective,size_bytes,algorithm,mean_busy_fraction\n");
+    for ((topology, collective, size), members) in groups {
+        let fastest = members
+            .iter()
+            .map(|r| busy[&r.run].1)
+            .fold(f64::INFINITY, f64::min)
+            .max(1e-9);
+        let mut series = Vec::new();
+        for row in members {
+            let (values, time) = &busy[&row.run];
+            let bins = values.len().max(1) as f64;
+            let mean = values.iter().sum::<f64>() / bins;
+            table += &format!(
+                "{},{topology},{collective},{size},{},{mean:.6}\n",
+                row.run,
+                series_name(exp, row)
+            );
+            series.push(report::Series {
+                name: format!("{} (mean {:.1}%)", series_name(exp, row), 100.0 * mean),
+                points: values
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &v)| ((b as f64 + 0.5) / bins * time / fastest, v))
+                    .collect(),
+                dashed: false,
+            });
+        }
+        let plot = report::LinePlot {
+            title: format!("{collective} of {} on {topology}", format_bytes(size)),
+            x_label: "time / the fastest run's time".into(),
+            y_label: "fraction of link capacity busy".into(),
+            log_x: false,
+            x_format: |v| format!("{v:.1}"),
+            y_max: Some(1.05),
+            series,
+        };
+        let stem = format!(
+            "utilization_{}_{}_{}",
+            slug(&topology),
+            slug(&collective),
+            slug(&format_bytes(size))
+        );
+        report::save_figure(&plot, out, &stem)?;
+    }
+    write_text(&out.file("utilization.csv"), &table)
+}
+
 fn draw_heatmaps(
     out: &mut OutputDir,
     exp: &Experiment,

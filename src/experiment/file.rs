@@ -16,6 +16,8 @@
 //! seeds: [1]
 //! routing: ecmp              # optional: dor (default), ecmp (hashed by each run's seed), pinned
 //! heatmaps: true             # per-run heat maps, one colour scale per (topology, collective, size)
+//! utilization: true          # link utilisation over time, one figure per (topology, collective,
+//!                            #   size), time over the fastest run's (TACOS Fig. 18)
 //! system: astra_system.json  # optional: ASTRA-sim system file for hierarchical and Themis runs
 //! active_chunks: 1           # optional: chunks a dimension works on at once
 //! intra_dimension: SCF       # optional: FIFO, SCF, lessRemainingPhaseFirst
@@ -120,6 +122,8 @@ pub struct Experiment {
     pub multi_dim: MultiDimOptions,
     /// Keep per-link loads and draw a heat map per run.
     pub heatmaps: bool,
+    /// Keep each run's link utilisation over time and draw the runs of a network together.
+    pub utilization: bool,
 }
 
 /// One run of an experiment.
@@ -362,6 +366,7 @@ impl Experiment {
             },
             multi_dim: system.multi_dim,
             heatmaps: raw.heatmaps.unwrap_or(false),
+            utilization: raw.utilization.unwrap_or(false),
         })
     }
 }
@@ -392,6 +397,7 @@ struct RawExperiment {
     /// tacos-ilp, taccl-like: time clustering window in time steps.
     cluster: Option<u32>,
     heatmaps: Option<bool>,
+    utilization: Option<bool>,
     /// An ASTRA-sim system file for hierarchical and Themis runs.
     system: Option<String>,
     active_chunks: Option<u32>,
