@@ -117,7 +117,10 @@ fn run_examples(all: bool) {
             .args
             .iter()
             .map(|a| {
-                if a.starts_with("configs/") || a.starts_with("workloads/") {
+                if ["configs/", "workloads/", "tests/data/"]
+                    .iter()
+                    .any(|dir| a.starts_with(dir))
+                {
                     root.join(a).display().to_string()
                 } else {
                     a.clone()

@@ -32,10 +32,32 @@ use network::Network;
 pub use network::Unwinding;
 
 /// Trials when the user gives no `--trials` and the plans are small (up to
-/// [`KEEP_PLANS_UP_TO`] sends): enough to reach the TACOS reference's quality on the reference
-/// cases, few enough to stay within a second on a 32x32 mesh with two cores. Larger problems get
-/// one trial: on big regular networks the first trial already reaches the ingress bound.
+/// [`KEEP_PLANS_UP_TO`] sends), at least (through switches, exactly): enough to reach the TACOS reference's quality on the
+/// reference cases, few enough to stay within a second on a 32x32 mesh with two cores. Smaller
+/// problems on point-to-point networks get more, up to [`MAX_DEFAULT_TRIALS`], while all trials together plan no more than
+/// [`KEEP_PLANS_UP_TO`] sends (what four trials of the 32x32 mesh plan): on small networks with
+/// mixed link latencies one matching differs from the next by a fraction of a chunk's time (an
+/// 8x8 mesh of 0.5 us and 1 us lines: 13.75 ms at the first of four trials' best, 13.13 ms, the
+/// bound, within sixteen), and more trials cost milliseconds. Larger problems get one trial: on
+/// big regular networks the first trial already reaches the ingress bound.
 pub const DEFAULT_TRIALS: u32 = 4;
+
+/// The most trials the default gives a small problem ([`DEFAULT_TRIALS`]).
+pub const MAX_DEFAULT_TRIALS: u32 = 32;
+
+/// Trials when the user gives none, for a problem of `sends` sends on `net`
+/// ([`DEFAULT_TRIALS`]). More than the least only on point-to-point networks, where the
+/// estimate that picks the best trial is the simulated time; through unwound switches it only
+/// approximates it, and each unwinding would pay for the trials again.
+fn default_trials(net: &Network, sends: u64) -> u32 {
+    if sends > KEEP_PLANS_UP_TO {
+        return 1;
+    }
+    if !net.is_point_to_point() {
+        return DEFAULT_TRIALS;
+    }
+    (KEEP_PLANS_UP_TO / sends.max(1)).clamp(DEFAULT_TRIALS as u64, MAX_DEFAULT_TRIALS as u64) as u32
+}
 
 /// How to synthesize.
 #[derive(Clone, Debug)]
@@ -288,9 +310,7 @@ fn best_trial(
 ) -> Result<(u32, Option<Plan>), Error> {
     let sends = p.pairs(net.npus());
     let small = sends <= KEEP_PLANS_UP_TO;
-    let trials = options
-        .trials
-        .unwrap_or(if small { DEFAULT_TRIALS } else { 1 });
+    let trials = options.trials.unwrap_or(default_trials(net, sends));
     if !small && trials == 1 {
         // Nothing to compare: the caller runs the one trial, streaming its sends.
         return Ok((0, None));
