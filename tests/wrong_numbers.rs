@@ -307,3 +307,26 @@ fn runs_are_byte_identical_across_thread_counts() {
         assert!(a == b, "outputs differ between 1 and 2 threads");
     }
 }
+
+/// `bound` on a large mesh ran for hours saying only the time: its progress lines now count the
+/// cut bound's max-flows (one per class of NPUs the mesh's symmetries leave, per phase), so the
+/// first lines give the time left. The counted bounds are the bounds.
+#[test]
+fn the_cut_bound_counts_its_max_flows() {
+    let t = collsim::topology::TopologyOptions::new("mesh:6x6")
+        .build()
+        .unwrap();
+    let c = collsim::collective::Collective::new(
+        collsim::collective::CollectiveKind::AllReduce,
+        t.active_npus(),
+        1 << 30,
+        1,
+        None,
+    )
+    .unwrap();
+    let steps = collsim::report::Steps::default();
+    let counted = collsim::bound::bounds_counted(&t, &c, None, Some(&steps));
+    assert_eq!(counted.cut, collsim::bound::bounds(&t, &c, None).cut);
+    // The square's eight symmetries leave 6 classes of the 36 NPUs; two phases.
+    assert!(steps.done() >= 12, "{} max-flows", steps.done());
+}
