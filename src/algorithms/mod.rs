@@ -2,6 +2,7 @@
 //! the collective and returns a [`Schedule`] that claims that collective.
 
 mod accl;
+mod blink;
 mod boxes;
 pub(crate) mod builder;
 mod ccube;
@@ -63,10 +64,12 @@ pub enum Algorithm {
     MultiTree,
     /// C-Cube's two link-disjoint binary trees on a DGX-1, reducing and broadcasting at once.
     CCube,
+    /// Blink's spanning trees packed from one root, reducing up and broadcasting down.
+    Blink,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 18] = [
+    pub const ALL: [Algorithm; 19] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -85,6 +88,7 @@ impl Algorithm {
         Algorithm::TwoStepTree,
         Algorithm::MultiTree,
         Algorithm::CCube,
+        Algorithm::Blink,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -95,7 +99,7 @@ impl Algorithm {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
                      dbt, hierarchical, themis, tacos, tacos-ilp, taccl-like, forestcoll, hdrm, \
-                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree, c-cube"
+                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree, c-cube, blink"
                 ))
             })
     }
@@ -123,9 +127,11 @@ impl Algorithm {
                 matches!(kind, AllReduce | AllGather | ReduceScatter)
             }
             Algorithm::Dbt => matches!(kind, AllReduce | Broadcast | Reduce),
-            Algorithm::Hdrm | Algorithm::AcclHybrid | Algorithm::NcclTree | Algorithm::CCube => {
-                kind == AllReduce
-            }
+            Algorithm::Hdrm
+            | Algorithm::AcclHybrid
+            | Algorithm::NcclTree
+            | Algorithm::CCube
+            | Algorithm::Blink => kind == AllReduce,
             Algorithm::TwoStepTree => kind == Broadcast,
         }
     }
@@ -164,6 +170,7 @@ impl Algorithm {
             Algorithm::TwoStepTree => "two-step-tree",
             Algorithm::MultiTree => "multitree",
             Algorithm::CCube => "c-cube",
+            Algorithm::Blink => "blink",
         }
     }
 
@@ -195,6 +202,7 @@ impl Algorithm {
                 | Algorithm::Hierarchical
                 | Algorithm::Themis
                 | Algorithm::CCube
+                | Algorithm::Blink
         )
     }
 
@@ -314,6 +322,7 @@ pub fn generate_with(
         Algorithm::TwoStepTree => two_step_tree::generate(topology, collective),
         Algorithm::MultiTree => multitree::generate(topology, collective),
         Algorithm::CCube => ccube::generate(topology, collective),
+        Algorithm::Blink => blink::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {
