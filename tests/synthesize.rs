@@ -657,3 +657,88 @@ fn the_chosen_plan_s_file_is_kept_when_later_trials_lose() {
     assert_eq!(planned["collective_time_ns"], again["collective_time_ns"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A communication sketch changes the schedule as it says: the links it drops carry nothing
+/// (they carry data without it), the run validates, its chunks apply where --chunks is not
+/// given; a sketch that cuts NPUs apart, or one given to a baseline, is refused.
+#[test]
+fn a_sketch_leaves_the_links_it_drops_idle() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = std::env::temp_dir().join(format!("collsim-sketch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let idle = |topology: &str, sketch: Option<&str>, dropped: &dyn Fn(u32, u32) -> bool| {
+        let out = dir.join(format!("run-{}", sketch.is_some()));
+        let mut args = vec![
+            "synthesize".to_string(),
+            "--topology".into(),
+            topology.to_string(),
+            "--collective".into(),
+            "all-gather".into(),
+            "--size".into(),
+            "64MB".into(),
+            "--out".into(),
+            out.display().to_string(),
+            "--force".into(),
+        ];
+        if let Some(s) = sketch {
+            args.extend(["--sketch".into(), format!("{root}/configs/sketches/{s}")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::stdout_of(&args);
+        let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
+        let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+        let carried: u64 = links
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.split(',')
+                    .map(|f| f.parse::<u64>().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|f| dropped(f[0] as u32, f[1] as u32))
+            .map(|f| f[2])
+            .sum();
+        (
+            carried,
+            common::first_row(&summary)["chunks_per_npu"].clone(),
+        )
+    };
+    let a100 = format!("{root}/configs/a100_2x8.yml");
+    let nic = |a: u32, b: u32| {
+        let (gpu, nic) = (a.min(b), a.max(b));
+        (1..16).contains(&gpu) && gpu != 8 && nic == 18 + gpu
+    };
+    assert!(idle(&a100, None, &nic).0 > 0);
+    assert_eq!(idle(&a100, Some("a100_2x8_relay.yml"), &nic).0, 0);
+    let bridge = |a: u32, b: u32| matches!((a.min(b), a.max(b)), (1, 5) | (2, 6));
+    assert!(idle("dgx1", None, &bridge).0 > 0);
+    assert_eq!(
+        idle("dgx1", Some("dgx1_two_bridges.yml"), &bridge),
+        (0, "2".to_string())
+    );
+    let cut = dir.join("cut.yml");
+    std::fs::write(
+        &cut,
+        "sketch:\n  drop:\n    - {between: '0-3', and: '4-7'}\n",
+    )
+    .unwrap();
+    for (algorithm, expected) in [("tacos", "do not connect"), ("ring", "--sketch guides")] {
+        let out = common::collsim(&[
+            "simulate",
+            "--topology",
+            "dgx1",
+            "--collective",
+            "all-gather",
+            "--size",
+            "1MB",
+            "--algorithm",
+            algorithm,
+            "--sketch",
+            cut.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{algorithm}: {err}");
+    }
+}

@@ -311,9 +311,28 @@ pub struct SynthArgs {
     /// [default: one program over the whole collective]
     #[arg(long, value_name = "T")]
     pub cluster: Option<u32>,
+    /// A communication sketch (YAML, TACCL's idea): the links the schedule may use, and its
+    /// chunks per NPU (see the guide)
+    #[arg(long, value_name = "FILE")]
+    pub sketch: Option<PathBuf>,
 }
 
 impl SynthArgs {
+    /// The sketch's chunks per NPU for the requests that give none.
+    pub(crate) fn apply_sketch_chunks(
+        &self,
+        requests: &mut [CollectiveRequest],
+    ) -> Result<(), Error> {
+        if let Some(path) = &self.sketch {
+            if let Some(k) = crate::synth::Sketch::load(path)?.chunks {
+                for r in requests.iter_mut() {
+                    r.chunks.get_or_insert(k);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The settings, or the flag at fault.
     fn options(&self) -> Result<SynthOptions, Error> {
         let ilp = IlpOptions::new(self.time_limit, self.cluster).map_err(|(setting, e)| {
@@ -328,6 +347,11 @@ impl SynthArgs {
             },
             x_way: self.x_way,
             ilp,
+            sketch: self
+                .sketch
+                .as_deref()
+                .map(|p| crate::synth::Sketch::load(p).map(std::sync::Arc::new))
+                .transpose()?,
             ..SynthOptions::default()
         })
     }

@@ -182,6 +182,11 @@ fn run_and_report(
     // Schedules collsim made itself, or gave planned paths, are worth keeping: they can be
     // simulated again.
     let synthesized = matches!(&source, ScheduleSource::Algorithm(a) if a.synthesis().is_some());
+    if synth.sketch.is_some() && !synthesized {
+        return Err(Error::input(
+            "--sketch guides the synthesizers: give --algorithm tacos, tacos-ilp or taccl-like",
+        ));
+    }
     let produced = match source {
         ScheduleSource::Algorithm(a) => a.synthesis().is_some() || a == Algorithm::ForestColl,
         ScheduleSource::File(_) => false,
@@ -334,7 +339,8 @@ pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
         return super::system::simulate(args, &path);
     }
     let system = args.multi_dim.resolve()?;
-    let collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
+    let mut collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
+    args.synth.apply_sketch_chunks(&mut collectives)?;
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
         (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
@@ -378,10 +384,11 @@ fn msccl_stated(args: &SimulateArgs) -> Result<super::CollectiveArgs, Error> {
 }
 
 pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
-    let collectives = args.collective.requests()?;
+    let mut collectives = args.collective.requests()?;
     if collectives.is_empty() {
         return Err(Error::input("synthesize needs --collective and --size"));
     }
+    args.synth.apply_sketch_chunks(&mut collectives)?;
     let algorithm = match args.method {
         MethodArg::Greedy => Algorithm::Tacos,
         MethodArg::Ilp => Algorithm::TacosIlp,

@@ -10,6 +10,7 @@
 mod greedy;
 mod ilp;
 mod network;
+mod sketch;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,6 +31,7 @@ use ilp::Deadline;
 pub use ilp::{IlpOptions, IlpReport, IlpStatus};
 use network::Network;
 pub use network::Unwinding;
+pub use sketch::Sketch;
 
 /// Trials when the user gives no `--trials` and the plans are small (up to
 /// [`KEEP_PLANS_UP_TO`] sends), at least (through switches, exactly): enough to reach the TACOS reference's quality on the
@@ -84,6 +86,8 @@ pub struct SynthOptions {
     /// Simulate (and validate) the one schedule as its sends are planned instead of holding it,
     /// handing its rows and their simulated times to the tap, if any: see [`InOrderRun`].
     pub simulate_in_order: Option<InOrderRun>,
+    /// A communication sketch: the links the schedule may use ([`Sketch`]).
+    pub sketch: Option<Arc<Sketch>>,
 }
 
 /// Simulating a synthesized schedule send by send as the greedy plans it ([`sim::InOrder`]),
@@ -140,6 +144,7 @@ impl Default for SynthOptions {
             tap: None,
             progress: None,
             simulate_in_order: None,
+            sketch: None,
         }
     }
 }
@@ -402,7 +407,24 @@ pub fn synthesize(
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
-    synthesize_unwound(topology, &mut Unwound::default(), collectives, options)
+    let Some(sketch) = &options.sketch else {
+        return synthesize_unwound(topology, &mut Unwound::default(), collectives, options);
+    };
+    // Planned on the network the sketch leaves, each transfer pinned to a path inside it; the
+    // schedule is held (not streamed, nor simulated as planned) until its routes are set.
+    let restricted = sketch.restrict(topology)?;
+    let inside = SynthOptions {
+        sketch: None,
+        tap: None,
+        simulate_in_order: None,
+        ..options.clone()
+    };
+    let mut synthesis =
+        synthesize_unwound(&restricted, &mut Unwound::default(), collectives, &inside)?;
+    for schedule in &mut synthesis.schedules {
+        sketch::pin_routes(&restricted, schedule)?;
+    }
+    Ok(synthesis)
 }
 
 /// The point-to-point networks one topology unwinds to, each built once: a training iteration
