@@ -101,8 +101,6 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::validate;
-    use crate::sim::{simulate, SimOptions};
     use crate::topology::TopologyOptions;
 
     /// Both trees span the eight GPUs with at most two children each and share no link; two
@@ -131,25 +129,10 @@ mod tests {
     /// (64 chunks through 6 hops of fill: (64 + 5) / 64 of it).
     #[test]
     fn validates_and_approaches_half_the_data_over_one_link() {
-        let t = TopologyOptions::new("dgx1")
-            .with_links("25GB/s", "0.7us")
-            .build()
-            .unwrap();
-        let c = Collective::new(
-            CollectiveKind::AllReduce,
-            t.active_npus(),
-            1 << 30,
-            64,
-            None,
-        )
-        .unwrap();
-        let s = generate(&t, &c).unwrap();
-        validate(&s, s.collective.as_ref().unwrap(), 1).unwrap();
-        let finish = simulate(&t, &s, &SimOptions::default(), &mut ())
-            .unwrap()
-            .finish;
+        let (t, c) = crate::algorithms::testing::dgx1_all_reduce(64);
+        let finish = crate::algorithms::testing::validated_ps(&t, &generate(&t, &c).unwrap());
         let ideal = (1u64 << 30) as f64 / 2.0 / 25e9 * 1e12;
-        let ratio = finish.ps() as f64 / ideal;
+        let ratio = finish / ideal;
         assert!((1.0..1.1).contains(&ratio), "{ratio}");
         let ring = TopologyOptions::new("ring:8").build().unwrap();
         let c8 = Collective::new(

@@ -338,3 +338,39 @@ pub fn generate_with(
         }
     }
 }
+
+/// What the producers' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::collective::{Collective, CollectiveKind};
+    use crate::schedule::{validate, Schedule};
+    use crate::sim::{simulate, SimOptions};
+    use crate::topology::{Topology, TopologyOptions};
+
+    /// The DGX-1 of the TACOS paper's Fig. 17(b) (25 GB/s, 0.7 us a link) and an all-reduce of
+    /// 1 GiB over its eight GPUs at `chunks` per NPU.
+    pub fn dgx1_all_reduce(chunks: u32) -> (Topology, Collective) {
+        let t = TopologyOptions::new("dgx1")
+            .with_links("25GB/s", "0.7us")
+            .build()
+            .unwrap();
+        let c = Collective::new(
+            CollectiveKind::AllReduce,
+            t.active_npus(),
+            1 << 30,
+            chunks,
+            None,
+        )
+        .unwrap();
+        (t, c)
+    }
+
+    /// Validates `s` against the collective it claims and returns its simulated time in ps.
+    pub fn validated_ps(t: &Topology, s: &Schedule) -> f64 {
+        validate(s, s.collective.as_ref().unwrap(), 1).unwrap();
+        simulate(t, s, &SimOptions::default(), &mut ())
+            .unwrap()
+            .finish
+            .ps() as f64
+    }
+}
