@@ -479,7 +479,7 @@ fn plans_are_deterministic() {
     let t = build(&config("mi250_2x16.yml"), None);
     let request = ForestRequest {
         participants: t.active_npus(),
-        root: None,
+        roots: None,
         reversed: false,
         trees: None,
         sinks: None,

@@ -30,7 +30,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
         topology,
         &ForestRequest {
             participants: c.npus.clone(),
-            root: Some(c.root()),
+            roots: Some(vec![c.root()]),
             reversed: false,
             trees: None,
             sinks: None,

@@ -79,7 +79,7 @@ pub fn forests(
 ) -> Result<Vec<Forest>, Error> {
     let request = |reversed: bool, rooted: bool| ForestRequest {
         participants: c.npus.clone(),
-        root: rooted.then(|| c.root()),
+        roots: rooted.then(|| vec![c.root()]),
         reversed,
         trees,
         sinks: if rooted {

@@ -21,6 +21,7 @@ mod phases;
 mod rhd;
 mod ring;
 mod themis;
+mod tto;
 mod two_step_tree;
 
 pub(crate) use nccl_ring::channel_rings as nccl_channel_rings;
@@ -66,10 +67,12 @@ pub enum Algorithm {
     CCube,
     /// Blink's spanning trees packed from one root, reducing up and broadcasting down.
     Blink,
+    /// TTO: three trees from edge NPUs of a 2-D mesh, reducing up and broadcasting down.
+    Tto,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 19] = [
+    pub const ALL: [Algorithm; 20] = [
         Algorithm::Ring,
         Algorithm::Direct,
         Algorithm::DirectStaggered,
@@ -89,6 +92,7 @@ impl Algorithm {
         Algorithm::MultiTree,
         Algorithm::CCube,
         Algorithm::Blink,
+        Algorithm::Tto,
     ];
 
     pub fn parse(text: &str) -> Result<Algorithm, Error> {
@@ -99,7 +103,7 @@ impl Algorithm {
                 Error::input(format!(
                     "unknown algorithm '{text}': expected one of ring, direct, direct-staggered, rhd, \
                      dbt, hierarchical, themis, tacos, tacos-ilp, taccl-like, forestcoll, hdrm, \
-                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree, c-cube, blink"
+                     accl-hybrid, nccl-ring, nccl-tree, two-step-tree, multitree, c-cube, blink, tto"
                 ))
             })
     }
@@ -131,7 +135,8 @@ impl Algorithm {
             | Algorithm::AcclHybrid
             | Algorithm::NcclTree
             | Algorithm::CCube
-            | Algorithm::Blink => kind == AllReduce,
+            | Algorithm::Blink
+            | Algorithm::Tto => kind == AllReduce,
             Algorithm::TwoStepTree => kind == Broadcast,
         }
     }
@@ -171,6 +176,7 @@ impl Algorithm {
             Algorithm::MultiTree => "multitree",
             Algorithm::CCube => "c-cube",
             Algorithm::Blink => "blink",
+            Algorithm::Tto => "tto",
         }
     }
 
@@ -203,6 +209,7 @@ impl Algorithm {
                 | Algorithm::Themis
                 | Algorithm::CCube
                 | Algorithm::Blink
+                | Algorithm::Tto
         )
     }
 
@@ -323,6 +330,7 @@ pub fn generate_with(
         Algorithm::MultiTree => multitree::generate(topology, collective),
         Algorithm::CCube => ccube::generate(topology, collective),
         Algorithm::Blink => blink::generate(topology, collective),
+        Algorithm::Tto => tto::generate(topology, collective),
         Algorithm::Hierarchical => hierarchical::generate(topology, collective, options, false),
         Algorithm::Themis => hierarchical::generate(topology, collective, options, true),
         Algorithm::ForestColl => {

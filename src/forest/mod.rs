@@ -31,9 +31,9 @@ pub const MAX_TREES: u64 = 4096;
 #[derive(Clone, Debug)]
 pub struct ForestRequest {
     pub participants: Vec<NodeId>,
-    /// `None`: every participant spreads (all-gather, reduce-scatter); `Some(r)`: only `r`
-    /// (broadcast, reduce).
-    pub root: Option<NodeId>,
+    /// `None`: every participant spreads (all-gather, reduce-scatter); `Some(roots)`: only those
+    /// (one for broadcast and reduce; TTO's three edge NPUs).
+    pub roots: Option<Vec<NodeId>>,
     /// Spread on the transposed network (reduce-scatter, reduce).
     pub reversed: bool,
     /// Trees per root; `None` for the optimal number.
@@ -190,8 +190,11 @@ fn participant_arcs(
 pub fn plan(topology: &Topology, request: &ForestRequest) -> Result<Forest, Error> {
     let net = Network::new(topology, request.reversed);
     let participants = &request.participants;
-    let demand = match request.root {
-        Some(r) => Demand::rooted(r, participants),
+    let demand = match &request.roots {
+        Some(roots) => Demand {
+            roots: roots.clone(),
+            participants: participants.clone(),
+        },
         None => Demand::all(participants),
     };
     let sinks = request.sinks.as_deref().unwrap_or(participants);
