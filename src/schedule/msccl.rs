@@ -1029,9 +1029,12 @@ fn build_schedule(
         } else {
             0
         };
-        (order, s, g, b)
+        // The executor runs a GPU's thread blocks at once; a link serves one message at a
+        // time, so blocks of one channel take turns (one step each, peer after peer) rather
+        // than one block's steps going first.
+        (order, s, gpus[g].1[b].chan, g, b)
     };
-    let mut ready: std::collections::BTreeSet<((u64, usize, usize, usize), usize)> = (0..transfers
+    let mut ready: std::collections::BTreeSet<((u64, usize, i64, usize, usize), usize)> = (0..transfers
         .len())
         .filter(|&t| waiting[t] == 0)
         .map(|t| (key(t), t))
