@@ -1034,8 +1034,9 @@ fn build_schedule(
         // than one block's steps going first.
         (order, s, gpus[g].1[b].chan, g, b)
     };
-    let mut ready: std::collections::BTreeSet<((u64, usize, i64, usize, usize), usize)> = (0
-        ..transfers.len())
+    /// Issue order of a transfer: its collsim order, step, channel, GPU and thread block.
+    type IssueKey = (u64, usize, i64, usize, usize);
+    let mut ready: std::collections::BTreeSet<(IssueKey, usize)> = (0..transfers.len())
         .filter(|&t| waiting[t] == 0)
         .map(|t| (key(t), t))
         .collect();
