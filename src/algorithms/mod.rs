@@ -355,11 +355,16 @@ pub(crate) mod testing {
     use crate::sim::{simulate, SimOptions};
     use crate::topology::{Topology, TopologyOptions};
 
-    /// The DGX-1 of the TACOS paper's Fig. 17(b) (25 GB/s, 0.7 us a link) and an all-reduce of
-    /// 1 GiB over its eight GPUs at `chunks` per NPU.
-    pub fn dgx1_all_reduce(chunks: u32) -> (Topology, Collective) {
-        let t = TopologyOptions::new("dgx1")
-            .with_links("25GB/s", "0.7us")
+    /// `spec` with every link at `bandwidth` and `latency`, and an all-reduce of 1 GiB over
+    /// all its NPUs at `chunks` per NPU.
+    pub fn all_reduce_on(
+        spec: &str,
+        bandwidth: &str,
+        latency: &str,
+        chunks: u32,
+    ) -> (Topology, Collective) {
+        let t = TopologyOptions::new(spec)
+            .with_links(bandwidth, latency)
             .build()
             .unwrap();
         let c = Collective::new(
@@ -371,6 +376,11 @@ pub(crate) mod testing {
         )
         .unwrap();
         (t, c)
+    }
+
+    /// The DGX-1 of the TACOS paper's Fig. 17(b) (25 GB/s, 0.7 us a link) with that all-reduce.
+    pub fn dgx1_all_reduce(chunks: u32) -> (Topology, Collective) {
+        all_reduce_on("dgx1", "25GB/s", "0.7us", chunks)
     }
 
     /// Validates `s` against the collective it claims and returns its simulated time in ps.

@@ -57,20 +57,8 @@ mod tests {
     /// every tree link carries its third up and down: at least 2 S / 3 over the root's links.
     #[test]
     fn three_trees_from_edge_npus_reduce_and_broadcast() {
-        let t = TopologyOptions::new("mesh:5x4")
-            .with_links("16GB/s", "0.15us")
-            .build()
-            .unwrap();
-        let c = Collective::new(
-            CollectiveKind::AllReduce,
-            t.active_npus(),
-            1 << 30,
-            16,
-            None,
-        )
-        .unwrap();
-        let s = generate(&t, &c).unwrap();
-        let finish = crate::algorithms::testing::validated_ps(&t, &s);
+        let (t, c) = crate::algorithms::testing::all_reduce_on("mesh:5x4", "16GB/s", "0.15us", 16);
+        let finish = crate::algorithms::testing::validated_ps(&t, &generate(&t, &c).unwrap());
         // A root of degree 3 takes in (and gives out) its third of the buffer over 3 links.
         let root_bound = (1u64 << 30) as f64 / 3.0 / (3.0 * 16e9) * 1e12;
         assert!(finish > root_bound, "{finish} against {root_bound}");

@@ -318,21 +318,6 @@ pub struct SynthArgs {
 }
 
 impl SynthArgs {
-    /// The sketch's chunks per NPU for the requests that give none.
-    pub(crate) fn apply_sketch_chunks(
-        &self,
-        requests: &mut [CollectiveRequest],
-    ) -> Result<(), Error> {
-        if let Some(path) = &self.sketch {
-            if let Some(k) = crate::synth::Sketch::load(path)?.chunks {
-                for r in requests.iter_mut() {
-                    r.chunks.get_or_insert(k);
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The settings, or the flag at fault.
     fn options(&self) -> Result<SynthOptions, Error> {
         let ilp = IlpOptions::new(self.time_limit, self.cluster).map_err(|(setting, e)| {

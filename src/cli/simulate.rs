@@ -205,6 +205,12 @@ fn run_and_report(
         multi_dim: system.multi_dim.clone(),
         trees: forest.trees,
     };
+    // A sketch's chunks apply where the command line gives none.
+    if let Some(k) = spec.synth.sketch.as_ref().and_then(|s| s.chunks) {
+        for request in &mut spec.collectives {
+            request.chunks.get_or_insert(k);
+        }
+    }
     let topology = topology.build()?;
     let inputs: Vec<(&std::path::Path, &str)> = schedule_file
         .iter()
@@ -339,8 +345,7 @@ pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
         return super::system::simulate(args, &path);
     }
     let system = args.multi_dim.resolve()?;
-    let mut collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
-    args.synth.apply_sketch_chunks(&mut collectives)?;
+    let collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
     let source = match (&args.schedule, &args.algorithm) {
         (Some(path), None) => ScheduleSource::File(path.clone()),
         (None, Some(name)) => ScheduleSource::Algorithm(Algorithm::parse(name)?),
@@ -384,11 +389,10 @@ fn msccl_stated(args: &SimulateArgs) -> Result<super::CollectiveArgs, Error> {
 }
 
 pub(super) fn synthesize(args: SynthesizeArgs) -> Result<(), Error> {
-    let mut collectives = args.collective.requests()?;
+    let collectives = args.collective.requests()?;
     if collectives.is_empty() {
         return Err(Error::input("synthesize needs --collective and --size"));
     }
-    args.synth.apply_sketch_chunks(&mut collectives)?;
     let algorithm = match args.method {
         MethodArg::Greedy => Algorithm::Tacos,
         MethodArg::Ilp => Algorithm::TacosIlp,

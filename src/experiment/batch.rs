@@ -693,8 +693,6 @@ fn draw_bars(out: &mut OutputDir, exp: &Experiment, rows: &[RunRow]) -> Result<(
     Ok(())
 }
 
-/// A heat map per run, on one colour scale for the runs that share topology, collective, size,
-/// chunks and seed, so that algorithms compare at a glance.
 /// Link utilisation over time, one figure per (topology, collective, size): a line per run, time
 /// as a fraction of the fastest run's, as TACOS's Fig. 18 draws it; `utilization.csv` has each
 /// run's mean busy fraction.
@@ -761,6 +759,8 @@ fn draw_utilization(
     write_text(&out.file("utilization.csv"), &table)
 }
 
+/// A heat map per run, on one colour scale for the runs that share topology, collective, size,
+/// chunks and seed, so that algorithms compare at a glance.
 fn draw_heatmaps(
     out: &mut OutputDir,
     exp: &Experiment,

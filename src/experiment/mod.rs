@@ -76,8 +76,8 @@ impl CollectiveRequest {
 /// collective cannot be cut that finely.
 fn with_default_chunks(algorithm: Algorithm, c: &Collective) -> Collective {
     let mut chunks = algorithm.default_chunks(c.kind, c.ranks(), c.size);
+    let root = c.kind.is_rooted().then(|| c.root());
     while chunks > 1 {
-        let root = c.kind.is_rooted().then(|| c.root());
         if let Ok(cut) = Collective::new(c.kind, c.npus.clone(), c.size, chunks, root) {
             return cut;
         }
