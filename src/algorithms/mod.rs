@@ -215,7 +215,8 @@ impl Algorithm {
 
     /// Chunks per NPU when `--chunks` is not given: 1, or for the algorithms that pipeline
     /// ([`Algorithm::pipelines_chunks`]) as many as keep each piece at least NCCL's pipeline step
-    /// (its 4 MiB buffer over `NCCL_STEPS` = 8 slots, src/include/device.h: 512 KiB), up to
+    /// (its 4 MiB `DEFAULT_BUFFSIZE`, src/init.cc, over `NCCL_STEPS` = 8 slots,
+    /// src/include/device.h: 512 KiB), up to
     /// [`MAX_DEFAULT_CHUNKS`], a power of two; Themis and hierarchical at least 4.
     pub fn default_chunks(self, kind: CollectiveKind, ranks: u32, size: u64) -> u32 {
         if !self.pipelines_chunks() {
