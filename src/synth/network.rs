@@ -147,7 +147,7 @@ impl Network {
         let sinks = crate::bound::symmetry_representatives(topology);
         let rate = forest::rate::optimal_rate(&net, &demand, &sinks)?;
         let (k, u): (u64, Ratio) = forest::rate::trees_for(rate, net.capacity_gcd());
-        let logical = forest::split::remove_switches(&net, &demand, k, u)?;
+        let logical = forest::split::remove_switches_verified(&net, &demand, k, u)?;
         let mut links = Vec::new();
         let mut paths = Vec::new();
         for arc in &logical.arcs {
