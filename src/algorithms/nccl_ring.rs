@@ -95,6 +95,56 @@ pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<
     rings
 }
 
+/// Channel rings over boxes whose GPUs are all linked pairwise (xGMI meshes): as
+/// [`channel_rings`] (one channel per local index, each NIC carrying one ring each way), but
+/// each ring crosses a box on Walecki's path from its entry GPU to the GPU half the box away,
+/// where it leaves for the next box on that rail, so the channels' paths through a box use
+/// every link once instead of all following the GPUs' order. `None` where that does not close
+/// a ring (an odd number of boxes, an odd box, or one box: see [`mesh_rings`]).
+pub(crate) fn mesh_channel_rings(boxes: &[Vec<u32>]) -> Option<Vec<Vec<u32>>> {
+    let g = boxes[0].len();
+    if boxes.len() < 2 || boxes.len() % 2 == 1 || g % 2 == 1 || g < 2 {
+        return None;
+    }
+    let rings = (0..g)
+        .map(|c| {
+            boxes
+                .iter()
+                .enumerate()
+                .flat_map(|(b, gpus)| {
+                    let entry = (c + b * g / 2) % g;
+                    walecki_path(entry, g).into_iter().map(|i| gpus[i])
+                })
+                .collect()
+        })
+        .collect();
+    Some(rings)
+}
+
+/// The Hamiltonian path of a complete graph on `g` (even) nodes from `entry` to `entry + g / 2`
+/// (mod g) in Walecki's zigzag (entry, +1, -1, +2, -2, ...); the g paths, one per entry, use
+/// every ordered pair of nodes once (those from the first half's entries cover every pair one
+/// way, their reversals, from the second half's, the other).
+fn walecki_path(entry: usize, g: usize) -> Vec<usize> {
+    let half = g / 2;
+    let start = entry % half;
+    let path: Vec<usize> = std::iter::once(start)
+        .chain((1..g).map(|k| {
+            let step = k.div_ceil(2);
+            if k % 2 == 1 {
+                (start + step) % g
+            } else {
+                (start + g - step) % g
+            }
+        }))
+        .collect();
+    if entry < half {
+        path
+    } else {
+        path.into_iter().rev().collect()
+    }
+}
+
 /// Appends every ring run the other way round (NCCL's reversed channels).
 fn add_reversed(rings: &mut Vec<Vec<u32>>) {
     let reversed: Vec<Vec<u32>> = rings
@@ -131,6 +181,36 @@ mod tests {
 
     fn boxes(count: u32, g: u32) -> Vec<Vec<u32>> {
         (0..count).map(|b| (b * g..(b + 1) * g).collect()).collect()
+    }
+
+    /// Through a box of a full mesh the channels' paths use every ordered pair of GPUs once,
+    /// and the rings still visit every rank once and cross boxes on one rail.
+    #[test]
+    fn mesh_channel_rings_use_every_link_of_a_box_once() {
+        for (count, g) in [(2, 8), (4, 8), (2, 4), (2, 2)] {
+            let rings = mesh_channel_rings(&boxes(count, g)).unwrap();
+            assert_eq!(rings.len(), g as usize);
+            let n = (count * g) as usize;
+            let mut used = std::collections::HashMap::new();
+            for ring in &rings {
+                let mut seen = ring.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
+                for k in 0..n {
+                    let (from, to) = (ring[k], ring[(k + 1) % n]);
+                    if from / g == to / g {
+                        *used.entry((from, to)).or_insert(0) += 1;
+                    } else {
+                        assert_eq!(from % g, to % g, "{count}x{g}: crosses rails");
+                    }
+                }
+            }
+            let pairs = (count * g * (g - 1)) as usize;
+            assert_eq!(used.len(), pairs, "{count}x{g}");
+            assert!(used.values().all(|&u| u == 1), "{count}x{g}");
+        }
+        assert!(mesh_channel_rings(&boxes(3, 8)).is_none());
+        assert!(mesh_channel_rings(&boxes(1, 8)).is_none());
     }
 
     /// Every channel's ring visits each rank once; each box is entered and left once per

@@ -232,6 +232,9 @@ pub struct Model {
     /// Channels of the communicator (rings doubled by NCCL's connect step).
     pub comm_channels: u32,
     pub nvls_channels: u32,
+    /// The channels' rings, as ranks in sending order (channel `c` runs ring `c` modulo their
+    /// count).
+    pub rings: Vec<Vec<u32>>,
 }
 
 /// How nccl-tests drives the GPUs: `gpus_per_thread` kernels launched one after another.
@@ -254,6 +257,38 @@ pub struct Prediction {
     pub time: Time,
     /// Transfers simulated.
     pub transfers: usize,
+}
+
+/// The channels' rings on `system`: GPUs in box order, entering each box on one local index and
+/// leaving on another so that the channels spread over the NICs (every other channel reversed).
+/// Where a box's GPUs are linked pairwise (xGMI), NCCL's search places each channel on links the
+/// channels before it left free (it deducts each channel's bandwidth from the links it crosses,
+/// src/graph/search.cc), so the rings spread over the mesh's links: one box runs edge-disjoint
+/// Hamiltonian rings, each both ways; boxes in a ring cross each box on a path of its own links.
+fn channel_rings(system: &GpuSystem) -> Vec<Vec<u32>> {
+    let g = system.gpus_per_box;
+    let boxes: Vec<Vec<u32>> = (0..system.boxes)
+        .map(|b| (b * g..(b + 1) * g).collect())
+        .collect();
+    if system.intra == Intra::FullMesh {
+        if system.boxes == 1 {
+            let mesh = system
+                .topology()
+                .map(|t| crate::algorithms::disjoint_rings(&t, &boxes[0]))
+                .unwrap_or_default();
+            if !mesh.is_empty() {
+                let forward: Vec<Vec<u32>> = mesh
+                    .iter()
+                    .map(|r| r.iter().map(|&i| i as u32).collect())
+                    .collect();
+                let backward = forward.iter().map(|r| r.iter().rev().copied().collect());
+                return forward.iter().cloned().chain(backward).collect();
+            }
+        } else if let Some(rings) = crate::algorithms::nccl_mesh_channel_rings(&boxes) {
+            return rings;
+        }
+    }
+    crate::algorithms::nccl_channel_rings(&boxes, true)
 }
 
 /// The kernel that runs `kind` with `algo`.
@@ -295,6 +330,7 @@ impl Model {
             allowed,
             comm_channels,
             nvls_channels,
+            rings: channel_rings(system),
         }
     }
 
@@ -559,14 +595,8 @@ impl Model {
         }
     }
 
-    /// Channel rings: GPUs in box order, entering each box on one local index and leaving on
-    /// another so that the channels spread over the NICs; every other channel reversed.
-    fn rings(&self) -> Vec<Vec<u32>> {
-        let g = self.system.gpus_per_box;
-        let boxes: Vec<Vec<u32>> = (0..self.system.boxes)
-            .map(|b| (b * g..(b + 1) * g).collect())
-            .collect();
-        crate::algorithms::nccl_channel_rings(&boxes, true)
+    fn rings(&self) -> &[Vec<u32>] {
+        &self.rings
     }
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
