@@ -587,16 +587,12 @@ impl Model {
         let g = self.system.gpus_per_box;
         match kernel_of(c.kind, choice.algo) {
             Kernel::AllToAll => nccl_kernels::all_to_all(c),
-            Kernel::Chain => nccl_kernels::chain(c, &self.rings(), cut),
+            Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
             Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
             Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels),
-            Kernel::Ring => nccl_kernels::ring(c, &self.rings(), cut),
+            Kernel::Ring => nccl_kernels::ring(c, &self.rings, cut),
         }
-    }
-
-    fn rings(&self) -> &[Vec<u32>] {
-        &self.rings
     }
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
