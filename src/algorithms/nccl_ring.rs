@@ -183,6 +183,15 @@ mod tests {
         (0..count).map(|b| (b * g..(b + 1) * g).collect()).collect()
     }
 
+    /// The hops of `ring` (sender, receiver, closing the ring), once it is checked to visit
+    /// each of the `n` ranks once.
+    fn hops_visiting_every_rank(ring: &[u32], n: usize) -> Vec<(u32, u32)> {
+        let mut seen = ring.to_vec();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
+        (0..n).map(|k| (ring[k], ring[(k + 1) % n])).collect()
+    }
+
     /// Through a box of a full mesh the channels' paths use every ordered pair of GPUs once,
     /// and the rings still visit every rank once and cross boxes on one rail.
     #[test]
@@ -193,11 +202,7 @@ mod tests {
             let n = (count * g) as usize;
             let mut used = std::collections::HashMap::new();
             for ring in &rings {
-                let mut seen = ring.clone();
-                seen.sort_unstable();
-                assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
-                for k in 0..n {
-                    let (from, to) = (ring[k], ring[(k + 1) % n]);
+                for (from, to) in hops_visiting_every_rank(ring, n) {
                     if from / g == to / g {
                         *used.entry((from, to)).or_insert(0) += 1;
                     } else {
@@ -225,11 +230,7 @@ mod tests {
             let mut entered = vec![0; n];
             let mut left = vec![0; n];
             for ring in &rings {
-                let mut seen = ring.clone();
-                seen.sort_unstable();
-                assert_eq!(seen, (0..n as u32).collect::<Vec<_>>());
-                for k in 0..n {
-                    let (from, to) = (ring[k], ring[(k + 1) % n]);
+                for (from, to) in hops_visiting_every_rank(ring, n) {
                     if from / g != to / g {
                         assert_eq!(from % g, to % g, "{count}x{g}: crosses rails");
                         left[from as usize] += 1;

@@ -299,12 +299,7 @@ mod tests {
         topology: &Topology,
         remove: fn(&Network, &Demand, u64, Ratio) -> Result<split::Logical, Error>,
     ) -> (usize, Vec<(u32, u32, u64)>, Vec<(u32, u64)>, u64) {
-        let participants = topology.active_npus();
-        let net = Network::new(topology, false);
-        let demand = Demand::all(&participants);
-        let rate = rate::optimal_rate(&net, &demand, &participants).unwrap();
-        let (k, u) = rate::trees_for(rate, net.capacity_gcd());
-        let logical = remove(&net, &demand, k, u).unwrap();
+        let (participants, logical, k) = split::split_for_all_gather(topology, remove);
         let (_, arcs) = participant_arcs(&participants, &logical);
         let roots: Vec<(u32, u64)> = (0..participants.len() as u32).map(|r| (r, k)).collect();
         (participants.len(), arcs, roots, k)

@@ -543,10 +543,25 @@ pub(crate) fn take_units(bundles: &mut Bundles, amount: u64) -> Bundles {
     take(bundles, amount)
 }
 
+/// `topology`'s switches split by `remove` for an all-gather among every NPU at its optimal rate:
+/// the participants, the logical network and the trees `k` from every root.
+#[cfg(test)]
+pub(crate) fn split_for_all_gather(
+    topology: &crate::topology::Topology,
+    remove: fn(&Network, &Demand, u64, Ratio) -> Result<Logical, Error>,
+) -> (Vec<NodeId>, Logical, u64) {
+    let participants = topology.active_npus();
+    let net = Network::new(topology, false);
+    let demand = Demand::all(&participants);
+    let rate = super::rate::optimal_rate(&net, &demand, &participants).unwrap();
+    let (k, u) = super::rate::trees_for(rate, net.capacity_gcd());
+    let logical = remove(&net, &demand, k, u).unwrap();
+    (participants, logical, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forest::rate;
     use crate::topology::Topology;
 
     /// The logical arcs (tail, head, capacity) each way of splitting leaves on `topology`, for an
@@ -555,12 +570,7 @@ mod tests {
         topology: &Topology,
         remove: fn(&Network, &Demand, u64, Ratio) -> Result<Logical, Error>,
     ) -> Vec<(NodeId, NodeId, u64)> {
-        let participants = topology.active_npus();
-        let net = Network::new(topology, false);
-        let demand = Demand::all(&participants);
-        let rate = rate::optimal_rate(&net, &demand, &participants).unwrap();
-        let (k, u) = rate::trees_for(rate, net.capacity_gcd());
-        let logical = remove(&net, &demand, k, u).unwrap();
+        let (_, logical, _) = split_for_all_gather(topology, remove);
         logical
             .arcs
             .iter()
