@@ -171,9 +171,57 @@ impl Search<'_> {
     }
 }
 
+/// The Hamiltonian path of a complete graph on `g` (even) nodes from `entry` to `entry + g / 2`
+/// (mod g) in Walecki's zigzag (entry, +1, -1, +2, -2, ...); the g paths, one per entry, use
+/// every ordered pair of nodes once (those from the first half's entries cover every pair one
+/// way, their reversals, from the second half's, the other).
+pub(crate) fn walecki_path(entry: usize, g: usize) -> Vec<usize> {
+    let half = g / 2;
+    let start = entry % half;
+    let path: Vec<usize> = std::iter::once(start)
+        .chain((1..g).map(|k| {
+            let step = k.div_ceil(2);
+            if k % 2 == 1 {
+                (start + step) % g
+            } else {
+                (start + g - step) % g
+            }
+        }))
+        .collect();
+    if entry < half {
+        path
+    } else {
+        path.into_iter().rev().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Walecki's paths from every entry of a complete graph run to the node half-way round,
+    /// visit every node once, and together use every ordered pair of nodes once.
+    #[test]
+    fn walecki_paths_use_every_ordered_pair_once() {
+        for g in [2usize, 4, 6, 8, 16] {
+            let mut used = vec![0; g * g];
+            for entry in 0..g {
+                let path = walecki_path(entry, g);
+                assert_eq!((path[0], path[g - 1]), (entry, (entry + g / 2) % g), "{g}");
+                let mut seen = path.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..g).collect::<Vec<_>>(), "{g}");
+                for hop in path.windows(2) {
+                    used[hop[0] * g + hop[1]] += 1;
+                }
+            }
+            for a in 0..g {
+                for b in 0..g {
+                    assert_eq!(used[a * g + b], usize::from(a != b), "{g}: {a} -> {b}");
+                }
+            }
+        }
+    }
     use crate::topology::TopologyOptions;
 
     fn rings_of(spec: &str) -> (Topology, Vec<Vec<usize>>) {

@@ -18,7 +18,8 @@
 use super::builder::Builder;
 use super::collectives::ring_exchange_sending;
 use super::dbt::{post_ordered, Tree};
-use super::nccl_tree::{boxes_tree, channel_tree};
+use super::hamiltonian::walecki_path;
+use super::nccl_tree::{boxes_tree, channel_tree, rotation};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::topology::NodeId;
@@ -200,11 +201,16 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
 /// communicator's `comm_channels` come in two halves over the same heads (channel `ch` heads
 /// from local GPU `(ch mod half) mod G`): the first half runs the in-order tree across boxes,
 /// the second the shifted one, so a head's NIC is an inner node in one and a leaf in the other.
+///
+/// Each box is a chain from the channel's head GPU: in rotation behind NVSwitches, where every
+/// order crosses the same links; on a full mesh (`mesh`) along Walecki's path from the head, so
+/// that the channels' chains spread over the links as NCCL's search spreads its channels.
 pub fn tree_all_reduce(
     c: &Collective,
     gpus_per_box: u32,
     cut: Cut,
     comm_channels: u32,
+    mesh: bool,
 ) -> Result<Schedule, Error> {
     let n = c.ranks();
     let g = gpus_per_box;
@@ -215,7 +221,13 @@ pub fn tree_all_reduce(
     let trees: Vec<(Tree, Vec<usize>)> = (0..cut.channels)
         .map(|ch| {
             let half = (comm_channels / 2).max(1);
-            let mut t = channel_tree(&boxes, (ch % half) % g, (ch / half) % 2 == 1, n);
+            let head = ((ch % half) % g) as usize;
+            let chain = if mesh && g.is_multiple_of(2) {
+                walecki_path(head, g as usize)
+            } else {
+                rotation(head, g as usize)
+            };
+            let mut t = channel_tree(&boxes, &chain, (ch / half) % 2 == 1, n);
             // NCCL sends to all of a node's children in one step; they go in rank order.
             t.children.iter_mut().for_each(|kids| kids.sort_unstable());
             let order = post_ordered(&t);
@@ -439,7 +451,7 @@ mod tests {
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let edges_across = |comm_channels: u32| {
-            let s = tree_all_reduce(&c, 4, cut, comm_channels).unwrap();
+            let s = tree_all_reduce(&c, 4, cut, comm_channels, false).unwrap();
             crate::schedule::validate(&s, &c, 7).unwrap();
             let mut edges: Vec<(u32, u32)> = s
                 .transfers()
@@ -477,7 +489,7 @@ mod tests {
             validate_with_relays(&s, &c, &[8], 7).unwrap();
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
-        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels).unwrap();
+        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels, false).unwrap();
         crate::schedule::validate(&s, &c, 7).unwrap();
         let s = nvls(&c, 8, &[16, 17], cut).unwrap();
         validate_with_relays(&s, &c, &[16, 17], 7).unwrap();
@@ -551,7 +563,7 @@ mod tests {
             assert_eq!(s.len(), count(Kernel::Nvls, &c, 1), "{kind}");
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
-        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels).unwrap();
+        let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels, false).unwrap();
         assert_eq!(s.len(), count(Kernel::Tree, &c, 4));
         let s = nvls(&c, 4, &[16, 17, 18, 19], cut).unwrap();
         assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));

@@ -14,7 +14,7 @@
 use super::boxes::equal_boxes;
 use super::builder::Builder;
 use super::collectives::ring_exchange_parts;
-use super::hamiltonian::disjoint_rings;
+use super::hamiltonian::{disjoint_rings, walecki_path};
 use super::Algorithm;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule};
@@ -119,30 +119,6 @@ pub(crate) fn mesh_channel_rings(boxes: &[Vec<u32>]) -> Option<Vec<Vec<u32>>> {
         })
         .collect();
     Some(rings)
-}
-
-/// The Hamiltonian path of a complete graph on `g` (even) nodes from `entry` to `entry + g / 2`
-/// (mod g) in Walecki's zigzag (entry, +1, -1, +2, -2, ...); the g paths, one per entry, use
-/// every ordered pair of nodes once (those from the first half's entries cover every pair one
-/// way, their reversals, from the second half's, the other).
-fn walecki_path(entry: usize, g: usize) -> Vec<usize> {
-    let half = g / 2;
-    let start = entry % half;
-    let path: Vec<usize> = std::iter::once(start)
-        .chain((1..g).map(|k| {
-            let step = k.div_ceil(2);
-            if k % 2 == 1 {
-                (start + step) % g
-            } else {
-                (start + g - step) % g
-            }
-        }))
-        .collect();
-    if entry < half {
-        path
-    } else {
-        path.into_iter().rev().collect()
-    }
 }
 
 /// Appends every ring run the other way round (NCCL's reversed channels).

@@ -32,7 +32,14 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     let total = refined.piece_count();
     let ranks: Vec<u32> = (0..c.ranks()).collect();
     let trees: Vec<Tree> = (0..g)
-        .map(|ch| channel_tree(&boxes, ch, ch % 2 == 1, c.ranks()))
+        .map(|ch| {
+            channel_tree(
+                &boxes,
+                &rotation(ch as usize, g as usize),
+                ch % 2 == 1,
+                c.ranks(),
+            )
+        })
         .collect();
     for s in 0..c.chunks {
         for (ch, t) in trees.iter().enumerate() {
@@ -62,16 +69,20 @@ pub(crate) fn boxes_tree(boxes: usize, flipped: bool) -> Tree {
     }
 }
 
-/// A channel's tree over all `n` ranks: each box a chain from its local GPU `ch`, the chains'
-/// heads joined by a binary tree over the boxes ([`boxes_tree`], `flipped` or not).
-pub(crate) fn channel_tree(boxes: &[Vec<u32>], ch: u32, flipped: bool, n: u32) -> Tree {
-    let g = boxes[0].len();
+/// The chain of a box's `g` GPUs (local indices) from GPU `head` in rotation: head, head + 1, ...
+pub(crate) fn rotation(head: usize, g: usize) -> Vec<usize> {
+    (0..g).map(|k| (head + k) % g).collect()
+}
+
+/// A channel's tree over all `n` ranks: each box a chain in the local order `chain` (its head
+/// first), the chains' heads joined by a binary tree over the boxes ([`boxes_tree`], `flipped`
+/// or not).
+pub(crate) fn channel_tree(boxes: &[Vec<u32>], chain: &[usize], flipped: bool, n: u32) -> Tree {
     let mut children = vec![Vec::new(); n as usize];
-    let head = |b: usize| boxes[b][ch as usize] as usize;
+    let head = |b: usize| boxes[b][chain[0]] as usize;
     for gpus in boxes {
-        for k in 1..g {
-            let (up, down) = ((ch as usize + k - 1) % g, (ch as usize + k) % g);
-            children[gpus[up] as usize].push(gpus[down] as usize);
+        for pair in chain.windows(2) {
+            children[gpus[pair[0]] as usize].push(gpus[pair[1]] as usize);
         }
     }
     let across = boxes_tree(boxes.len(), flipped);
@@ -96,7 +107,7 @@ mod tests {
     fn channel_trees_span_every_rank() {
         let boxes: Vec<Vec<u32>> = (0..4).map(|b| (b * 4..(b + 1) * 4).collect()).collect();
         for ch in 0..4 {
-            let t = channel_tree(&boxes, ch, ch % 2 == 1, 16);
+            let t = channel_tree(&boxes, &rotation(ch as usize, 4), ch % 2 == 1, 16);
             let mut parent = vec![None; 16];
             for (p, kids) in t.children.iter().enumerate() {
                 for &k in kids {
@@ -108,8 +119,8 @@ mod tests {
             assert_eq!(t.root % 4, ch as usize, "the root is a head");
         }
         assert_ne!(
-            channel_tree(&boxes, 0, false, 16).root / 4,
-            channel_tree(&boxes, 1, true, 16).root / 4
+            channel_tree(&boxes, &rotation(0, 4), false, 16).root / 4,
+            channel_tree(&boxes, &rotation(1, 4), true, 16).root / 4
         );
     }
 }

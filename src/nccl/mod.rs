@@ -590,7 +590,10 @@ impl Model {
             Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
             Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
-            Kernel::Tree => nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels),
+            Kernel::Tree => {
+                let mesh = self.system.intra == Intra::FullMesh;
+                nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels, mesh)
+            }
             Kernel::Ring => nccl_kernels::ring(c, &self.rings, cut),
         }
     }
