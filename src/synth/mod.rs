@@ -537,9 +537,12 @@ fn fastest_unwinding(
         let _ = unwound.get(topology, u);
     }
     let unwound = &*unwound;
+    // The syntheses side by side would each restart the one send counter: the log counts
+    // unwindings instead.
     let quiet = SynthOptions {
         tap: None,
         simulate_in_order: None,
+        progress: None,
         ..options.clone()
     };
     // Degree unwinding refuses switches wired to switches; splitting handles them.
@@ -553,15 +556,28 @@ fn fastest_unwinding(
             }
         }
     }
+    let progress = options.progress.as_deref();
+    if let Some(steps) = progress {
+        steps.begin(
+            "unwindings synthesized (each searching its X-way chunking)",
+            nets.len() as u64,
+        );
+    }
     let results = nets
         .into_par_iter()
         .map(|net| {
             let synthesis = with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
             let schedule = Schedule::concat(&synthesis.schedules);
             let time = sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
+            if let Some(steps) = progress {
+                steps.step();
+            }
             Ok((time, synthesis))
         })
         .collect::<Result<Vec<(Time, Synthesis)>, Error>>()?;
+    if let Some(steps) = progress {
+        steps.end();
+    }
     let mut best: Option<(Time, Synthesis)> = None;
     for (time, synthesis) in results {
         if best.as_ref().is_none_or(|(t, _)| time < *t) {
