@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::nccl_tests::{NcclSystemArgs, TableFormat};
 use crate::nccl::calibrate::{fit, Fit, Measurement, Residual, KINDS};
-use crate::nccl::{log, Model};
+use crate::nccl::{log, Launch, Model};
 use crate::topology::system_file;
 use crate::Error;
 
@@ -41,7 +41,7 @@ pub struct CalibrateArgs {
 }
 
 pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
-    let (system, allowed, launch) = args.system.build()?;
+    let (system, allowed, launch) = args.system.build(args.logs.first().map(PathBuf::as_path))?;
     let wanted: Option<Vec<&str>> = args.op.as_deref().map(|list| {
         list.split(',')
             .map(str::trim)
@@ -115,7 +115,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     if terminal {
         eprintln!();
     }
-    let notes = provenance(&args, &fitted);
+    let notes = provenance(&args, &fitted, launch);
     let text = system_file::render(&system, &fitted.calibration, &notes);
     crate::write_replacing(&args.out, &text)?;
     let report = match args.format {
@@ -146,7 +146,7 @@ fn summary(fit: &Fit, after: bool) -> (f64, f64, usize, usize) {
     (mean, worst, within, n)
 }
 
-fn provenance(args: &CalibrateArgs, fit: &Fit) -> Vec<String> {
+fn provenance(args: &CalibrateArgs, fit: &Fit, launch: Launch) -> Vec<String> {
     let logs: Vec<String> = args.logs.iter().map(|l| l.display().to_string()).collect();
     let (mean_b, worst_b, _, n) = summary(fit, false);
     let (mean_a, worst_a, within, _) = summary(fit, true);
@@ -160,7 +160,7 @@ fn provenance(args: &CalibrateArgs, fit: &Fit) -> Vec<String> {
                 .map(|o| format!(" of {o}"))
                 .unwrap_or_default(),
             args.system.topology,
-            args.system.gpus_per_thread
+            launch.gpus_per_thread
         ),
         format!(
             "time error from 1 MiB up over {n} sizes: before mean {:.1}% worst {:.1}%, after mean \

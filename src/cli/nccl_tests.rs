@@ -2,7 +2,7 @@
 //! size run through the NCCL model (`crate::nccl`), optionally beside a measured log.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
@@ -66,9 +66,10 @@ pub struct NcclSystemArgs {
     /// pcie:G, or a GPU-system file (FILE.yml, FILE.yml:N for N boxes of it)
     #[arg(long)]
     pub topology: String,
-    /// GPUs driven by one thread (-g): their kernels are launched one after another
-    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
-    pub gpus_per_thread: u32,
+    /// GPUs driven by one thread (-g): their kernels are launched one after another [default:
+    /// as the measured log's own command line or header says (`-g N`, `nGpus N`), else 1]
+    #[arg(short = 'g', long = "ngpus")]
+    pub gpus_per_thread: Option<u32>,
     /// GPUs taking part (nccl-tests' ranks: processes x threads x -g), the first N GPUs of a
     /// single box [default: every GPU of the system]
     #[arg(long)]
@@ -92,8 +93,9 @@ pub struct NcclSystemArgs {
 }
 
 impl NcclSystemArgs {
-    /// The system (with the flags' overrides), what NCCL may run on it, and how it is launched.
-    pub fn build(&self) -> Result<(GpuSystem, Allowed, Launch), Error> {
+    /// The system (with the flags' overrides), what NCCL may run on it, and how it is launched
+    /// (`-g`, else as the measured `log` ran, else one GPU a thread).
+    pub fn build(&self, log: Option<&Path>) -> Result<(GpuSystem, Allowed, Launch), Error> {
         let mut system = GpuSystem::parse(&self.topology)?.ok_or_else(|| {
             Error::input(format!(
                 "--topology '{}': NCCL runs on a GPU system: dgx-a100:N, hgx-h100:N, \
@@ -121,15 +123,17 @@ impl NcclSystemArgs {
             allowed.set_protos(p)?;
         }
         let gpus = system.gpus();
-        if self.gpus_per_thread == 0 || self.gpus_per_thread > gpus {
+        let gpus_per_thread = match (self.gpus_per_thread, log) {
+            (Some(g), _) => g,
+            (None, Some(log)) => log::gpus_per_thread(log)?.unwrap_or(1).min(gpus),
+            (None, None) => 1,
+        };
+        if gpus_per_thread == 0 || gpus_per_thread > gpus {
             return Err(Error::input(format!(
-                "-g {}: between 1 and the system's {gpus} GPUs",
-                self.gpus_per_thread
+                "-g {gpus_per_thread}: between 1 and the system's {gpus} GPUs"
             )));
         }
-        let launch = Launch {
-            gpus_per_thread: self.gpus_per_thread,
-        };
+        let launch = Launch { gpus_per_thread };
         Ok((system, allowed, launch))
     }
 }
@@ -194,7 +198,7 @@ struct Line {
 
 pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     let kind = log::kind(&args.op)?;
-    let (system, allowed, launch) = args.system.build()?;
+    let (system, allowed, launch) = args.system.build(args.compare.as_deref())?;
     let gpus = system.gpus();
     let (min, max) = (
         nccl_size(&args.min_bytes, "-b")?,
@@ -295,7 +299,15 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     }
     let text = match args.format {
         TableFormat::Csv => csv,
-        TableFormat::Table => render_table(&lines, &args, &system, redop, root, factor, compare),
+        TableFormat::Table => render_table(
+            &lines,
+            &args,
+            (&system, launch),
+            redop,
+            root,
+            factor,
+            compare,
+        ),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -356,7 +368,7 @@ fn render_csv(
 fn render_table(
     lines: &[Line],
     args: &NcclTestsArgs,
-    system: &GpuSystem,
+    (system, launch): (&GpuSystem, Launch),
     redop: &str,
     root: i64,
     factor: f64,
@@ -370,7 +382,7 @@ fn render_table(
         system.gpus(),
         system.boxes,
         if system.boxes == 1 { "" } else { "es" },
-        args.system.gpus_per_thread
+        launch.gpus_per_thread
     );
     s.push_str("#       size         count      type   redop    root     time   algbw   busbw  algorithm  protocol  channels");
     if compare {

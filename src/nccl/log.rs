@@ -56,6 +56,45 @@ pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
     Ok(found)
 }
 
+/// GPUs each thread drove when the log was taken, as its own text says: nccl-tests' header
+/// (`# nThread 1 nGpus 8 ...`) or the command quoted with it (`all_reduce_perf ... -g 8`); `None`
+/// when it says neither.
+pub fn gpus_per_thread(path: &Path) -> Result<Option<u32>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::input(format!(
+            "{}: cannot read the log: {}",
+            path.display(),
+            crate::io_words(&e)
+        ))
+    })?;
+    Ok(gpus_per_thread_in(&text))
+}
+
+/// [`gpus_per_thread`] of a log's text.
+fn gpus_per_thread_in(text: &str) -> Option<u32> {
+    for line in text.lines() {
+        let words: Vec<&str> = line
+            .split(|c: char| c.is_whitespace() || "()[],;:`'\"".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let flag = if line.contains("nGpus") {
+            "nGpus"
+        } else if line.contains("_perf") {
+            "-g"
+        } else {
+            continue;
+        };
+        let value = words
+            .windows(2)
+            .find(|pair| pair[0] == flag)
+            .and_then(|pair| pair[1].parse::<u32>().ok());
+        if value.is_some() {
+            return value;
+        }
+    }
+    None
+}
+
 /// One measured size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Row {
@@ -241,6 +280,24 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// -g as the log says it ran: nccl-tests' header, else the quoted command; a placeholder
+    /// or no mention says nothing.
+    #[test]
+    fn gpus_per_thread_as_the_log_ran() {
+        let header = "# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor)";
+        assert_eq!(gpus_per_thread_in(header), Some(8));
+        let command = "- Command: all_reduce_perf -b 8 -e 8G -f 2 -g 1 (16 ranks).";
+        assert_eq!(gpus_per_thread_in(command), Some(1));
+        let prose = "single process all_reduce_perf over all local GPUs (-g 8), 1K..8G.";
+        assert_eq!(gpus_per_thread_in(prose), Some(8));
+        let placeholder = "./all_reduce_perf -b 8 -e 128 -f 2 -n 100 -g GPU_NUM";
+        assert_eq!(gpus_per_thread_in(placeholder), None);
+        assert_eq!(
+            gpus_per_thread_in("| 1024 | 44.8 | 0.02 | 0.04 |\n-g 8"),
+            None
+        );
+    }
 
     fn write(text: &str) -> tempfile_path::Temp {
         tempfile_path::Temp::new(text)
