@@ -137,7 +137,7 @@ fn a100_ring_all_reduce_bandwidth_and_latency() {
 }
 
 /// Every measured case together: how many sizes from 1 MiB up are within 20%. A floor under
-/// today's count (86 of 139), so that a change that loses accuracy fails here.
+/// today's count (92 of 139), so that a change that loses accuracy fails here.
 #[test]
 fn sizes_within_20_percent_across_all_cases() {
     let cases: [(&str, &str, &str, &[&str]); 10] = [
@@ -184,7 +184,7 @@ fn sizes_within_20_percent_across_all_cases() {
         all += a;
     }
     assert_eq!(all, 139);
-    assert!(good >= 85, "{good} of {all} sizes within 20%");
+    assert!(good >= 92, "{good} of {all} sizes within 20%");
 }
 
 /// Forcing an algorithm and protocol runs them, as NCCL_ALGO / NCCL_PROTO do; a forced
@@ -623,8 +623,9 @@ fn collnet_sums_in_the_network_switches() {
 /// On an xGMI full mesh (MI300X: 7 links of 51.2 GB/s as NCCL books them per GPU) the channels'
 /// rings spread over the links, three edge-disjoint Hamiltonian rings run both ways using 6 of
 /// each GPU's 7 links, as NCCL's search spreads channels by deducting their bandwidth from the
-/// links: a 4 GiB all-gather within 10% of moving 7/8 of the buffer at 6 x 51.2 GB/s (all
-/// rings in GPU order, as before, shared two links a GPU: 3.2x slower).
+/// links: a 4 GiB all-gather within 15% of moving 7/8 of the buffer at 6 x 51.2 GB/s (Simple's
+/// post per 1 MiB slice takes about 4% of that; all rings in GPU order, as before, shared two
+/// links a GPU: 3.4x slower).
 #[test]
 fn rings_spread_over_a_full_mesh() {
     let out = stdout_of(&[
@@ -647,7 +648,39 @@ fn rings_spread_over_a_full_mesh() {
     let time_us: f64 = row[5].parse().unwrap();
     let bound_us = (4u64 << 30) as f64 * 7.0 / 8.0 / (6.0 * 51.2e9) * 1e6;
     assert!(
-        time_us >= bound_us && time_us <= 1.10 * bound_us,
+        time_us >= bound_us && time_us <= 1.15 * bound_us,
         "{time_us} us against {bound_us} us"
+    );
+}
+
+/// Simple's post per slice: on one DGX A100 box a 32 MiB Ring/Simple all-reduce runs in one loop
+/// of 24 channels, each moving 2 x 7 steps of 2 slices (87,381 B, 8.74 us at a channel's tenth
+/// of 240 GB/s) and posting each after NCCL's 3.4 us step latency: 28 x (8.74 + 3.4) us plus
+/// the call's 13.4 us fixed cost, 353 us (within 10%); without the posts it would be 258 us.
+#[test]
+fn simple_slices_each_pay_the_step_latency() {
+    let out = stdout_of(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        "dgx-a100:1",
+        "-b",
+        "32M",
+        "-e",
+        "32M",
+        "--nccl-algo",
+        "Ring",
+        "--nccl-proto",
+        "Simple",
+        "--format",
+        "csv",
+    ]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
+    let time_us: f64 = row[5].parse().unwrap();
+    let slice_us = (32u64 << 20) as f64 / (8.0 * 24.0 * 2.0) / 10e9 * 1e6;
+    let expected = 28.0 * (slice_us + 3.4) + 13.4;
+    assert!(
+        (time_us / expected - 1.0).abs() <= 0.10,
+        "{time_us} us against {expected} us"
     );
 }

@@ -157,6 +157,9 @@ pub const BUFFER_BYTES: [u64; PROTOS] = [8 * 512 * 8 * 16, 120 * 640 * 8 * 8, 4 
 /// all-gather and reduce-scatter: Simple ring chunks are 4 steps, cut in slices of 2.
 pub const RING_CHUNK_STEPS: u64 = STEPS / 2;
 pub const RING_SLICE_STEPS: u64 = STEPS / 4;
+/// `ncclProtoGrainSize` (src/include/device.h): the unit NCCL cuts a protocol's chunks in, bytes
+/// (LL 16; LL128 32 threads x 8 elements / 16 per line x 15 data elements x 8 B; Simple 512).
+pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];
 /// NVLS's default chunk (src/transport/nvls.cc, `NCCL_NVLS_CHUNKSIZE` 128 KiB).
 pub const NVLS_CHUNK_BYTES: u64 = 128 << 10;
 /// Peer-to-peer chunk sizes (src/init.cc): 512 KiB over NVLink, 128 KiB over the network.

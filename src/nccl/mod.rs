@@ -421,7 +421,6 @@ impl Model {
         launch: Launch,
     ) -> Result<Prediction, Error> {
         let choice = self.choose(kind, bytes)?;
-        let (topology, switches) = self.network(choice)?;
         let n = self.system.gpus();
         let npus: Vec<u32> = (0..n).collect();
         let cut = self.cut(kind, bytes, choice);
@@ -431,6 +430,14 @@ impl Model {
         } else {
             cut.chunks()
         };
+        // The largest piece a send carries.
+        let pieces = match kind {
+            CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
+            _ if choice.algo == Algo::Tree && kind != CollectiveKind::AllToAll => chunks as u64,
+            _ => n as u64 * chunks as u64,
+        };
+        let slice_bytes = bytes.div_ceil(pieces.max(1)).max(1);
+        let (topology, switches) = self.network(choice, slice_bytes, cut.channels)?;
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
@@ -503,9 +510,11 @@ impl Model {
         if loops * per_loop > TRANSFER_BUDGET {
             loops = (TRANSFER_BUDGET / per_loop).max(1);
         }
-        // At least one byte per piece.
+        // At least one of the protocol's grains per piece (NCCL cuts chunks in whole grains,
+        // and a slice with nothing to move posts without its fence).
+        let grains = per_part.div_ceil(GRAIN_BYTES[p]).max(1);
         let pieces_per_part = |loops: u64| loops * channels as u64 * slices as u64;
-        while loops > 1 && pieces_per_part(loops) > per_part {
+        while loops > 1 && pieces_per_part(loops) > grains {
             loops /= 2;
         }
         // A send fills `slice steps` of the receiver's NCCL_STEPS slots.
@@ -516,10 +525,10 @@ impl Model {
             slices,
             window: (STEPS / steps_per_send) as u32,
         };
-        while cut.chunks() as u64 > per_part.max(1) && cut.slices > 1 {
+        while cut.chunks() as u64 > grains.max(1) && cut.slices > 1 {
             cut.slices -= 1;
         }
-        while cut.chunks() as u64 > per_part.max(1) && cut.channels > 1 {
+        while cut.chunks() as u64 > grains.max(1) && cut.channels > 1 {
             cut.channels -= 1;
         }
         cut
@@ -600,7 +609,12 @@ impl Model {
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
     /// (each box's NVSwitch) for NVLS.
-    fn network(&self, choice: Choice) -> Result<(Topology, Vec<u32>), Error> {
+    fn network(
+        &self,
+        choice: Choice,
+        slice_bytes: u64,
+        channels: u32,
+    ) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
@@ -620,15 +634,25 @@ impl Model {
         } else {
             intra_gbps * scale
         };
-        let nic_gbps = measured
-            .nic_gbps
-            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
-        let nic = nic_gbps * scale;
+        // Simple's post per slice: a ring, tree or point-to-point channel waits for its slice,
+        // copies it, then fences and posts it before the next (src/device/prims_simple.h), so
+        // inside a box it moves a slice of c us (at its share of the GPU's rate) in c + L, L
+        // NCCL's per-step latency of the protocol. The GPU's sending side runs at c / (c + L) of
+        // its rate and the hop carries no latency of its own (it is in the c + L). NVLS's
+        // thread groups (reduce, store, network) post concurrently and keep their latency per
+        // hop; network hops are driven by the proxy with NCCL_STEPS in flight.
+        let post_per_slice =
+            choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
         } else {
             HW_NVLINK
         };
+
+        let nic_gbps = measured
+            .nic_gbps
+            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
+        let nic = nic_gbps * scale;
         // NVLS's steps synchronise as the Simple ring's do.
         let (lat_algo, lat_proto) = if nvls {
             (Algo::Ring as usize, Proto::Simple as usize)
@@ -643,7 +667,14 @@ impl Model {
         }
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
         let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);
-        let (intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
+        let (mut intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
+        let mut send_share = 1.0;
+        if post_per_slice {
+            let per_channel_gbps = intra / channels.max(1) as f64;
+            let copy_us = slice_bytes as f64 / (per_channel_gbps * 1e3);
+            send_share = copy_us / (copy_us + intra_lat);
+            intra_lat = 0.0;
+        }
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
         let gb = Bandwidth::gb_per_sec;
@@ -653,7 +684,12 @@ impl Model {
             (true, _) => SwitchRelays::Boxes,
             _ => SwitchRelays::None,
         };
-        let topology = s.network_at(relays, (gb(intra), us(intra_lat)), (gb(nic), us(net_lat)))?;
+        let topology = s.network_sending_at(
+            relays,
+            (gb(intra), us(intra_lat)),
+            send_share,
+            (gb(nic), us(net_lat)),
+        )?;
         Ok((topology, s.reducing_switches(relays)))
     }
 

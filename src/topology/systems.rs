@@ -394,6 +394,31 @@ impl GpuSystem {
         intra: (Bandwidth, Time),
         nic: (Bandwidth, Time),
     ) -> Result<Topology, Error> {
+        self.network_sending_at(relays, intra, 1.0, nic)
+    }
+
+    /// [`Self::network_at`] with each GPU's links into its box's fabric (to the NVSwitch, or
+    /// to its mesh peers) at `send_share` of the intra rate in the GPU's sending direction.
+    pub fn network_sending_at(
+        &self,
+        relays: SwitchRelays,
+        intra: (Bandwidth, Time),
+        send_share: f64,
+        nic: (Bandwidth, Time),
+    ) -> Result<Topology, Error> {
+        let sending = |(rate, latency): (Bandwidth, Time)| {
+            (
+                Bandwidth::bytes_per_sec(rate.as_bytes_per_sec() * send_share),
+                latency,
+            )
+        };
+        let one_way = |src: NodeId, dst: NodeId, (bandwidth, latency): (Bandwidth, Time)| Link {
+            src,
+            dst,
+            latency,
+            bandwidth,
+            dim: None,
+        };
         let g = self.gpus_per_box;
         let n = self.gpus();
         let boxes = self.boxes;
@@ -401,23 +426,28 @@ impl GpuSystem {
         let multi = rails > 0;
         let spines = if multi && rails > 1 { rails } else { 0 };
         let mut links = Vec::new();
-        let mut join = |a: NodeId, b: NodeId, tier: (Bandwidth, Time)| {
-            links.extend(Link::both_ways(a, b, tier));
-        };
         for b in 0..boxes {
             for i in 0..g {
                 let gpu = b * g + i;
                 match self.intra {
                     Intra::FullMesh => {
-                        let per_link = (intra.0.divided(g - 1), intra.1);
+                        // Each direction is one GPU's sending side.
+                        let per_link = sending((intra.0.divided(g - 1), intra.1));
                         for j in i + 1..g {
-                            join(gpu, b * g + j, per_link);
+                            links.push(one_way(gpu, b * g + j, per_link));
+                            links.push(one_way(b * g + j, gpu, per_link));
                         }
                     }
-                    _ => join(gpu, n + b, intra),
+                    _ => {
+                        links.push(one_way(gpu, n + b, sending(intra)));
+                        links.push(one_way(n + b, gpu, intra));
+                    }
                 }
             }
         }
+        let mut join = |a: NodeId, b: NodeId, tier: (Bandwidth, Time)| {
+            links.extend(Link::both_ways(a, b, tier));
+        };
         let leaf = |r: u32| n + fabric_nodes + r;
         if multi {
             // NICs per GPU (or GPUs per NIC): a NIC's rate is shared by the GPUs that use it.
