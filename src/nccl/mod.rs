@@ -437,7 +437,10 @@ impl Model {
             _ => n as u64 * chunks as u64,
         };
         let slice_bytes = bytes.div_ceil(pieces.max(1)).max(1);
-        let (topology, switches) = self.network(choice, slice_bytes, cut.channels)?;
+        // Point-to-point calls run every pair as one stream here, not on NCCL's channels per
+        // peer, so they have no channel's slices to post.
+        let posts = (kind != CollectiveKind::AllToAll).then_some((slice_bytes, cut.channels));
+        let (topology, switches) = self.network(choice, posts)?;
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
@@ -612,8 +615,7 @@ impl Model {
     fn network(
         &self,
         choice: Choice,
-        slice_bytes: u64,
-        channels: u32,
+        posts: Option<(u64, u32)>,
     ) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
@@ -634,15 +636,16 @@ impl Model {
         } else {
             intra_gbps * scale
         };
-        // Simple's post per slice: a ring, tree or point-to-point channel waits for its slice,
+        // Simple's post per slice: a ring or tree channel waits for its slice,
         // copies it, then fences and posts it before the next (src/device/prims_simple.h), so
         // inside a box it moves a slice of c us (at its share of the GPU's rate) in c + L, L
         // NCCL's per-step latency of the protocol. The GPU's sending side runs at c / (c + L) of
         // its rate and the hop carries no latency of its own (it is in the c + L). NVLS's
         // thread groups (reduce, store, network) post concurrently and keep their latency per
         // hop; network hops are driven by the proxy with NCCL_STEPS in flight.
-        let post_per_slice =
-            choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
+        let post_per_slice = choice.proto == Proto::Simple
+            && matches!(choice.algo, Algo::Ring | Algo::Tree)
+            && posts.is_some();
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -669,7 +672,7 @@ impl Model {
         let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);
         let (mut intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
         let mut send_share = 1.0;
-        if post_per_slice {
+        if let Some((slice_bytes, channels)) = posts.filter(|_| post_per_slice) {
             let per_channel_gbps = intra / channels.max(1) as f64;
             let copy_us = slice_bytes as f64 / (per_channel_gbps * 1e3);
             send_share = copy_us / (copy_us + intra_lat);
