@@ -628,24 +628,7 @@ fn collnet_sums_in_the_network_switches() {
 /// links a GPU: 3.4x slower).
 #[test]
 fn rings_spread_over_a_full_mesh() {
-    let out = stdout_of(&[
-        "nccl-tests",
-        "all_gather",
-        "--topology",
-        "mi300x:1",
-        "-b",
-        "4G",
-        "-e",
-        "4G",
-        "--nccl-algo",
-        "Ring",
-        "--nccl-proto",
-        "Simple",
-        "--format",
-        "csv",
-    ]);
-    let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
-    let time_us: f64 = row[5].parse().unwrap();
+    let time_us = ring_simple_time_us("all_gather", "mi300x:1", "4G");
     let bound_us = (4u64 << 30) as f64 * 7.0 / 8.0 / (6.0 * 51.2e9) * 1e6;
     assert!(
         time_us >= bound_us && time_us <= 1.15 * bound_us,
@@ -659,15 +642,26 @@ fn rings_spread_over_a_full_mesh() {
 /// the call's 13.4 us fixed cost, 353 us (within 10%); without the posts it would be 258 us.
 #[test]
 fn simple_slices_each_pay_the_step_latency() {
+    let time_us = ring_simple_time_us("all_reduce", "dgx-a100:1", "32M");
+    let slice_us = (32u64 << 20) as f64 / (8.0 * 24.0 * 2.0) / 10e9 * 1e6;
+    let expected = 28.0 * (slice_us + 3.4) + 13.4;
+    assert!(
+        (time_us / expected - 1.0).abs() <= 0.10,
+        "{time_us} us against {expected} us"
+    );
+}
+
+/// The predicted time of one `op` call of `size` on `system`, forced to Ring/Simple, us.
+fn ring_simple_time_us(op: &str, system: &str, size: &str) -> f64 {
     let out = stdout_of(&[
         "nccl-tests",
-        "all_reduce",
         "--topology",
-        "dgx-a100:1",
+        system,
+        op,
         "-b",
-        "32M",
+        size,
         "-e",
-        "32M",
+        size,
         "--nccl-algo",
         "Ring",
         "--nccl-proto",
@@ -676,11 +670,5 @@ fn simple_slices_each_pay_the_step_latency() {
         "csv",
     ]);
     let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
-    let time_us: f64 = row[5].parse().unwrap();
-    let slice_us = (32u64 << 20) as f64 / (8.0 * 24.0 * 2.0) / 10e9 * 1e6;
-    let expected = 28.0 * (slice_us + 3.4) + 13.4;
-    assert!(
-        (time_us / expected - 1.0).abs() <= 0.10,
-        "{time_us} us against {expected} us"
-    );
+    row[5].parse().unwrap()
 }

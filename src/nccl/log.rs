@@ -38,13 +38,7 @@ pub fn kind(op: &str) -> Result<CollectiveKind, Error> {
 
 /// The operations a log names in its headers, in order (empty when it names none).
 pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{}: cannot read the log: {}",
-            path.display(),
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = read_log(path)?;
     let mut found = Vec::new();
     for line in text.lines().map(str::trim) {
         if let Some(op) = is_header(line).then(|| named_op(line)).flatten() {
@@ -60,14 +54,18 @@ pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
 /// (`# nThread 1 nGpus 8 ...`) or the command quoted with it (`all_reduce_perf ... -g 8`); `None`
 /// when it says neither.
 pub fn gpus_per_thread(path: &Path) -> Result<Option<u32>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    Ok(gpus_per_thread_in(&read_log(path)?))
+}
+
+/// A log's text; the error names the file.
+fn read_log(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|e| {
         Error::input(format!(
             "{}: cannot read the log: {}",
             path.display(),
             crate::io_words(&e)
         ))
-    })?;
-    Ok(gpus_per_thread_in(&text))
+    })
 }
 
 /// [`gpus_per_thread`] of a log's text.
