@@ -24,8 +24,8 @@ mod themis;
 mod tto;
 mod two_step_tree;
 
-pub(crate) use hamiltonian::disjoint_rings;
 pub(crate) use nccl_ring::channel_rings as nccl_channel_rings;
+pub(crate) use nccl_ring::graph_rings as nccl_graph_rings;
 pub(crate) use nccl_ring::mesh_channel_rings as nccl_mesh_channel_rings;
 pub use phases::{DimAlgorithm, IntraDimension};
 

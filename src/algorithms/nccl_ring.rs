@@ -31,20 +31,13 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     };
     let boxes = equal_boxes(topology, c, Algorithm::NcclRing)?;
     let graph_rings = match boxes.len() {
-        1 => disjoint_rings(topology, &c.npus),
+        1 => graph_rings(topology, &c.npus),
         _ => Vec::new(),
     };
     let rings = if graph_rings.is_empty() {
         channel_rings(&boxes, topology.is_bidirectional())
     } else {
-        let mut rings: Vec<Vec<u32>> = graph_rings
-            .iter()
-            .map(|r| r.iter().map(|&i| i as u32).collect())
-            .collect();
-        if topology.is_bidirectional() {
-            add_reversed(&mut rings);
-        }
-        rings
+        graph_rings
     };
     let channels = rings.len() as u32;
     let refined = Collective {
@@ -90,6 +83,20 @@ pub(crate) fn channel_rings(boxes: &[Vec<u32>], bidirectional: bool) -> Vec<Vec<
     // Across boxes every NIC already carries one ring each way; reversed rings would only split
     // that. Inside one box of point-to-point links they use the links' other direction.
     if bidirectional && boxes.len() == 1 && g > 2 {
+        add_reversed(&mut rings);
+    }
+    rings
+}
+
+/// Edge-disjoint Hamiltonian rings through `npus` over their direct links, as ranks (indices
+/// into `npus`) in sending order, each also run the other way round where the links run both
+/// ways (NCCL's reversed channels); empty where the graph has no such ring.
+pub(crate) fn graph_rings(topology: &Topology, npus: &[u32]) -> Vec<Vec<u32>> {
+    let mut rings: Vec<Vec<u32>> = disjoint_rings(topology, npus)
+        .iter()
+        .map(|r| r.iter().map(|&i| i as u32).collect())
+        .collect();
+    if !rings.is_empty() && topology.is_bidirectional() {
         add_reversed(&mut rings);
     }
     rings

@@ -114,7 +114,8 @@ pub fn remove_switches_unchecked(
 /// unchecked split is kept when every participant still receives `k` trees from every root
 /// through it (one maximum flow per participant afterwards, instead of one per split), which
 /// makes it cut-preserving as well; otherwise the checked split is made. On switch hierarchies no
-/// check binds (hier_1024: 31 s to split checked, 4 s in all unchecked and verified).
+/// check binds (hier_1024: an X = 1 synthesis on the split, 31 s with the checked split, 5.8 s
+/// with the verified one).
 pub fn remove_switches_verified(
     net: &Network,
     demand: &Demand,

@@ -274,15 +274,10 @@ fn channel_rings(system: &GpuSystem) -> Vec<Vec<u32>> {
         if system.boxes == 1 {
             let mesh = system
                 .topology()
-                .map(|t| crate::algorithms::disjoint_rings(&t, &boxes[0]))
+                .map(|t| crate::algorithms::nccl_graph_rings(&t, &boxes[0]))
                 .unwrap_or_default();
             if !mesh.is_empty() {
-                let forward: Vec<Vec<u32>> = mesh
-                    .iter()
-                    .map(|r| r.iter().map(|&i| i as u32).collect())
-                    .collect();
-                let backward = forward.iter().map(|r| r.iter().rev().copied().collect());
-                return forward.iter().cloned().chain(backward).collect();
+                return mesh;
             }
         } else if let Some(rings) = crate::algorithms::nccl_mesh_channel_rings(&boxes) {
             return rings;
@@ -430,21 +425,20 @@ impl Model {
         } else {
             cut.chunks()
         };
-        // The largest piece a send carries.
-        let pieces = match kind {
-            CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
-            _ if choice.algo == Algo::Tree && kind != CollectiveKind::AllToAll => chunks as u64,
-            _ => n as u64 * chunks as u64,
-        };
-        let slice_bytes = bytes.div_ceil(pieces.max(1)).max(1);
-        // Point-to-point calls run every pair as one stream here, not on NCCL's channels per
-        // peer, so they have no channel's slices to post.
-        let posts = (kind != CollectiveKind::AllToAll).then_some((slice_bytes, cut.channels));
-        let (topology, switches) = self.network(choice, posts)?;
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
         };
+        // The largest piece a send carries (a tree's send carries every rank's share of a chunk).
+        let per_send = match choice.algo {
+            Algo::Tree => per_buffer / n as u64,
+            _ => per_buffer,
+        };
+        let slice_bytes = bytes.div_ceil(per_send.max(1)).max(1);
+        // Point-to-point calls run every pair as one stream here, not on NCCL's channels per
+        // peer, so they have no channel's slices to post.
+        let posts = (kind != CollectiveKind::AllToAll).then_some((slice_bytes, cut.channels));
+        let (topology, switches) = self.network(choice, posts)?;
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
@@ -636,26 +630,15 @@ impl Model {
         } else {
             intra_gbps * scale
         };
-        // Simple's post per slice: a ring or tree channel waits for its slice,
-        // copies it, then fences and posts it before the next (src/device/prims_simple.h), so
-        // inside a box it moves a slice of c us (at its share of the GPU's rate) in c + L, L
-        // NCCL's per-step latency of the protocol. The GPU's sending side runs at c / (c + L) of
-        // its rate and the hop carries no latency of its own (it is in the c + L). NVLS's
-        // thread groups (reduce, store, network) post concurrently and keep their latency per
-        // hop; network hops are driven by the proxy with NCCL_STEPS in flight.
-        let post_per_slice = choice.proto == Proto::Simple
-            && matches!(choice.algo, Algo::Ring | Algo::Tree)
-            && posts.is_some();
+        let nic_gbps = measured
+            .nic_gbps
+            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
+        let nic = nic_gbps * scale;
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
         } else {
             HW_NVLINK
         };
-
-        let nic_gbps = measured
-            .nic_gbps
-            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
-        let nic = nic_gbps * scale;
         // NVLS's steps synchronise as the Simple ring's do.
         let (lat_algo, lat_proto) = if nvls {
             (Algo::Ring as usize, Proto::Simple as usize)
@@ -671,8 +654,17 @@ impl Model {
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
         let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);
         let (mut intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
+        // Simple's post per slice: a ring or tree channel waits for its slice, copies it, then
+        // fences and posts it before the next (src/device/prims_simple.h), so inside a box it
+        // moves a slice of c us (at its share of the GPU's rate) in c + L, L NCCL's per-step
+        // latency of the protocol. The GPU's sending side runs at c / (c + L) of its rate and
+        // the hop carries no latency of its own (it is in the c + L). NVLS's thread groups
+        // (reduce, store, network) post concurrently and keep their latency per hop; network
+        // hops are driven by the proxy with NCCL_STEPS in flight.
+        let posting =
+            choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
         let mut send_share = 1.0;
-        if let Some((slice_bytes, channels)) = posts.filter(|_| post_per_slice) {
+        if let Some((slice_bytes, channels)) = posts.filter(|_| posting) {
             let per_channel_gbps = intra / channels.max(1) as f64;
             let copy_us = slice_bytes as f64 / (per_channel_gbps * 1e3);
             send_share = copy_us / (copy_us + intra_lat);

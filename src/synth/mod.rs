@@ -437,18 +437,11 @@ pub struct Unwound {
 
 impl Unwound {
     fn get(&mut self, topology: &Topology, unwinding: Unwinding) -> Result<&Network, Error> {
-        let at = match self.built.iter().position(|(u, _)| *u == unwinding) {
-            Some(at) => at,
-            None => {
-                let net = Network::from_topology(topology, unwinding).map_err(|e| e.to_string());
-                self.built.push((unwinding, net));
-                self.built.len() - 1
-            }
-        };
-        self.built[at]
-            .1
-            .as_ref()
-            .map_err(|e| Error::input(e.clone()))
+        if !self.built.iter().any(|(u, _)| *u == unwinding) {
+            let net = Network::from_topology(topology, unwinding).map_err(|e| e.to_string());
+            self.built.push((unwinding, net));
+        }
+        self.built(unwinding).expect("built above")
     }
 
     /// The network `unwinding` gave, once [`Unwound::get`] has built it.
