@@ -410,19 +410,23 @@ fn nvls_tree_unit(
     }
 }
 
-/// Point-to-point all-to-all: every pair's block in `cut.chunks()` pieces sent one after
-/// another, the pairs concurrently.
-pub fn all_to_all(c: &Collective) -> Result<Schedule, Error> {
+/// Point-to-point all-to-all: every pair's block striped over `channels` channels, each
+/// channel's pieces sent one after another, the pairs and channels concurrently.
+pub fn all_to_all(c: &Collective, channels: u32) -> Result<Schedule, Error> {
     let n = c.ranks();
     let mut b = Builder::new(c)?;
     for step in 1..n {
         for src in 0..n {
             let dst = (src + step) % n;
             let (lo, hi) = c.a2a_block(src, dst);
-            let mut last: Option<TransferIndex> = None;
-            for p in lo..hi {
-                let after: Vec<TransferIndex> = last.into_iter().collect();
-                last = Some(b.send_after(src, dst, (p, p + 1), Op::Copy, &after));
+            let chains = channels.clamp(1, hi - lo);
+            let per_chain = (hi - lo).div_ceil(chains);
+            for start in (lo..hi).step_by(per_chain as usize) {
+                let mut last: Option<TransferIndex> = None;
+                for p in start..(start + per_chain).min(hi) {
+                    let after: Vec<TransferIndex> = last.into_iter().collect();
+                    last = Some(b.send_after(src, dst, (p, p + 1), Op::Copy, &after));
+                }
             }
         }
     }
@@ -502,8 +506,10 @@ mod tests {
             let s = chain(&c, &rings, cut).unwrap();
             crate::schedule::validate(&s, &c, 7).unwrap();
         }
-        let c = collective(CollectiveKind::AllToAll, 4, 3);
-        crate::schedule::validate(&all_to_all(&c).unwrap(), &c, 7).unwrap();
+        let c = collective(CollectiveKind::AllToAll, 4, 6);
+        for channels in [1, 2, 4, 9] {
+            crate::schedule::validate(&all_to_all(&c, channels).unwrap(), &c, 7).unwrap();
+        }
     }
 
     /// A switch relay's sum is checked like any other: spreading it before every GPU's

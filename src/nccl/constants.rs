@@ -157,6 +157,10 @@ pub const BUFFER_BYTES: [u64; PROTOS] = [8 * 512 * 8 * 16, 120 * 640 * 8 * 8, 4 
 /// all-gather and reduce-scatter: Simple ring chunks are 4 steps, cut in slices of 2.
 pub const RING_CHUNK_STEPS: u64 = STEPS / 2;
 pub const RING_SLICE_STEPS: u64 = STEPS / 4;
+/// The share of a protocol's bytes on the wire that is data: LL's 16-byte lines carry 8 bytes
+/// and two flags, LL128's 128-byte lines 120 bytes and one flag, Simple only data
+/// (src/device/prims_ll.h, prims_ll128.h).
+pub const DATA_SHARE: [f64; PROTOS] = [0.5, 120.0 / 128.0, 1.0];
 /// `ncclProtoGrainSize` (src/include/device.h): the unit NCCL cuts a protocol's chunks in, bytes
 /// (LL 16; LL128 32 threads x 8 elements / 16 per line x 15 data elements x 8 B; Simple 512).
 pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];

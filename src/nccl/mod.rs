@@ -23,6 +23,7 @@ pub mod calibrate;
 pub mod constants;
 pub mod graph;
 pub mod log;
+pub mod p2p;
 pub mod tuning;
 
 use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
@@ -34,6 +35,7 @@ use crate::units::{Bandwidth, Time};
 use crate::Error;
 use constants::*;
 use graph::Graph;
+use p2p::{P2pChannels, P2pSend};
 use tuning::Tables;
 
 /// NCCL's algorithms, in its order.
@@ -235,6 +237,8 @@ pub struct Model {
     /// The channels' rings, as ranks in sending order (channel `c` runs ring `c` modulo their
     /// count).
     pub rings: Vec<Vec<u32>>,
+    /// The channels point-to-point sends (all-to-all) are striped over.
+    pub p2p: P2pChannels,
 }
 
 /// How nccl-tests drives the GPUs: `gpus_per_thread` kernels launched one after another.
@@ -298,6 +302,18 @@ fn kernel_of(kind: CollectiveKind, algo: Algo) -> Kernel {
     }
 }
 
+/// The slices a call's channels post (Simple's fence and flag per slice, [`Model::network`]).
+#[derive(Clone, Copy, Debug)]
+struct Posts {
+    /// Bytes a channel copies between two posts.
+    slice_bytes: u64,
+    /// Channels sharing a GPU's link.
+    channels: u32,
+    /// Point-to-point sends: the receiver copies each slice out of its buffer after the post
+    /// (a collective's receiver forwards it in its own next send).
+    point_to_point: bool,
+}
+
 /// Transfers a simulated call may have; beyond, a channel's loops are merged (such calls are
 /// long enough to be bound by bandwidth, where the loops' count no longer matters).
 const TRANSFER_BUDGET: u64 = 1 << 19;
@@ -326,18 +342,20 @@ impl Model {
             comm_channels,
             nvls_channels,
             rings: channel_rings(system),
+            p2p: P2pChannels::of(system, comm_channels),
         }
     }
 
     /// What NCCL picks for a call of `bytes` (nccl-tests' size) of `kind`.
     pub fn choose(&self, kind: CollectiveKind, bytes: u64) -> Result<Choice, Error> {
         if kind == CollectiveKind::AllToAll {
-            // Point-to-point: Simple over p2p channels, no tuning table.
+            // Point-to-point: NCCL's p2p plan, no tuning table.
+            let send = self.p2p_send(bytes);
             return Ok(Choice {
                 algo: Algo::Ring,
-                proto: Proto::Simple,
-                channels: self.comm_channels,
-                threads: MAX_THREADS[Proto::Simple as usize],
+                proto: send.proto,
+                channels: send.channels,
+                threads: MAX_THREADS[send.proto as usize],
                 estimate_us: 0.0,
             });
         }
@@ -420,24 +438,42 @@ impl Model {
         let npus: Vec<u32> = (0..n).collect();
         let cut = self.cut(kind, bytes, choice);
         // A call smaller than one byte a piece is simulated at that size (latency-bound).
-        let chunks = if kind == CollectiveKind::AllToAll {
-            self.p2p_chunks(bytes)
+        let (chunks, posts) = if kind == CollectiveKind::AllToAll {
+            // Each peer's send posts per chunk on each of its channels; a GPU's link carries the
+            // channels of the peers in its box.
+            let send = self.p2p_send(bytes);
+            let peers_in_box = (self.system.gpus_per_box.min(n) - 1).max(1);
+            let streams = peers_in_box * send.channels;
+            let post = Posts {
+                slice_bytes: send.chunk,
+                channels: streams,
+                point_to_point: true,
+            };
+            (self.p2p_chunks(bytes, send), Some(post))
         } else {
-            cut.chunks()
+            let chunks = cut.chunks();
+            let per_buffer = match kind {
+                CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
+                _ => n as u64 * chunks as u64,
+            };
+            // The largest piece a send carries (a tree's send carries every rank's share of a
+            // chunk).
+            let per_send = match choice.algo {
+                Algo::Tree => per_buffer / n as u64,
+                _ => per_buffer,
+            };
+            let slice_bytes = bytes.div_ceil(per_send.max(1)).max(1);
+            let post = Posts {
+                slice_bytes,
+                channels: cut.channels,
+                point_to_point: false,
+            };
+            (chunks, Some(post))
         };
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
         };
-        // The largest piece a send carries (a tree's send carries every rank's share of a chunk).
-        let per_send = match choice.algo {
-            Algo::Tree => per_buffer / n as u64,
-            _ => per_buffer,
-        };
-        let slice_bytes = bytes.div_ceil(per_send.max(1)).max(1);
-        // Point-to-point calls run every pair as one stream here, not on NCCL's channels per
-        // peer, so they have no channel's slices to post.
-        let posts = (kind != CollectiveKind::AllToAll).then_some((slice_bytes, cut.channels));
         let (topology, switches) = self.network(choice, posts)?;
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
@@ -565,21 +601,21 @@ impl Model {
         (chunk / self.system.boxes as u64).max(1)
     }
 
-    /// Pieces per pair of an all-to-all of `bytes` per rank: NCCL's p2p chunk (512 KiB over
-    /// NVLink, 128 KiB across boxes).
-    fn p2p_chunks(&self, bytes: u64) -> u32 {
+    /// How each send of an all-to-all of `bytes` per rank runs (NCCL's p2p plan).
+    fn p2p_send(&self, bytes: u64) -> P2pSend {
+        let per_pair = bytes / self.system.gpus().max(1) as u64;
+        self.p2p.send(per_pair, self.system.boxes > 1)
+    }
+
+    /// Pieces per pair of an all-to-all of `bytes` per rank: the send's channels, each cut in
+    /// its steps' chunks (fewer, larger pieces beyond the transfer budget).
+    fn p2p_chunks(&self, bytes: u64, send: P2pSend) -> u32 {
         let n = self.system.gpus() as u64;
-        let chunk = if self.system.boxes > 1 {
-            P2P_NET_CHUNK
-        } else {
-            P2P_NVLINK_CHUNK
-        };
-        let per_pair = bytes / n.max(1);
-        let budget = (TRANSFER_BUDGET / (n * n)).max(1);
-        per_pair
-            .div_ceil(chunk)
-            .clamp(1, budget)
-            .min(per_pair.max(1)) as u32
+        let per_pair = (bytes / n.max(1)).max(1);
+        let channels = (send.channels as u64).min(per_pair);
+        let per_channel = send.part.div_ceil(send.chunk.max(1)).max(1);
+        let budget = (TRANSFER_BUDGET / (n * n * channels)).max(1);
+        (channels * per_channel.min(budget)).min(per_pair) as u32
     }
 
     /// The schedule of the chosen algorithm.
@@ -592,7 +628,7 @@ impl Model {
     ) -> Result<Schedule, Error> {
         let g = self.system.gpus_per_box;
         match kernel_of(c.kind, choice.algo) {
-            Kernel::AllToAll => nccl_kernels::all_to_all(c),
+            Kernel::AllToAll => nccl_kernels::all_to_all(c, choice.channels),
             Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
             Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
@@ -606,18 +642,18 @@ impl Model {
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
     /// (each box's NVSwitch) for NVLS.
-    fn network(
-        &self,
-        choice: Choice,
-        posts: Option<(u64, u32)>,
-    ) -> Result<(Topology, Vec<u32>), Error> {
+    fn network(&self, choice: Choice, posts: Option<Posts>) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
         let measured = &s.calibration;
         // The protocol's share of the channels' bandwidth in NCCL's model (times what was
         // measured of it).
+        let point_to_point = posts.is_some_and(|p| p.point_to_point);
         let scale = match choice.algo {
+            // Point-to-point sends are not priced by the tuning model: their protocol's wire
+            // efficiency ([`DATA_SHARE`]).
+            _ if point_to_point => DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0),
             Algo::Ring | Algo::Tree => {
                 self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
                     * measured.rate_factor.get(p).unwrap_or(1.0)
@@ -664,11 +700,14 @@ impl Model {
         let posting =
             choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
         let mut send_share = 1.0;
-        if let Some((slice_bytes, channels)) = posts.filter(|_| posting) {
-            let per_channel_gbps = intra / channels.max(1) as f64;
-            let copy_us = slice_bytes as f64 / (per_channel_gbps * 1e3);
+        if let Some(post) = posts.filter(|_| posting) {
+            let per_channel_gbps = intra / post.channels.max(1) as f64;
+            let copy_us = post.slice_bytes as f64 / (per_channel_gbps * 1e3);
             send_share = copy_us / (copy_us + intra_lat);
-            intra_lat = 0.0;
+            // A point-to-point receiver copies each chunk out of its buffer after the post
+            // (src/device/sendrecv.h, `directRecv`): a second stage of the channel's pipeline,
+            // one chunk's copy after the last post.
+            intra_lat = if post.point_to_point { copy_us } else { 0.0 };
         }
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
