@@ -12,7 +12,8 @@
 //!    per-link figure, the NIC at its search speed, scaled by the protocol's efficiency as NCCL's
 //!    model scales it) and each hop at NCCL's per-step latency of the protocol; each box's
 //!    NVSwitch is a relay NPU that reduces (NVLS). The call's fixed cost (NCCL's base latency and
-//!    the kernel launches, [`constants::LAUNCH_US`]) is added.
+//!    the kernel launches, [`constants::LAUNCH_US`]) is added. An all-to-all is NCCL's
+//!    point-to-point traffic, planned by [`p2p`] instead of the tuning model.
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
 //! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
