@@ -321,3 +321,51 @@ fn uneven_pipeline_stages_run_when_asked() {
     assert_eq!(column(&out, "pp"), 16.0);
     assert!(column(&out, "step_time_s") > 0.0);
 }
+
+/// Megatron-LM's Table 1 (Narayanan et al., SC'21; `../shared/reference/training/
+/// megatron_ptdp.md`), the two rows that simulate in a fraction of a second, with the 2021
+/// software's settings and the micro-batch the search picks: 18.4B on 256 A100s within 15% of
+/// the paper's 135 TFLOP/s per GPU, 1.7B on 32 within 20% of its 137 (results/README.md gives
+/// all four rows and why the model is above them).
+#[test]
+fn megatron_table_1_small_rows_near_the_paper() {
+    for (file, topology, tp, dp, batch, paper, tolerance) in [
+        ("gpt_1.7b.yaml", "dgx-a100:4", "1", "32", "512", 137.0, 0.20),
+        ("gpt_18.4b.yaml", "dgx-a100:32", "8", "32", "1024", 135.0, 0.15),
+    ] {
+        let out = stdout_of(&[
+            "train",
+            "--model",
+            &model(file),
+            "--gpu",
+            "a100",
+            "--attention",
+            "standard",
+            "--grad-reduce",
+            "after",
+            "--grad-accumulation",
+            "separate",
+            "--recompute",
+            "full",
+            "--topology",
+            topology,
+            "--tp",
+            tp,
+            "--pp",
+            "1",
+            "--dp",
+            dp,
+            "--global-batch",
+            batch,
+            "--micro-batch",
+            "8",
+            "--format",
+            "csv",
+        ]);
+        let tflops = column(&out, "tflops_per_gpu");
+        assert!(
+            (tflops / paper - 1.0).abs() <= tolerance,
+            "{file}: {tflops} TFLOP/s per GPU against the paper's {paper}"
+        );
+    }
+}

@@ -76,6 +76,11 @@ pub struct LlmArgs {
     /// passes end, Megatron-LM 2021)
     #[arg(long, default_value = "overlapped", requires = "model")]
     pub grad_reduce: String,
+    /// How each micro-batch's weight gradients join the step's: fused (summed inside the
+    /// weight-gradient product, Megatron-core's gradient_accumulation_fusion) or separate (a
+    /// kernel of its own, PyTorch autograd: Megatron-LM 2021, DDP, FSDP)
+    #[arg(long, default_value = "fused", requires = "model")]
+    pub grad_accumulation: String,
     /// Collectives inside one box that run alone on its links (the tensor-parallel group's):
     /// nccl (the NCCL model's time for the call, on GPU systems such as dgx-a100:N) or engine
     /// (the --algorithm's schedule on the network)
@@ -163,6 +168,15 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
                 other => {
                     return Err(Error::input(format!(
                         "--grad-reduce '{other}': expected overlapped or after"
+                    )))
+                }
+            },
+            fused_grad_accumulation: match a.grad_accumulation.as_str() {
+                "fused" => true,
+                "separate" => false,
+                other => {
+                    return Err(Error::input(format!(
+                        "--grad-accumulation '{other}': expected fused or separate"
                     )))
                 }
             },

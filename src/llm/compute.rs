@@ -270,6 +270,14 @@ pub fn optimizer_time(gpu: &Gpu, params: f64) -> f64 {
     gpu.stream(30.0 * params)
 }
 
+/// Adding one micro-batch's weight gradients to those of the micro-batches before it, when a
+/// kernel of its own does it (PyTorch autograd's accumulation, as Megatron-LM 2021, DDP and FSDP
+/// run it): the new and the accumulated half-precision gradient read, the sum written, for the
+/// `params` weights this GPU holds.
+pub fn gradient_accumulation_time(gpu: &Gpu, params: f64) -> f64 {
+    gpu.stream(3.0 * HALF * params)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -178,6 +178,10 @@ pub struct Layout {
     /// Gradient buckets reduced while the last backward pass runs (Megatron-core's
     /// overlap_grad_reduce), or all gradients in one call after it (Megatron-LM 2021).
     pub overlap_grad_reduce: bool,
+    /// Each micro-batch's weight gradients summed inside the weight-gradient product
+    /// (Megatron-core's gradient_accumulation_fusion), or by a kernel of their own after it
+    /// (PyTorch autograd's accumulation: Megatron-LM 2021, DDP, FSDP).
+    pub fused_grad_accumulation: bool,
     /// Which GPU each rank runs on.
     pub placement: Placement,
     /// Layers of the first and the last pipeline stage when they differ from the others'
@@ -766,6 +770,7 @@ mod tests {
                 sequence_parallel: false,
                 attention: Attention::Flash,
                 overlap_grad_reduce: true,
+                fused_grad_accumulation: true,
                 placement: Placement::default(),
                 first_stage_layers: None,
                 last_stage_layers: None,
@@ -814,6 +819,34 @@ mod tests {
                 assert_eq!(a.bubble, b.bubble, "rank {}", a.rank);
             }
         }
+    }
+
+    /// Separate gradient accumulation adds, for every micro-batch after the first, one pass
+    /// over the rank's weights (the layers' and the embedding's): two half-precision gradients
+    /// read and their sum written, at the memory rate.
+    #[test]
+    fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch() {
+        let topology = TopologyOptions::new("ring:2").build().unwrap();
+        let model = tiny(4, 1);
+        let mut p = plan(model.clone(), 1, 1, 2, 8);
+        p.layout.overlap_grad_reduce = false;
+        let fused = simulate(&p, &topology, &options(), &mut ())
+            .unwrap()
+            .step_time;
+        p.layout.fused_grad_accumulation = false;
+        let separate = simulate(&p, &topology, &options(), &mut ())
+            .unwrap()
+            .step_time;
+        let layer = model.attention_params() + model.mlp_params() + 4 * model.hidden;
+        let weights = (4 * layer + model.vocab * model.hidden) as f64;
+        let a100 = Gpu::parse("a100").unwrap();
+        // 8 sequences over 2 ranks: 4 micro-batches, 3 of them added to the first.
+        let expected = 3.0 * (3.0 * 2.0 * weights) / (a100.memory_bandwidth * 0.9);
+        let added = (separate - fused).as_secs_f64();
+        assert!(
+            (added / expected - 1.0).abs() < 1e-6,
+            "{added} s added, {expected} s expected"
+        );
     }
 
     /// A tensor group whose links another communication uses is not timed alone: on a ring,

@@ -16,7 +16,9 @@
 //! them would. The last backward step of each model chunk runs layer by layer so that each
 //! gradient bucket is reduced as soon as its layers are done.
 
-use super::compute::{head_time, layer_time, optimizer_time, LayerTime, Work};
+use super::compute::{
+    gradient_accumulation_time, head_time, layer_time, optimizer_time, LayerTime, Work,
+};
 use super::{Plan, ZeroStage};
 use crate::collective::CollectiveKind;
 use crate::units::Time;
@@ -292,6 +294,17 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let layer_params = (model.attention_params() + model.experts / l.ep * model.mlp_params()) / tp
         + 4 * model.hidden;
     let embedding_params = model.vocab * model.hidden / tp;
+    // A micro-batch's weight gradients added to the step's by a kernel of their own (not when
+    // fused into the product, nor when measured layer times already hold it).
+    let accumulation = |params: u64| {
+        if l.fused_grad_accumulation || plan.layer_times.is_some() {
+            0.0
+        } else {
+            gradient_accumulation_time(&plan.gpu, params as f64)
+        }
+    };
+    let (layer_accumulation, embedding_accumulation) =
+        (accumulation(layer_params), accumulation(embedding_params));
     let bucket = bucket_params(dp) * 2;
     let rank_of = |t: u64, d: u64, s: u64| (t + tp * (d + dp * s)) as u32;
     let mut ranks = Vec::with_capacity((tp * pp * dp) as usize);
@@ -389,10 +402,17 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         ep_bytes: expert_bytes,
                         ep_name: &ep_name,
                     };
+                    // The first micro-batch's gradients start the sum; later ones are added.
+                    let accumulating = !step.forward && step.micro_batch > 0;
                     let layer_secs = if step.forward {
                         layer.forward
                     } else {
                         layer.backward
+                            + if accumulating {
+                                layer_accumulation
+                            } else {
+                                0.0
+                            }
                     };
                     let mut extra = 0.0;
                     if last {
@@ -401,6 +421,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         } else {
                             head.backward
                         };
+                    }
+                    if accumulating && (first || last) {
+                        // The embedding's (and the tied logit layer's) gradients.
+                        extra += embedding_accumulation;
                     }
                     let in_pieces = !step.forward
                         && i == last_backward[c as usize]
