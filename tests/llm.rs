@@ -331,7 +331,15 @@ fn uneven_pipeline_stages_run_when_asked() {
 fn megatron_table_1_small_rows_near_the_paper() {
     for (file, topology, tp, dp, batch, paper, tolerance) in [
         ("gpt_1.7b.yaml", "dgx-a100:4", "1", "32", "512", 137.0, 0.20),
-        ("gpt_18.4b.yaml", "dgx-a100:32", "8", "32", "1024", 135.0, 0.15),
+        (
+            "gpt_18.4b.yaml",
+            "dgx-a100:32",
+            "8",
+            "32",
+            "1024",
+            135.0,
+            0.15,
+        ),
     ] {
         let out = stdout_of(&[
             "train",
