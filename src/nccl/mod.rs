@@ -605,7 +605,9 @@ impl Model {
     /// How each send of an all-to-all of `bytes` per rank runs (NCCL's p2p plan).
     fn p2p_send(&self, bytes: u64) -> P2pSend {
         let per_pair = bytes / self.system.gpus().max(1) as u64;
-        self.p2p.send(per_pair, self.system.boxes > 1)
+        // Without LL in NCCL_PROTO the connections have no LL buffers; Simple's are always there.
+        let ll = self.allowed.protos[Proto::LL as usize];
+        self.p2p.send(per_pair, self.system.boxes > 1, ll)
     }
 
     /// Pieces per pair of an all-to-all of `bytes` per rank: the send's channels, each cut in

@@ -103,8 +103,8 @@ impl P2pChannels {
         }
     }
 
-    /// How a send of `bytes` (more than zero) to one peer runs.
-    pub fn send(&self, bytes: u64, across_boxes: bool) -> P2pSend {
+    /// How a send of `bytes` to one peer runs; `ll`: whether LL may run (NCCL_PROTO).
+    pub fn send(&self, bytes: u64, across_boxes: bool, ll: bool) -> P2pSend {
         let bytes = bytes.max(1);
         let (min_part, max_part) = if across_boxes {
             (self.chunk / 2, self.chunk)
@@ -118,7 +118,7 @@ impl P2pChannels {
             part = bytes.div_ceil(channels as u64);
         }
         let part = part.min(bytes);
-        if bytes <= channels as u64 * LL_THRESHOLD {
+        if ll && bytes <= channels as u64 * LL_THRESHOLD {
             // LL's step: its buffer over NCCL_STEPS, half of it data.
             let step = super::constants::BUFFER_BYTES[Proto::LL as usize] / STEPS / 2;
             return P2pSend {
@@ -162,16 +162,17 @@ mod tests {
         assert_eq!((ch.total, ch.per_peer, ch.min_per_send), (32, 32, 4));
         assert_eq!(ch.chunk, 512 << 10);
         // 8 KiB: one channel, LL.
-        let s = ch.send(8 << 10, false);
+        let s = ch.send(8 << 10, false, true);
         assert_eq!((s.proto, s.channels), (Proto::LL, 1));
+        assert_eq!(ch.send(8 << 10, false, false).proto, Proto::Simple);
         // 2 MiB: 4 channels of 512 KiB, one chunk each, Simple.
-        let s = ch.send(2 << 20, false);
+        let s = ch.send(2 << 20, false, true);
         assert_eq!(
             (s.proto, s.channels, s.part, s.chunk),
             (Proto::Simple, 4, 512 << 10, 512 << 10)
         );
         // 2 GiB: parts over 16 MiB double the channels up to all 32.
-        let s = ch.send(2 << 30, false);
+        let s = ch.send(2 << 30, false, true);
         assert_eq!((s.channels, s.part), (32, 64 << 20));
     }
 
@@ -182,9 +183,9 @@ mod tests {
         let ch = P2pChannels::of(&system("hgx-b200:2"), 16);
         assert_eq!((ch.total, ch.per_peer, ch.min_per_send), (16, 4, 1));
         assert_eq!(ch.chunk, 128 << 10);
-        let s = ch.send(64 << 20, true);
+        let s = ch.send(64 << 20, true, true);
         assert_eq!((s.channels, s.part, s.chunk), (4, 16 << 20, 128 << 10));
-        let s = ch.send(100 << 10, true);
+        let s = ch.send(100 << 10, true, true);
         assert_eq!((s.proto, s.chunk), (Proto::Simple, 32 << 10));
     }
 }
