@@ -583,8 +583,8 @@ fn fastest_unwinding(
     }
 }
 
-/// Synthesis on `net` with the X-way chunking of `options`, or the best by estimate; clustered
-/// or not, whichever the estimate prefers.
+/// Synthesis on `net` with the X-way chunking of `options`, or the best by [`judged`] time;
+/// clustered or not, whichever is judged faster.
 fn with_chunking(
     topology: &Topology,
     net: &Network,
@@ -628,28 +628,34 @@ fn with_chunking(
             .max()
             .unwrap_or(Time::ZERO),
     };
-    let search = |net: &Network| match &fixed {
-        Some(refined) => synthesize_on(topology, net, refined, options, deadline),
-        None => refine_by_estimate(topology, net, bound, &cut, options),
+    let search = |net: &Network| -> Result<(Synthesis, Time), Error> {
+        match &fixed {
+            Some(refined) => {
+                let synthesis = synthesize_on(topology, net, refined, options, deadline)?;
+                let time = judged(topology, &synthesis)?;
+                Ok((synthesis, time))
+            }
+            None => refine_chunking(topology, net, bound, &cut, options),
+        }
     };
     // Clusters keep chunks from entering a group twice; where a group spreads poorly inside (a
     // line of a mesh) that costs more than it saves. Which wins can turn with X (2 x 16 MI250
     // all-gather: unclustered leads at X = 1, clustered leads by 10% at X = 32), so each gets
     // its own search and the estimates pick.
-    let clustered = search(net)?;
+    let (clustered, clustered_time) = search(net)?;
     if options.method == Method::Ilp && options.x_way.is_none() {
         return keep_the_faster_greedy(topology, net, collectives, options, deadline, clustered);
     }
     if net.clusters == 1 || options.method != Method::Greedy {
         return Ok(clustered);
     }
-    let unclustered = search(&net.unclustered())?;
-    if unclustered.estimate < clustered.estimate {
+    let (unclustered, unclustered_time) = search(&net.unclustered())?;
+    if unclustered_time < clustered_time {
         return Ok(unclustered);
     }
     match stream_lost(&clustered, unclustered.streamed) {
         // The same seeds plan it again.
-        true => search(net),
+        true => Ok(search(net)?.0),
         false => Ok(clustered),
     }
 }
@@ -696,32 +702,46 @@ fn stream_lost(best: &Synthesis, last: Option<u64>) -> bool {
     best.simulated.is_some() && best.streamed.is_some() && best.streamed != last
 }
 
-/// Synthesis on `net` with X = 1, 2, 4, ... while the estimate improves enough and stays above
-/// 99% of `bound`, stopping where `cut` says the chunks cannot be cut finer. Enough is 1%, or a
+/// The completion time a synthesis is judged by: the synthesizer's estimate where it is exact
+/// (point-to-point networks), else the schedule's simulation (through unwound switches the
+/// estimate only approximates it, by a few percent either way).
+fn judged(topology: &Topology, synthesis: &Synthesis) -> Result<Time, Error> {
+    if !topology.has_switches() || synthesis.schedules.is_empty() {
+        return Ok(synthesis.estimate);
+    }
+    let schedule = Schedule::concat(&synthesis.schedules);
+    Ok(sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish)
+}
+
+/// Synthesis on `net` with X = 1, 2, 4, ... while its [`judged`] time improves enough and stays
+/// above 99% of `bound`, stopping where `cut` says the chunks cannot be cut finer; the synthesis
+/// and its judged time. Enough is 1%, or a
 /// quarter of the gap to `bound` when that is less: near the bound each halving of the
 /// sub-chunks still halves the fill and drain time (a 4x4 mesh with 50 and 200 GiB/s lines
 /// gains 0.8% from X = 16 to 32, half its gap).
-fn refine_by_estimate(
+fn refine_chunking(
     topology: &Topology,
     net: &Network,
     bound: Time,
     cut: &dyn Fn(u32) -> Option<Vec<Collective>>,
     options: &SynthOptions,
-) -> Result<Synthesis, Error> {
+) -> Result<(Synthesis, Time), Error> {
     let whole = cut(1).expect("one way always fits");
     let mut best = synthesize_on(topology, net, &whole, options, Deadline(None))?;
+    let mut best_time = judged(topology, &best)?;
     let (mut best_x, mut last_streamed) = (1, best.streamed);
     let mut x = 2;
-    while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best.estimate.ps() as f64 {
+    while x <= MAX_X_WAY && (bound.ps() as f64) < 0.99 * best_time.ps() as f64 {
         let Some(refined) = cut(x) else { break };
         let finer = synthesize_on(topology, net, &refined, options, Deadline(None))?;
         last_streamed = finer.streamed;
-        let (now, before) = (finer.estimate.ps() as f64, best.estimate.ps() as f64);
+        let finer_time = judged(topology, &finer)?;
+        let (now, before) = (finer_time.ps() as f64, best_time.ps() as f64);
         let enough = (0.01 * before).min((before - bound.ps() as f64) / 4.0);
         if before - now < enough {
             break;
         }
-        (best, best_x) = (finer, x);
+        (best, best_time, best_x) = (finer, finer_time, x);
         x *= 2;
     }
     if stream_lost(&best, last_streamed) {
@@ -729,7 +749,7 @@ fn refine_by_estimate(
         let again = cut(best_x).expect("it was cut before");
         best = synthesize_on(topology, net, &again, options, Deadline(None))?;
     }
-    Ok(best)
+    Ok((best, best_time))
 }
 
 fn synthesize_on(

@@ -391,6 +391,11 @@ impl Topology {
         node >= self.npus && node < self.nodes
     }
 
+    /// Whether the network has switches (nodes that are not NPUs).
+    pub fn has_switches(&self) -> bool {
+        self.nodes > self.npus
+    }
+
     /// The dimensions of a built-in multi-dimensional shape (empty for explicit graphs).
     pub fn dims(&self) -> &[Dim] {
         &self.dims
