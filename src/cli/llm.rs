@@ -97,6 +97,17 @@ pub struct LlmArgs {
     pub placement: String,
 }
 
+/// A flag that takes one of two words: true for `yes`, false for `no`.
+fn either(flag: &str, value: &str, yes: &str, no: &str) -> Result<bool, Error> {
+    match value {
+        v if v == yes => Ok(true),
+        v if v == no => Ok(false),
+        other => Err(Error::input(format!(
+            "--{flag} '{other}': expected {yes} or {no}"
+        ))),
+    }
+}
+
 /// A flag's comma-separated list of positive sizes.
 fn sizes(flag: &str, text: &str) -> Result<Vec<u64>, Error> {
     let mut list = Vec::new();
@@ -162,24 +173,13 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             placement: llm::Placement::parse(&a.placement)?,
             first_stage_layers: a.first_stage_layers,
             last_stage_layers: a.last_stage_layers,
-            overlap_grad_reduce: match a.grad_reduce.as_str() {
-                "overlapped" => true,
-                "after" => false,
-                other => {
-                    return Err(Error::input(format!(
-                        "--grad-reduce '{other}': expected overlapped or after"
-                    )))
-                }
-            },
-            fused_grad_accumulation: match a.grad_accumulation.as_str() {
-                "fused" => true,
-                "separate" => false,
-                other => {
-                    return Err(Error::input(format!(
-                        "--grad-accumulation '{other}': expected fused or separate"
-                    )))
-                }
-            },
+            overlap_grad_reduce: either("grad-reduce", &a.grad_reduce, "overlapped", "after")?,
+            fused_grad_accumulation: either(
+                "grad-accumulation",
+                &a.grad_accumulation,
+                "fused",
+                "separate",
+            )?,
         },
     };
     let search = llm::Search {
