@@ -499,12 +499,12 @@ pub fn synthesize_unwound(
             }
             Err(e) => return Err(e),
         };
-        let synthesis = with_chunking(topology, net, collectives, options, deadline)?;
+        let (synthesis, judged_time) =
+            with_chunking(topology, net, collectives, options, deadline)?;
         if !judge {
             return Ok(synthesis);
         }
-        let schedule = Schedule::concat(&synthesis.schedules);
-        let time = sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
+        let time = simulated(topology, &synthesis, judged_time)?;
         if best.as_ref().is_none_or(|(t, _)| time < *t) {
             best = Some((time, synthesis));
         }
@@ -559,9 +559,9 @@ fn fastest_unwinding(
     let results = nets
         .into_par_iter()
         .map(|net| {
-            let synthesis = with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
-            let schedule = Schedule::concat(&synthesis.schedules);
-            let time = sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish;
+            let (synthesis, judged_time) =
+                with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
+            let time = simulated(topology, &synthesis, judged_time)?;
             if let Some(steps) = progress {
                 steps.step();
             }
@@ -584,14 +584,14 @@ fn fastest_unwinding(
 }
 
 /// Synthesis on `net` with the X-way chunking of `options`, or the best by [`judged`] time;
-/// clustered or not, whichever is judged faster.
+/// clustered or not, whichever is judged faster; with its judged time.
 fn with_chunking(
     topology: &Topology,
     net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
     deadline: Deadline,
-) -> Result<Synthesis, Error> {
+) -> Result<(Synthesis, Time), Error> {
     let cut = |x: u32| -> Option<Vec<Collective>> {
         collectives
             .iter()
@@ -644,19 +644,22 @@ fn with_chunking(
     // its own search and the estimates pick.
     let (clustered, clustered_time) = search(net)?;
     if options.method == Method::Ilp && options.x_way.is_none() {
-        return keep_the_faster_greedy(topology, net, collectives, options, deadline, clustered);
+        let kept =
+            keep_the_faster_greedy(topology, net, collectives, options, deadline, clustered)?;
+        let time = judged(topology, &kept)?;
+        return Ok((kept, time));
     }
     if net.clusters == 1 || options.method != Method::Greedy {
-        return Ok(clustered);
+        return Ok((clustered, clustered_time));
     }
     let (unclustered, unclustered_time) = search(&net.unclustered())?;
     if unclustered_time < clustered_time {
-        return Ok(unclustered);
+        return Ok((unclustered, unclustered_time));
     }
     match stream_lost(&clustered, unclustered.streamed) {
         // The same seeds plan it again.
-        true => Ok(search(net)?.0),
-        false => Ok(clustered),
+        true => search(net),
+        false => Ok((clustered, clustered_time)),
     }
 }
 
@@ -678,7 +681,7 @@ fn keep_the_faster_greedy(
         simulate_in_order: None,
         ..options.clone()
     };
-    let greedy = with_chunking(topology, net, collectives, &greedy_options, deadline)?;
+    let (greedy, _) = with_chunking(topology, net, collectives, &greedy_options, deadline)?;
     if greedy.estimate >= program.estimate {
         return Ok(program);
     }
@@ -700,6 +703,16 @@ fn keep_the_faster_greedy(
 /// schedule to write the file from afterwards.
 fn stream_lost(best: &Synthesis, last: Option<u64>) -> bool {
     best.simulated.is_some() && best.streamed.is_some() && best.streamed != last
+}
+
+/// The simulated time of a synthesis whose [`judged`] time is `judged_time`: that time itself
+/// where judging simulated it (through switches), else a simulation.
+fn simulated(topology: &Topology, synthesis: &Synthesis, judged_time: Time) -> Result<Time, Error> {
+    if topology.has_switches() && !synthesis.schedules.is_empty() {
+        return Ok(judged_time);
+    }
+    let schedule = Schedule::concat(&synthesis.schedules);
+    Ok(sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish)
 }
 
 /// The completion time a synthesis is judged by: the synthesizer's estimate where it is exact
