@@ -439,41 +439,36 @@ impl Model {
         let npus: Vec<u32> = (0..n).collect();
         let cut = self.cut(kind, bytes, choice);
         // A call smaller than one byte a piece is simulated at that size (latency-bound).
-        let (chunks, posts) = if kind == CollectiveKind::AllToAll {
-            // Each peer's send posts per chunk on each of its channels; a GPU's link carries the
-            // channels of the peers in its box.
-            let send = self.p2p_send(bytes);
-            let peers_in_box = (self.system.gpus_per_box.min(n) - 1).max(1);
-            let streams = peers_in_box * send.channels;
-            let post = Posts {
-                slice_bytes: send.chunk,
-                channels: streams,
-                point_to_point: true,
-            };
-            (self.p2p_chunks(bytes, send), Some(post))
-        } else {
-            let chunks = cut.chunks();
-            let per_buffer = match kind {
-                CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
-                _ => n as u64 * chunks as u64,
-            };
-            // The largest piece a send carries (a tree's send carries every rank's share of a
-            // chunk).
-            let per_send = match choice.algo {
-                Algo::Tree => per_buffer / n as u64,
-                _ => per_buffer,
-            };
-            let slice_bytes = bytes.div_ceil(per_send.max(1)).max(1);
-            let post = Posts {
-                slice_bytes,
-                channels: cut.channels,
-                point_to_point: false,
-            };
-            (chunks, Some(post))
+        let p2p = (kind == CollectiveKind::AllToAll).then(|| self.p2p_send(bytes));
+        let chunks = match p2p {
+            Some(send) => self.p2p_chunks(bytes, send),
+            None => cut.chunks(),
         };
         let per_buffer = match kind {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
+        };
+        let posts = match p2p {
+            // Each peer's send posts per chunk on each of its channels; a GPU's link carries
+            // the channels of the peers in its box.
+            Some(send) => Posts {
+                slice_bytes: send.chunk,
+                channels: (self.system.gpus_per_box.min(n) - 1).max(1) * send.channels,
+                point_to_point: true,
+            },
+            None => {
+                // The largest piece a send carries (a tree's send carries every rank's share of
+                // a chunk).
+                let per_send = match choice.algo {
+                    Algo::Tree => per_buffer / n as u64,
+                    _ => per_buffer,
+                };
+                Posts {
+                    slice_bytes: bytes.div_ceil(per_send.max(1)).max(1),
+                    channels: cut.channels,
+                    point_to_point: false,
+                }
+            }
         };
         let (topology, switches) = self.network(choice, posts)?;
         let root = kind.is_rooted().then_some(root);
@@ -645,14 +640,14 @@ impl Model {
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
     /// (each box's NVSwitch) for NVLS.
-    fn network(&self, choice: Choice, posts: Option<Posts>) -> Result<(Topology, Vec<u32>), Error> {
+    fn network(&self, choice: Choice, posts: Posts) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
         let measured = &s.calibration;
         // The protocol's share of the channels' bandwidth in NCCL's model (times what was
         // measured of it).
-        let point_to_point = posts.is_some_and(|p| p.point_to_point);
+        let point_to_point = posts.point_to_point;
         let scale = match choice.algo {
             // Point-to-point sends are not priced by the tuning model: their protocol's wire
             // efficiency ([`DATA_SHARE`]).
@@ -703,14 +698,14 @@ impl Model {
         let posting =
             choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
         let mut send_share = 1.0;
-        if let Some(post) = posts.filter(|_| posting) {
-            let per_channel_gbps = intra / post.channels.max(1) as f64;
-            let copy_us = post.slice_bytes as f64 / (per_channel_gbps * 1e3);
+        if posting {
+            let per_channel_gbps = intra / posts.channels.max(1) as f64;
+            let copy_us = posts.slice_bytes as f64 / (per_channel_gbps * 1e3);
             send_share = copy_us / (copy_us + intra_lat);
             // A point-to-point receiver copies each chunk out of its buffer after the post
             // (src/device/sendrecv.h, `directRecv`): a second stage of the channel's pipeline,
             // one chunk's copy after the last post.
-            intra_lat = if post.point_to_point { copy_us } else { 0.0 };
+            intra_lat = if point_to_point { copy_us } else { 0.0 };
         }
         // Each hop crosses two links (GPU - switch - GPU).
         let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
