@@ -641,7 +641,7 @@ fn with_chunking(
     // Clusters keep chunks from entering a group twice; where a group spreads poorly inside (a
     // line of a mesh) that costs more than it saves. Which wins can turn with X (2 x 16 MI250
     // all-gather: unclustered leads at X = 1, clustered leads by 10% at X = 32), so each gets
-    // its own search and the estimates pick.
+    // its own search and the judged times pick.
     let (clustered, clustered_time) = search(net)?;
     if options.method == Method::Ilp && options.x_way.is_none() {
         let kept =
