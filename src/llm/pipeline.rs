@@ -423,8 +423,14 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         };
                     }
                     if accumulating && (first || last) {
-                        // The embedding's (and the tied logit layer's) gradients.
-                        extra += embedding_accumulation;
+                        // The embedding's gradients, and the logit layer's (one matrix with the
+                        // embedding's when they are tied and on one stage).
+                        let matrices = if first && last && !model.tied_embeddings {
+                            2.0
+                        } else {
+                            1.0
+                        };
+                        extra += matrices * embedding_accumulation;
                     }
                     let in_pieces = !step.forward
                         && i == last_backward[c as usize]
