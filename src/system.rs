@@ -76,12 +76,7 @@ pub fn load_system(path: &Path) -> Result<SystemConfig, Error> {
 /// errors give it.
 pub(crate) fn read_system_file(path: &Path) -> Result<(Value, String), Error> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{shown}: cannot read system file: {}",
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = crate::read_text(path, "cannot read system file")?;
     let value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(&text).map_err(|e| Error::input(format!("{shown}: {e}")))?
     } else {

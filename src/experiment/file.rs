@@ -171,12 +171,7 @@ impl Experiment {
     /// Reads an experiment file. Paths in it (topology and system files) are relative to it.
     pub fn load(path: &Path) -> Result<(Experiment, String), Error> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::input(format!(
-                "{shown}: cannot read experiment file: {}",
-                crate::io_words(&e)
-            ))
-        })?;
+        let text = crate::read_text(path, "cannot read experiment file")?;
         let base = path.parent().unwrap_or(Path::new("."));
         let exp = Experiment::parse_in(&text, &shown, base)?;
         Ok((exp, text))

@@ -77,13 +77,7 @@ impl Recompute {
 impl LlmModel {
     /// Reads a model file, naming the file and the key that is wrong.
     pub fn load(path: &Path) -> Result<LlmModel, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::input(format!(
-                "{}: cannot read model file: {}",
-                path.display(),
-                crate::io_words(&e)
-            ))
-        })?;
+        let text = crate::read_text(path, "cannot read model file")?;
         let file: ModelFile = crate::yaml::from_str(&path.display().to_string(), &text)?;
         let stem = path
             .file_stem()

@@ -38,7 +38,7 @@ pub fn kind(op: &str) -> Result<CollectiveKind, Error> {
 
 /// The operations a log names in its headers, in order (empty when it names none).
 pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
-    let text = read_log(path)?;
+    let text = crate::read_text(path, "cannot read the log")?;
     let mut found = Vec::new();
     for line in text.lines().map(str::trim) {
         if let Some(op) = is_header(line).then(|| named_op(line)).flatten() {
@@ -54,18 +54,10 @@ pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
 /// (`# nThread 1 nGpus 8 ...`) or the command quoted with it (`all_reduce_perf ... -g 8`); `None`
 /// when it says neither.
 pub fn gpus_per_thread(path: &Path) -> Result<Option<u32>, Error> {
-    Ok(gpus_per_thread_in(&read_log(path)?))
-}
-
-/// A log's text; the error names the file.
-fn read_log(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{}: cannot read the log: {}",
-            path.display(),
-            crate::io_words(&e)
-        ))
-    })
+    Ok(gpus_per_thread_in(&crate::read_text(
+        path,
+        "cannot read the log",
+    )?))
 }
 
 /// [`gpus_per_thread`] of a log's text.
@@ -133,12 +125,7 @@ fn time_unit(line: &str) -> Option<f64> {
 /// short, no rows at all, a log whose tests do not include `op`, or time units that change.
 pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{shown}: cannot read the log: {}",
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = crate::read_text(path, "cannot read the log")?;
     let mut rows = Vec::new();
     let mut current: Option<&'static str> = None;
     let mut seen_ops: Vec<&'static str> = Vec::new();

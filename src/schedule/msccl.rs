@@ -603,7 +603,7 @@ impl Claim {
 /// take the collective and its chunking from the file.
 pub fn read_msccl_claim(path: &Path) -> Result<Claim, Error> {
     let file = path.display().to_string();
-    let text = read_text(path)?;
+    let text = crate::read_text(path, "cannot open schedule")?;
     let mut reader = Reader::from_str(&text);
     loop {
         match reader
@@ -619,20 +619,14 @@ pub fn read_msccl_claim(path: &Path) -> Result<Claim, Error> {
     }
 }
 
-fn read_text(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{}: cannot open schedule: {}",
-            path.display(),
-            crate::io_words(&e)
-        ))
-    })
-}
-
 /// Reads an MSCCL XML algorithm implementing `c` (its size and chunking come from the command
 /// line; the file gives chunks, not bytes) as a schedule claiming `c`.
 pub fn load_msccl(path: &Path, c: &Collective) -> Result<Schedule, Error> {
-    parse_msccl(&path.display().to_string(), &read_text(path)?, c)
+    parse_msccl(
+        &path.display().to_string(),
+        &crate::read_text(path, "cannot open schedule")?,
+        c,
+    )
 }
 
 /// Parses MSCCL XML `text` (named `file` in errors); see [`load_msccl`].

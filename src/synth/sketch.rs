@@ -79,12 +79,7 @@ impl Sketch {
     /// Reads a sketch file.
     pub fn load(path: &Path) -> Result<Sketch, Error> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::input(format!(
-                "{file}: cannot read sketch: {}",
-                crate::io_words(&e)
-            ))
-        })?;
+        let text = crate::read_text(path, "cannot read sketch")?;
         Sketch::parse(&file, &text)
     }
 
