@@ -17,16 +17,8 @@ pub type Tier = (Bandwidth, Time);
 struct Links(Vec<Link>);
 
 impl Links {
-    fn join(&mut self, a: NodeId, b: NodeId, (bandwidth, latency): Tier) {
-        for (src, dst) in [(a, b), (b, a)] {
-            self.0.push(Link {
-                src,
-                dst,
-                latency,
-                bandwidth,
-                dim: None,
-            });
-        }
+    fn join(&mut self, a: NodeId, b: NodeId, tier: Tier) {
+        self.0.extend(Link::both_ways(a, b, tier));
     }
 }
 

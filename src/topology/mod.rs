@@ -60,15 +60,20 @@ pub struct Link {
 }
 
 impl Link {
-    /// Both directions of a link between `a` and `b` (no dimension).
-    pub fn both_ways(a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)) -> [Link; 2] {
-        [(a, b), (b, a)].map(|(src, dst)| Link {
+    /// The link from `src` to `dst` (no dimension).
+    pub fn one_way(src: NodeId, dst: NodeId, (bandwidth, latency): (Bandwidth, Time)) -> Link {
+        Link {
             src,
             dst,
             latency,
             bandwidth,
             dim: None,
-        })
+        }
+    }
+
+    /// Both directions of a link between `a` and `b` (no dimension).
+    pub fn both_ways(a: NodeId, b: NodeId, tier: (Bandwidth, Time)) -> [Link; 2] {
+        [Link::one_way(a, b, tier), Link::one_way(b, a, tier)]
     }
 }
 

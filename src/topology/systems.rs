@@ -412,13 +412,6 @@ impl GpuSystem {
                 latency,
             )
         };
-        let one_way = |src: NodeId, dst: NodeId, (bandwidth, latency): (Bandwidth, Time)| Link {
-            src,
-            dst,
-            latency,
-            bandwidth,
-            dim: None,
-        };
         let g = self.gpus_per_box;
         let n = self.gpus();
         let boxes = self.boxes;
@@ -434,13 +427,13 @@ impl GpuSystem {
                         // Each direction is one GPU's sending side.
                         let per_link = sending((intra.0.divided(g - 1), intra.1));
                         for j in i + 1..g {
-                            links.push(one_way(gpu, b * g + j, per_link));
-                            links.push(one_way(b * g + j, gpu, per_link));
+                            links.push(Link::one_way(gpu, b * g + j, per_link));
+                            links.push(Link::one_way(b * g + j, gpu, per_link));
                         }
                     }
                     _ => {
-                        links.push(one_way(gpu, n + b, sending(intra)));
-                        links.push(one_way(n + b, gpu, intra));
+                        links.push(Link::one_way(gpu, n + b, sending(intra)));
+                        links.push(Link::one_way(n + b, gpu, intra));
                     }
                 }
             }
