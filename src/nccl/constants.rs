@@ -161,6 +161,16 @@ pub const RING_SLICE_STEPS: u64 = STEPS / 4;
 /// and two flags, LL128's 128-byte lines 120 bytes and one flag, Simple only data
 /// (src/device/prims_ll.h, prims_ll128.h).
 pub const DATA_SHARE: [f64; PROTOS] = [0.5, 120.0 / 128.0, 1.0];
+/// Data bytes one of a protocol's NCCL_STEPS buffer slots carries: its buffer over the slots,
+/// less LL's and LL128's flags ([`DATA_SHARE`]).
+pub fn step_data_bytes(proto: usize) -> u64 {
+    let step = BUFFER_BYTES[proto] / STEPS;
+    match proto {
+        0 => step / 2,
+        1 => step / 128 * 120,
+        _ => step,
+    }
+}
 /// `ncclProtoGrainSize` (src/include/device.h): the unit NCCL cuts a protocol's chunks in, bytes
 /// (LL 16; LL128 32 threads x 8 elements / 16 per line x 15 data elements x 8 B; Simple 512).
 pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];

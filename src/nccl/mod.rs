@@ -521,10 +521,7 @@ impl Model {
                 step * RING_CHUNK_STEPS,
                 (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
             ),
-            (_, Proto::Simple) => (step, 1),
-            // LL carries 8 bytes of data in 16; LL128 120 in 128.
-            (_, Proto::LL) => (step / 2, 1),
-            (_, Proto::LL128) => (step / 128 * 120, 1),
+            (_, proto) => (step_data_bytes(proto as usize), 1),
         };
         // Data a loop of one channel moves per rank part.
         // (A tree unit carries the whole chunk; a ring or NVLS unit one chunk per rank.)
@@ -602,7 +599,7 @@ impl Model {
         let per_pair = bytes / self.system.gpus().max(1) as u64;
         // Without LL in NCCL_PROTO the connections have no LL buffers; Simple's are always there.
         let ll = self.allowed.protos[Proto::LL as usize];
-        self.p2p.send(per_pair, self.system.boxes > 1, ll)
+        self.p2p.send(per_pair, ll)
     }
 
     /// Pieces per pair of an all-to-all of `bytes` per rank: the send's channels, each cut in

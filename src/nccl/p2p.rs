@@ -10,7 +10,7 @@
 //! chunk, so each channel's chunk takes longer against the same L: this is why NCCL's all-to-all
 //! bandwidth keeps rising with size long after the pipeline is full.
 
-use super::constants::{P2P_NET_CHUNK, P2P_NVLINK_CHUNK, STEPS};
+use super::constants::{step_data_bytes, P2P_NET_CHUNK, P2P_NVLINK_CHUNK};
 use super::Proto;
 use crate::topology::{GpuSystem, Intra};
 
@@ -36,6 +36,8 @@ pub struct P2pChannels {
     pub min_per_send: u32,
     /// `p2pChunkSize`, bytes.
     pub chunk: u64,
+    /// More than one box (NCCL's `nNodes > 1`): sends are cut for the network.
+    pub across_boxes: bool,
 }
 
 /// How one send of an all-to-all runs.
@@ -100,13 +102,14 @@ impl P2pChannels {
             per_peer,
             min_per_send,
             chunk,
+            across_boxes: system.boxes > 1,
         }
     }
 
     /// How a send of `bytes` to one peer runs; `ll`: whether LL may run (NCCL_PROTO).
-    pub fn send(&self, bytes: u64, across_boxes: bool, ll: bool) -> P2pSend {
+    pub fn send(&self, bytes: u64, ll: bool) -> P2pSend {
         let bytes = bytes.max(1);
-        let (min_part, max_part) = if across_boxes {
+        let (min_part, max_part) = if self.across_boxes {
             (self.chunk / 2, self.chunk)
         } else {
             (self.chunk / 8, self.chunk * 32)
@@ -119,17 +122,15 @@ impl P2pChannels {
         }
         let part = part.min(bytes);
         if ll && bytes <= channels as u64 * LL_THRESHOLD {
-            // LL's step: its buffer over NCCL_STEPS, half of it data.
-            let step = super::constants::BUFFER_BYTES[Proto::LL as usize] / STEPS / 2;
             return P2pSend {
                 proto: Proto::LL,
                 channels,
                 part,
-                chunk: step.min(part),
+                chunk: step_data_bytes(Proto::LL as usize).min(part),
             };
         }
         let mut chunk = self.chunk;
-        if across_boxes {
+        if self.across_boxes {
             // Tuned for the network: smaller chunks for smaller sends.
             if bytes < self.chunk {
                 chunk /= 4;
@@ -162,17 +163,17 @@ mod tests {
         assert_eq!((ch.total, ch.per_peer, ch.min_per_send), (32, 32, 4));
         assert_eq!(ch.chunk, 512 << 10);
         // 8 KiB: one channel, LL.
-        let s = ch.send(8 << 10, false, true);
+        let s = ch.send(8 << 10, true);
         assert_eq!((s.proto, s.channels), (Proto::LL, 1));
-        assert_eq!(ch.send(8 << 10, false, false).proto, Proto::Simple);
+        assert_eq!(ch.send(8 << 10, false).proto, Proto::Simple);
         // 2 MiB: 4 channels of 512 KiB, one chunk each, Simple.
-        let s = ch.send(2 << 20, false, true);
+        let s = ch.send(2 << 20, true);
         assert_eq!(
             (s.proto, s.channels, s.part, s.chunk),
             (Proto::Simple, 4, 512 << 10, 512 << 10)
         );
         // 2 GiB: parts over 16 MiB double the channels up to all 32.
-        let s = ch.send(2 << 30, false, true);
+        let s = ch.send(2 << 30, true);
         assert_eq!((s.channels, s.part), (32, 64 << 20));
     }
 
@@ -183,9 +184,9 @@ mod tests {
         let ch = P2pChannels::of(&system("hgx-b200:2"), 16);
         assert_eq!((ch.total, ch.per_peer, ch.min_per_send), (16, 4, 1));
         assert_eq!(ch.chunk, 128 << 10);
-        let s = ch.send(64 << 20, true, true);
+        let s = ch.send(64 << 20, true);
         assert_eq!((s.channels, s.part, s.chunk), (4, 16 << 20, 128 << 10));
-        let s = ch.send(100 << 10, true, true);
+        let s = ch.send(100 << 10, true);
         assert_eq!((s.proto, s.chunk), (Proto::Simple, 32 << 10));
     }
 }
