@@ -19,7 +19,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     if c.kind != CollectiveKind::AllReduce {
         return Err(Algorithm::Blink.refusal(c.kind));
     }
-    if topology.nodes() > topology.npus() {
+    if topology.has_switches() {
         return Err(Error::input(format!(
             "blink packs its trees over links between NPUs (as on a DGX-1's NVLinks); {} has \
              switches (forestcoll packs trees through them)",

@@ -464,10 +464,9 @@ pub fn synthesize_unwound(
     if options.x_way == Some(0) {
         return Err(Error::input("--x-way must be at least 1"));
     }
-    let has_switches = topology.nodes() > topology.npus();
     let unwindings: Vec<Unwinding> = match options.unwinding {
         Some(u) => vec![u],
-        None if !has_switches => vec![Unwinding::Degree(1)],
+        None if !topology.has_switches() => vec![Unwinding::Degree(1)],
         None => std::iter::once(Unwinding::Split)
             .chain(UNWIND_DEGREES.into_iter().map(Unwinding::Degree))
             .collect(),
@@ -499,12 +498,11 @@ pub fn synthesize_unwound(
             }
             Err(e) => return Err(e),
         };
-        let (synthesis, judged_time) =
-            with_chunking(topology, net, collectives, options, deadline)?;
+        // Unwindings are tried only through switches, where the judged time is simulated.
+        let (synthesis, time) = with_chunking(topology, net, collectives, options, deadline)?;
         if !judge {
             return Ok(synthesis);
         }
-        let time = simulated(topology, &synthesis, judged_time)?;
         if best.as_ref().is_none_or(|(t, _)| time < *t) {
             best = Some((time, synthesis));
         }
@@ -559,9 +557,9 @@ fn fastest_unwinding(
     let results = nets
         .into_par_iter()
         .map(|net| {
-            let (synthesis, judged_time) =
+            // Through switches the judged time is simulated.
+            let (synthesis, time) =
                 with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
-            let time = simulated(topology, &synthesis, judged_time)?;
             if let Some(steps) = progress {
                 steps.step();
             }
@@ -703,16 +701,6 @@ fn keep_the_faster_greedy(
 /// schedule to write the file from afterwards.
 fn stream_lost(best: &Synthesis, last: Option<u64>) -> bool {
     best.simulated.is_some() && best.streamed.is_some() && best.streamed != last
-}
-
-/// The simulated time of a synthesis whose [`judged`] time is `judged_time`: that time itself
-/// where judging simulated it (through switches), else a simulation.
-fn simulated(topology: &Topology, synthesis: &Synthesis, judged_time: Time) -> Result<Time, Error> {
-    if topology.has_switches() && !synthesis.schedules.is_empty() {
-        return Ok(judged_time);
-    }
-    let schedule = Schedule::concat(&synthesis.schedules);
-    Ok(sim::simulate(topology, &schedule, &SimOptions::default(), &mut ())?.finish)
 }
 
 /// The completion time a synthesis is judged by: the synthesizer's estimate where it is exact
