@@ -108,7 +108,7 @@ pub(crate) fn graph_rings(topology: &Topology, npus: &[u32]) -> Vec<Vec<u32>> {
 /// where it leaves for the next box on that rail, so the channels' paths through a box use
 /// every link once instead of all following the GPUs' order. With an odd number of boxes the
 /// ring's last hop, back to the first box, changes rail (through a spine; each channel from its
-/// own rail to its own). `None` for one box or an odd box.
+/// own rail to its own). `None` for one box, or boxes of an odd number of GPUs.
 pub(crate) fn mesh_channel_rings(boxes: &[Vec<u32>]) -> Option<Vec<Vec<u32>>> {
     let g = boxes[0].len();
     if boxes.len() < 2 || g % 2 == 1 || g < 2 {
