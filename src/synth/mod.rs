@@ -498,6 +498,12 @@ pub fn synthesize_unwound(
             }
             Err(e) => return Err(e),
         };
+        if let Some((time, _)) = &best {
+            // Its logical links' latencies alone reach the best time: it cannot win.
+            if net.latency_floor(topology, collectives) >= *time {
+                continue;
+            }
+        }
         // Unwindings are tried only through switches, where the judged time is simulated.
         let (synthesis, time) = with_chunking(topology, net, collectives, options, deadline)?;
         if !judge {
@@ -513,8 +519,8 @@ pub fn synthesize_unwound(
     }
 }
 
-/// The greedy's schedule on each unwinding, synthesized side by side, and the one that simulates
-/// fastest on `topology` (the first of equal times). Their rows are not streamed to the tap, whose
+/// The greedy's schedule on each unwinding that may win, synthesized side by side, and the one
+/// that simulates fastest on `topology` (the first of equal times). Their rows are not streamed to the tap, whose
 /// one stream would go to whichever finished last; the caller writes the kept schedule.
 fn fastest_unwinding(
     topology: &Topology,
@@ -554,23 +560,64 @@ fn fastest_unwinding(
             nets.len() as u64,
         );
     }
-    let results = nets
-        .into_par_iter()
-        .map(|net| {
-            // Through switches the judged time is simulated.
-            let (synthesis, time) =
-                with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
-            if let Some(steps) = progress {
-                steps.step();
-            }
-            Ok((time, synthesis))
+    let step = || {
+        if let Some(steps) = progress {
+            steps.step();
+        }
+    };
+    // (index, judged time, synthesis) of an unwinding.
+    type Judged = (usize, Time, Synthesis);
+    let run = |(i, net): (usize, &Network)| -> Result<Judged, Error> {
+        // Through switches the judged time is simulated.
+        let (synthesis, time) = with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
+        step();
+        Ok((i, time, synthesis))
+    };
+    // An unwinding cannot win where its logical links' latencies alone reach a time another
+    // was judged at (ties go to the first). Those whose floor is under the collective's lower
+    // bound surely may win and run beside the first (splitting); the others wait for their times.
+    let bound = lower_bound(topology, collectives);
+    let floors: Vec<Time> = nets
+        .iter()
+        .enumerate()
+        .map(|(i, net)| match i {
+            0 => Time::ZERO,
+            _ => net.latency_floor(topology, collectives),
         })
-        .collect::<Result<Vec<(Time, Synthesis)>, Error>>()?;
+        .collect();
+    let (now, later): (Vec<_>, Vec<_>) = nets
+        .iter()
+        .copied()
+        .enumerate()
+        .partition(|&(i, _)| floors[i] < bound);
+    let mut results = now
+        .into_par_iter()
+        .map(run)
+        .collect::<Result<Vec<Judged>, Error>>()?;
+    let later: Vec<(usize, &Network)> = later
+        .into_iter()
+        .filter(|&(i, _)| {
+            let beaten = results
+                .iter()
+                .any(|&(j, time, _)| time < floors[i] || (time == floors[i] && j < i));
+            if beaten {
+                step();
+            }
+            !beaten
+        })
+        .collect();
+    results.extend(
+        later
+            .into_par_iter()
+            .map(run)
+            .collect::<Result<Vec<Judged>, Error>>()?,
+    );
     if let Some(steps) = progress {
         steps.end();
     }
+    results.sort_by_key(|&(i, ..)| i);
     let mut best: Option<(Time, Synthesis)> = None;
-    for (time, synthesis) in results {
+    for (_, time, synthesis) in results {
         if best.as_ref().is_none_or(|(t, _)| time < *t) {
             best = Some((time, synthesis));
         }
@@ -579,6 +626,15 @@ fn fastest_unwinding(
         Some((_, synthesis)) => Ok(synthesis),
         None => Err(refusal.expect("every unwinding failed with an error")),
     }
+}
+
+/// The lower bound of `collectives` run together on `topology`: the largest of theirs.
+fn lower_bound(topology: &Topology, collectives: &[Collective]) -> Time {
+    collectives
+        .iter()
+        .map(|c| crate::bound::bounds(topology, c, Some(crate::bound::CUT_BOUND_BUDGET)).total())
+        .max()
+        .unwrap_or(Time::ZERO)
 }
 
 /// Synthesis on `net` with the X-way chunking of `options`, or the best by [`judged`] time;
@@ -618,13 +674,7 @@ fn with_chunking(
     };
     let bound = match fixed {
         Some(_) => Time::ZERO,
-        None => collectives
-            .iter()
-            .map(|c| {
-                crate::bound::bounds(topology, c, Some(crate::bound::CUT_BOUND_BUDGET)).total()
-            })
-            .max()
-            .unwrap_or(Time::ZERO),
+        None => lower_bound(topology, collectives),
     };
     let search = |net: &Network| -> Result<(Synthesis, Time), Error> {
         match &fixed {
@@ -1355,5 +1405,63 @@ impl TappedRows {
         }
         let full = std::mem::replace(self, TappedRows::new(self.rows.next()));
         tap.rows(id, full.rows.into_rows(), Some(full.times));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::parse_inline;
+    use crate::units::Bandwidth;
+
+    /// Every degree unwinding's latency floor lies under the simulated time of the schedule
+    /// synthesized on it, and the default search, which skips the unwindings whose floor reaches
+    /// the first one's time, keeps the fastest of them all; at 1 KB the floors do skip some.
+    #[test]
+    fn unwindings_skipped_by_their_latency_floor_could_not_win() {
+        let topology = parse_inline(
+            "dims:switch4,switch4",
+            &[Bandwidth::gb_per_sec(200.0), Bandwidth::gb_per_sec(50.0)],
+            &[Time::from_ns(700), Time::from_ns(1700)],
+        )
+        .unwrap();
+        let npus = topology.active_npus();
+        let unwindings = [
+            Unwinding::Split,
+            Unwinding::Degree(1),
+            Unwinding::Degree(2),
+            Unwinding::Degree(3),
+        ];
+        let mut skipped = 0;
+        for kind in [
+            CollectiveKind::AllReduce,
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+            CollectiveKind::Broadcast,
+        ] {
+            for size in [1_000, 64_000_000] {
+                let root = (kind == CollectiveKind::Broadcast).then_some(npus[5]);
+                let c = Collective::new(kind, npus.clone(), size, 1, root).unwrap();
+                let collectives = [c];
+                let judged_on = |unwinding: Option<Unwinding>| {
+                    let options = SynthOptions {
+                        unwinding,
+                        ..SynthOptions::default()
+                    };
+                    let synthesis = synthesize(&topology, &collectives, &options).unwrap();
+                    judged(&topology, &synthesis).unwrap()
+                };
+                let times: Vec<Time> = unwindings.iter().map(|&u| judged_on(Some(u))).collect();
+                for (u, time) in unwindings.iter().zip(&times).skip(1) {
+                    let net = Network::from_topology(&topology, *u).unwrap();
+                    let floor = net.latency_floor(&topology, &collectives);
+                    assert!(floor <= *time, "{kind} {size} B, {}", u.name());
+                    skipped += (floor >= times[0]) as u32;
+                }
+                let fastest = *times.iter().min().unwrap();
+                assert_eq!(judged_on(None), fastest, "{kind} {size} B");
+            }
+        }
+        assert!(skipped > 0);
     }
 }

@@ -13,6 +13,10 @@
 //!   spends a scarce inter-group link on it again; the split network keeps the group's members
 //!   directly connected and its inter-group capacity exactly what the cuts allow.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::collective::{Collective, CollectiveKind};
 use crate::forest::{self, Demand, Ratio};
 use crate::sim::TimeModel;
 use crate::topology::{NodeId, Topology};
@@ -33,6 +37,10 @@ pub(crate) struct NetLink {
     /// hops after the first each store and forward the chunk again.
     pub path: Option<u32>,
 }
+
+/// Owners of pieces whose chains [`Network::latency_floor`] follows: every rank up to this many,
+/// else this many spread evenly over the ranks.
+const FLOOR_OWNERS: u32 = 16;
 
 /// A split link's physical path: its topology nodes, and the (bandwidth, latency) of every hop.
 type SplitPath = (Vec<NodeId>, Vec<(Bandwidth, Time)>);
@@ -300,6 +308,113 @@ impl Network {
         &self.out_list
             [self.out_start[npu as usize] as usize..self.out_start[npu as usize + 1] as usize]
     }
+
+    /// A floor under the completion time of any schedule planned on this network for
+    /// `collectives` and run on `topology`, from latencies alone: a piece travels a chain of
+    /// sends over logical links, each no sooner than the least latency between its ends in
+    /// `topology` (whatever the routing), and an all-reduce's piece gathers every rank's
+    /// contribution at its owner before it spreads back out. An unwinding whose floor is not
+    /// below a schedule already found cannot beat it.
+    pub fn latency_floor(&self, topology: &Topology, collectives: &[Collective]) -> Time {
+        let hops = self.hop_floors(topology);
+        collectives
+            .iter()
+            .map(|c| self.collective_floor(&hops, c))
+            .max()
+            .unwrap_or(Time::ZERO)
+    }
+
+    /// Per logical link, the least latency between its ends: its own, or a faster physical path.
+    fn hop_floors(&self, topology: &Topology) -> Vec<Time> {
+        let mut floors: Vec<Time> = self.links.iter().map(|l| l.latency).collect();
+        for v in 0..self.npus() {
+            let into = self.in_links(v);
+            if into.is_empty() {
+                continue;
+            }
+            let physical = topology.latencies_to(self.nodes[v as usize]);
+            for &l in into {
+                let src = self.nodes[self.links[l as usize].src as usize];
+                let floor = &mut floors[l as usize];
+                *floor = (*floor).min(physical[src as usize]);
+            }
+        }
+        floors
+    }
+
+    /// [`Network::latency_floor`] of one collective: the farthest member from (or to) each
+    /// owner of a piece, over up to [`FLOOR_OWNERS`] owners (any owner's chain bounds the whole).
+    fn collective_floor(&self, hops: &[Time], c: &Collective) -> Time {
+        use CollectiveKind::*;
+        let n = c.ranks();
+        let owners: Vec<u32> = match c.kind {
+            Broadcast | Reduce | Scatter | Gather => vec![c.root_rank],
+            _ if n <= FLOOR_OWNERS => (0..n).collect(),
+            _ => (0..FLOOR_OWNERS)
+                .map(|i| (i as u64 * n as u64 / FLOOR_OWNERS as u64) as u32)
+                .collect(),
+        };
+        let (outward, inward) = match c.kind {
+            AllGather | Broadcast | Scatter | AllToAll => (true, false),
+            ReduceScatter | Reduce | Gather => (false, true),
+            AllReduce => (true, true),
+        };
+        let members: Vec<u32> = c.npus.iter().map(|&v| self.local[v as usize]).collect();
+        let farthest = |from: u32, forward: bool| -> Time {
+            let reach = self.latencies_from(hops, from, forward);
+            members
+                .iter()
+                .map(|&m| reach[m as usize])
+                .max()
+                .unwrap_or(Time::ZERO)
+        };
+        owners
+            .into_iter()
+            .map(|r| {
+                let owner = members[r as usize];
+                let into = if inward {
+                    farthest(owner, false)
+                } else {
+                    Time::ZERO
+                };
+                let out = if outward {
+                    farthest(owner, true)
+                } else {
+                    Time::ZERO
+                };
+                into + out
+            })
+            .max()
+            .unwrap_or(Time::ZERO)
+    }
+
+    /// Least latency over logical links from `npu` to every NPU (`forward`), or from every NPU to
+    /// it; `Time::MAX` where there is no path.
+    fn latencies_from(&self, hops: &[Time], npu: u32, forward: bool) -> Vec<Time> {
+        let mut dist = vec![Time::MAX; self.nodes.len()];
+        dist[npu as usize] = Time::ZERO;
+        let mut heap = BinaryHeap::from([Reverse((Time::ZERO, npu))]);
+        while let Some(Reverse((d, v))) = heap.pop() {
+            if d > dist[v as usize] {
+                continue;
+            }
+            let links = if forward {
+                self.out_links(v)
+            } else {
+                self.in_links(v)
+            };
+            for &l in links {
+                let link = &self.links[l as usize];
+                let next = if forward { link.dst } else { link.src };
+                let cand = d + hops[l as usize];
+                if cand < dist[next as usize] {
+                    dist[next as usize] = cand;
+                    heap.push(Reverse((cand, next)));
+                }
+            }
+        }
+        dist
+    }
 }
 
 /// Groups of NPUs joined by fast links: boxes behind their NVSwitch, xGMI meshes, the inner
@@ -497,6 +612,28 @@ mod tests {
             // Store-and-forward: the switch's port serialises the chunk again.
             assert_eq!(net.delays(l, 50).1, Time::from_ns(1000 + 2 + 1));
         }
+    }
+
+    /// Through one switch (1 us a logical hop), degree d reaches the farthest of 8 members in
+    /// ceil(7 / d) hops; an all-reduce's piece goes there and back.
+    #[test]
+    fn the_latency_floor_counts_the_hops_of_the_unwound_switch() {
+        let t = parse_inline(
+            "switch:8",
+            &[Bandwidth::gb_per_sec(50.0)],
+            &[Time::from_ns(500)],
+        )
+        .unwrap();
+        let npus = t.active_npus();
+        let floor = |degree, kind| {
+            let c = Collective::new(kind, npus.clone(), 1000, 1, None).unwrap();
+            let net = Network::from_topology(&t, Unwinding::Degree(degree)).unwrap();
+            net.latency_floor(&t, &[c])
+        };
+        assert_eq!(floor(1, CollectiveKind::AllGather), Time::from_ns(7000));
+        assert_eq!(floor(1, CollectiveKind::AllReduce), Time::from_ns(14000));
+        assert_eq!(floor(2, CollectiveKind::ReduceScatter), Time::from_ns(4000));
+        assert_eq!(floor(7, CollectiveKind::AllToAll), Time::from_ns(1000));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use super::build::{strides, DimKind};
 use super::{LinkId, NodeId, Topology};
+use crate::units::Time;
 use crate::Error;
 
 /// How messages choose among equal shortest paths.
@@ -401,6 +402,17 @@ pub fn equal_cost_choices(topology: &Topology, dst: NodeId) -> Choices {
     }
     start.push(links.len() as u32);
     Choices { start, links }
+}
+
+impl Topology {
+    /// The least latency of any path from every node to `dst` (`Time::MAX` where there is none):
+    /// no message from a node reaches `dst` sooner, whatever the routing.
+    pub fn latencies_to(&self, dst: NodeId) -> Vec<Time> {
+        distances_to(self, dst)
+            .into_iter()
+            .map(|(ps, _)| Time::from_ps(ps))
+            .collect()
+    }
 }
 
 /// Shortest (latency, hops) from every node to `dst`; `u64::MAX` latency where unreachable.
