@@ -742,3 +742,35 @@ fn a_sketch_leaves_the_links_it_drops_idle() {
         assert!(err.contains(expected), "{algorithm}: {err}");
     }
 }
+
+/// Through switches the text report says what the synthesizer kept (the unwinding, the X-way
+/// chunking) and which unwindings it did not synthesize, each with its latency floor.
+#[test]
+fn the_report_names_the_kept_unwinding_and_the_skipped_ones() {
+    let out = stdout_of(&[
+        "simulate",
+        "--topology",
+        "dims:switch4,switch4",
+        "--bandwidth",
+        "200GB/s,50GB/s",
+        "--latency",
+        "700ns,1700ns",
+        "--collective",
+        "all-reduce",
+        "--size",
+        "1KB",
+        "--algorithm",
+        "tacos",
+    ]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("synthesizer chose"))
+        .unwrap_or_else(|| panic!("no choice line in:\n{out}"));
+    assert!(line.contains("split unwinding"), "{line}");
+    assert!(line.contains("-way sub-chunks"), "{line}");
+    // Degree 1 and 2 chains through the rings of 4 cost more than the split's whole schedule.
+    assert!(
+        line.contains("not synthesized") && line.contains("degree 1"),
+        "{line}"
+    );
+}

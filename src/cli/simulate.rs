@@ -330,6 +330,11 @@ fn run_and_report(
             if let Some(estimate) = outcome.estimate {
                 println!("  synthesizer estimate  {estimate}");
             }
+            if let Some(choice) = outcome.choice.as_ref().map(|c| c.to_string()) {
+                if !choice.is_empty() {
+                    println!("  synthesizer chose     {choice}");
+                }
+            }
             for report in &outcome.ilp {
                 println!("  integer program {}", report.describe());
             }

@@ -131,6 +131,8 @@ pub struct RunOutcome {
     pub simulation: std::time::Duration,
     /// What the synthesizer's integer programs did (tacos-ilp, taccl-like).
     pub ilp: Vec<IlpReport>,
+    /// What the synthesizer's search kept and left out, when it made the schedule.
+    pub choice: Option<synth::Choice>,
     /// True where the schedule was simulated as the synthesizer planned it and never held
     /// (`schedule` is empty, `simulation` zero): see [`synth::InOrderRun`].
     pub in_order: bool,
@@ -143,6 +145,8 @@ struct Produced {
     estimate: Option<Time>,
     /// What the synthesizer's integer programs did (tacos-ilp, taccl-like).
     ilp: Vec<IlpReport>,
+    /// What the synthesizer's search kept and left out.
+    choice: Option<synth::Choice>,
     synthesis_ms: Option<f64>,
     /// Pieces per NPU the producer chose itself (ForestColl's pieces per tree).
     chunks: Option<u32>,
@@ -182,6 +186,7 @@ fn produce(
                 algorithm: file_label(path),
                 estimate: None,
                 ilp: Vec::new(),
+                choice: None,
                 synthesis_ms: None,
                 chunks: None,
                 streamed: None,
@@ -222,6 +227,7 @@ fn produce(
                 algorithm: file_label(path),
                 estimate: None,
                 ilp: Vec::new(),
+                choice: None,
                 synthesis_ms: None,
                 chunks: None,
                 streamed: None,
@@ -241,6 +247,7 @@ fn produce(
                 algorithm: algorithm.name().to_string(),
                 estimate: Some(synthesis.estimate),
                 ilp: synthesis.ilp,
+                choice: Some(synthesis.choice),
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: None,
                 streamed: synthesis.streamed,
@@ -262,6 +269,7 @@ fn produce(
                 algorithm: Algorithm::ForestColl.name().to_string(),
                 estimate: None,
                 ilp: Vec::new(),
+                choice: None,
                 synthesis_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 chunks: chosen,
                 streamed: None,
@@ -288,6 +296,7 @@ fn produce(
                 algorithm: algorithm.name().to_string(),
                 estimate: None,
                 ilp: Vec::new(),
+                choice: None,
                 synthesis_ms: None,
                 chunks: chosen.filter(|&k| chunked.iter().all(|c| c.chunks == k)),
                 streamed: None,
@@ -497,6 +506,7 @@ fn summarise(
         result,
         estimate: produced.estimate,
         ilp: produced.ilp,
+        choice: produced.choice,
         simulation,
         in_order: in_order.is_some(),
     })

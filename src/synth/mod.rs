@@ -179,6 +179,48 @@ pub struct Synthesis {
     /// The schedule's simulation, where it was simulated as it was synthesized (its
     /// `schedules` are then empty): see [`InOrderRun`].
     pub simulated: Option<InOrderSimulation>,
+    /// What the search kept and left out, for the report.
+    pub choice: Choice,
+}
+
+/// What a synthesis chose where it searched: the unwinding of the switches and the X-way
+/// chunking kept, and the unwindings left unsynthesized because the latencies of their logical
+/// links alone reach a time already judged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Choice {
+    /// The unwinding the schedule was planned on (`None`: no switches to unwind).
+    pub unwinding: Option<Unwinding>,
+    /// Sub-chunks per chunk the matching used.
+    pub x_way: Option<u32>,
+    /// Unwindings not synthesized, each with its latency floor.
+    pub skipped: Vec<(Unwinding, Time)>,
+    /// The kept schedule's judged time, which every skipped floor reaches.
+    pub beaten_by: Option<Time>,
+}
+
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(u) = self.unwinding {
+            parts.push(format!("{} unwinding", u.name()));
+        }
+        if let Some(x) = self.x_way {
+            parts.push(format!("{x}-way sub-chunks"));
+        }
+        let mut text = parts.join(", ");
+        if let (false, Some(time)) = (self.skipped.is_empty(), self.beaten_by) {
+            let floors: Vec<String> = self
+                .skipped
+                .iter()
+                .map(|(u, floor)| format!("{} {floor}", u.name()))
+                .collect();
+            text += &format!(
+                "; not synthesized, their latency floors reaching the kept {time}: {}",
+                floors.join(", ")
+            );
+        }
+        f.write_str(&text)
+    }
 }
 
 /// Which way a collective's chunks travel.
@@ -477,6 +519,7 @@ pub fn synthesize_unwound(
     }
     let mut best: Option<(Time, Synthesis)> = None;
     let mut refusal = None;
+    let mut skipped = Vec::new();
     // The programs get 90% of the time limit; the rest is for what surrounds them (the greedy
     // plans that seed them, building the schedules, simulating each unwinding's).
     let deadline = Deadline(
@@ -500,12 +543,17 @@ pub fn synthesize_unwound(
         };
         if let Some((time, _)) = &best {
             // Its logical links' latencies alone reach the best time: it cannot win.
-            if net.latency_floor(topology, collectives) >= *time {
+            let floor = net.latency_floor(topology, collectives);
+            if floor >= *time {
+                skipped.push((u, floor));
                 continue;
             }
         }
         // Unwindings are tried only through switches, where the judged time is simulated.
-        let (synthesis, time) = with_chunking(topology, net, collectives, options, deadline)?;
+        let (mut synthesis, time) = with_chunking(topology, net, collectives, options, deadline)?;
+        if topology.has_switches() {
+            synthesis.choice.unwinding = Some(u);
+        }
         if !judge {
             return Ok(synthesis);
         }
@@ -514,7 +562,7 @@ pub fn synthesize_unwound(
         }
     }
     match best {
-        Some((_, synthesis)) => Ok(synthesis),
+        Some((time, synthesis)) => Ok(with_skipped(synthesis, skipped, time)),
         None => Err(refusal.expect("every unwinding failed with an error")),
     }
 }
@@ -545,9 +593,13 @@ fn fastest_unwinding(
     // Degree unwinding refuses switches wired to switches; splitting handles them.
     let mut refusal = None;
     let mut nets = Vec::new();
+    let mut kinds = Vec::new();
     for &u in unwindings {
         match unwound.built(u).expect("built above") {
-            Ok(net) => nets.push(net),
+            Ok(net) => {
+                nets.push(net);
+                kinds.push(u);
+            }
             Err(e) => {
                 refusal.get_or_insert(e);
             }
@@ -569,7 +621,9 @@ fn fastest_unwinding(
     type Judged = (usize, Time, Synthesis);
     let run = |(i, net): (usize, &Network)| -> Result<Judged, Error> {
         // Through switches the judged time is simulated.
-        let (synthesis, time) = with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
+        let (mut synthesis, time) =
+            with_chunking(topology, net, collectives, &quiet, Deadline(None))?;
+        synthesis.choice.unwinding = Some(kinds[i]);
         step();
         Ok((i, time, synthesis))
     };
@@ -594,6 +648,7 @@ fn fastest_unwinding(
         .into_par_iter()
         .map(run)
         .collect::<Result<Vec<Judged>, Error>>()?;
+    let mut skipped = Vec::new();
     let later: Vec<(usize, &Network)> = later
         .into_iter()
         .filter(|&(i, _)| {
@@ -601,6 +656,7 @@ fn fastest_unwinding(
                 .iter()
                 .any(|&(j, time, _)| time < floors[i] || (time == floors[i] && j < i));
             if beaten {
+                skipped.push((kinds[i], floors[i]));
                 step();
             }
             !beaten
@@ -623,9 +679,23 @@ fn fastest_unwinding(
         }
     }
     match best {
-        Some((_, synthesis)) => Ok(synthesis),
+        Some((time, synthesis)) => Ok(with_skipped(synthesis, skipped, time)),
         None => Err(refusal.expect("every unwinding failed with an error")),
     }
+}
+
+/// `synthesis`, kept at its judged `time`, noting the unwindings left unsynthesized with their
+/// latency floors (each at least that time).
+fn with_skipped(
+    mut synthesis: Synthesis,
+    skipped: Vec<(Unwinding, Time)>,
+    time: Time,
+) -> Synthesis {
+    if !skipped.is_empty() {
+        synthesis.choice.skipped = skipped;
+        synthesis.choice.beaten_by = Some(time);
+    }
+    synthesis
 }
 
 /// The lower bound of `collectives` run together on `topology`: the largest of theirs.
@@ -679,7 +749,8 @@ fn with_chunking(
     let search = |net: &Network| -> Result<(Synthesis, Time), Error> {
         match &fixed {
             Some(refined) => {
-                let synthesis = synthesize_on(topology, net, refined, options, deadline)?;
+                let mut synthesis = synthesize_on(topology, net, refined, options, deadline)?;
+                synthesis.choice.x_way = x_way;
                 let time = judged(topology, &synthesis)?;
                 Ok((synthesis, time))
             }
@@ -800,6 +871,7 @@ fn refine_chunking(
         let again = cut(best_x).expect("it was cut before");
         best = synthesize_on(topology, net, &again, options, Deadline(None))?;
     }
+    best.choice.x_way = Some(best_x);
     Ok((best, best_time))
 }
 
@@ -977,6 +1049,7 @@ fn synthesize_on(
         ilp: reports,
         streamed: None,
         simulated: None,
+        choice: Choice::default(),
     })
 }
 
@@ -1089,6 +1162,7 @@ fn stream_forward(
         ilp: Vec::new(),
         streamed: tapping.map(|(_, id)| id),
         simulated: None,
+        choice: Choice::default(),
     })
 }
 
@@ -1255,6 +1329,7 @@ fn simulate_forward(
             result: simulation.finish()?,
             transfers,
         }),
+        choice: Choice::default(),
     }))
 }
 
@@ -1449,17 +1524,27 @@ mod tests {
                         ..SynthOptions::default()
                     };
                     let synthesis = synthesize(&topology, &collectives, &options).unwrap();
-                    judged(&topology, &synthesis).unwrap()
+                    (judged(&topology, &synthesis).unwrap(), synthesis.choice)
                 };
-                let times: Vec<Time> = unwindings.iter().map(|&u| judged_on(Some(u))).collect();
+                let times: Vec<Time> = unwindings.iter().map(|&u| judged_on(Some(u)).0).collect();
                 for (u, time) in unwindings.iter().zip(&times).skip(1) {
                     let net = Network::from_topology(&topology, *u).unwrap();
                     let floor = net.latency_floor(&topology, &collectives);
                     assert!(floor <= *time, "{kind} {size} B, {}", u.name());
-                    skipped += (floor >= times[0]) as u32;
                 }
                 let fastest = *times.iter().min().unwrap();
-                assert_eq!(judged_on(None), fastest, "{kind} {size} B");
+                let (time, choice) = judged_on(None);
+                assert_eq!(time, fastest, "{kind} {size} B");
+                // The report names the kept unwinding and each skipped one with its floor.
+                let kept = choice.unwinding.unwrap();
+                assert_eq!(
+                    times[unwindings.iter().position(|&u| u == kept).unwrap()],
+                    time
+                );
+                for &(u, floor) in &choice.skipped {
+                    assert!(u != kept && floor >= time, "{kind} {size} B, {}", u.name());
+                }
+                skipped += choice.skipped.len();
             }
         }
         assert!(skipped > 0);
