@@ -568,8 +568,9 @@ pub fn synthesize_unwound(
 }
 
 /// The greedy's schedule on each unwinding that may win, synthesized side by side, and the one
-/// that simulates fastest on `topology` (the first of equal times). Their rows are not streamed to the tap, whose
-/// one stream would go to whichever finished last; the caller writes the kept schedule.
+/// that simulates fastest on `topology` (the first of equal times). Their rows are not streamed
+/// to the tap, whose one stream would go to whichever finished last; the caller writes the kept
+/// schedule.
 fn fastest_unwinding(
     topology: &Topology,
     unwound: &mut Unwound,
