@@ -330,36 +330,8 @@ fn uneven_pipeline_stages_run_when_asked() {
 fn megatron_table_2_ptdp_pair_in_the_papers_layout() {
     let mut measured = Vec::new();
     for (topology, dp, paper) in [("dgx-a100:48", "4", 153.0), ("dgx-a100:192", "16", 141.0)] {
-        let out = stdout_of(&[
-            "train",
-            "--model",
-            &model("gpt3_175b.yaml"),
-            "--gpu",
-            "a100",
-            "--attention",
-            "standard",
-            "--grad-reduce",
-            "after",
-            "--grad-accumulation",
-            "separate",
-            "--recompute",
-            "full",
-            "--topology",
-            topology,
-            "--tp",
-            "8",
-            "--pp",
-            "12",
-            "--dp",
-            dp,
-            "--global-batch",
-            "1536",
-            "--micro-batch",
-            "1",
-            "--format",
-            "csv",
-        ]);
-        let tflops = column(&out, "tflops_per_gpu");
+        let layout = ["8", "12", dp, "1536", "1"];
+        let tflops = megatron_2021_tflops("gpt3_175b.yaml", topology, layout);
         assert!(
             (tflops / paper - 1.0).abs() <= 0.15,
             "{topology}: {tflops} TFLOP/s per GPU against the paper's {paper}"
@@ -367,6 +339,44 @@ fn megatron_table_2_ptdp_pair_in_the_papers_layout() {
         measured.push(tflops);
     }
     assert!(measured[1] < measured[0], "{measured:?}");
+}
+
+/// TFLOP/s per GPU of `model` on `topology` with the Megatron-LM 2021 software's settings
+/// (standard attention, gradients reduced after the backward passes and accumulated by a
+/// kernel of their own, full recomputation) in `layout`: tensor, pipeline and data
+/// parallelism, global batch and micro-batch.
+fn megatron_2021_tflops(model_file: &str, topology: &str, layout: [&str; 5]) -> f64 {
+    let [tp, pp, dp, batch, micro_batch] = layout;
+    let out = stdout_of(&[
+        "train",
+        "--model",
+        &model(model_file),
+        "--gpu",
+        "a100",
+        "--attention",
+        "standard",
+        "--grad-reduce",
+        "after",
+        "--grad-accumulation",
+        "separate",
+        "--recompute",
+        "full",
+        "--topology",
+        topology,
+        "--tp",
+        tp,
+        "--pp",
+        pp,
+        "--dp",
+        dp,
+        "--global-batch",
+        batch,
+        "--micro-batch",
+        micro_batch,
+        "--format",
+        "csv",
+    ]);
+    column(&out, "tflops_per_gpu")
 }
 
 /// Megatron-LM's Table 1 (Narayanan et al., SC'21; `../shared/reference/training/
@@ -388,36 +398,7 @@ fn megatron_table_1_small_rows_near_the_paper() {
             0.15,
         ),
     ] {
-        let out = stdout_of(&[
-            "train",
-            "--model",
-            &model(file),
-            "--gpu",
-            "a100",
-            "--attention",
-            "standard",
-            "--grad-reduce",
-            "after",
-            "--grad-accumulation",
-            "separate",
-            "--recompute",
-            "full",
-            "--topology",
-            topology,
-            "--tp",
-            tp,
-            "--pp",
-            "1",
-            "--dp",
-            dp,
-            "--global-batch",
-            batch,
-            "--micro-batch",
-            "8",
-            "--format",
-            "csv",
-        ]);
-        let tflops = column(&out, "tflops_per_gpu");
+        let tflops = megatron_2021_tflops(file, topology, [tp, "1", dp, batch, "8"]);
         assert!(
             (tflops / paper - 1.0).abs() <= tolerance,
             "{file}: {tflops} TFLOP/s per GPU against the paper's {paper}"
