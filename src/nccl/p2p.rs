@@ -121,25 +121,18 @@ impl P2pChannels {
             part = bytes.div_ceil(channels as u64);
         }
         let part = part.min(bytes);
-        if ll && bytes <= channels as u64 * LL_THRESHOLD {
-            return P2pSend {
-                proto: Proto::LL,
-                channels,
-                part,
-                chunk: step_data_bytes(Proto::LL as usize).min(part),
-            };
-        }
-        let mut chunk = self.chunk;
-        if self.across_boxes {
+        let (proto, chunk) = if ll && bytes <= channels as u64 * LL_THRESHOLD {
+            (Proto::LL, step_data_bytes(Proto::LL as usize))
+        } else if self.across_boxes && bytes < self.chunk {
             // Tuned for the network: smaller chunks for smaller sends.
-            if bytes < self.chunk {
-                chunk /= 4;
-            } else if bytes < 8 * self.chunk {
-                chunk /= 2;
-            }
-        }
+            (Proto::Simple, self.chunk / 4)
+        } else if self.across_boxes && bytes < 8 * self.chunk {
+            (Proto::Simple, self.chunk / 2)
+        } else {
+            (Proto::Simple, self.chunk)
+        };
         P2pSend {
-            proto: Proto::Simple,
+            proto,
             channels,
             part,
             chunk: chunk.min(part),
