@@ -161,7 +161,6 @@ pub(crate) fn yaml_words(value: &serde_yaml::Value) -> String {
     }
 }
 
-/// An I/O error in words: "permission denied", not "Permission denied (os error 13)".
 /// A text file's contents; the error names the file, what failed (`cannot read the log`) and
 /// why, in plain words.
 pub(crate) fn read_text(path: &std::path::Path, failure: &str) -> Result<String, Error> {
@@ -169,6 +168,7 @@ pub(crate) fn read_text(path: &std::path::Path, failure: &str) -> Result<String,
         .map_err(|e| Error::input(format!("{}: {failure}: {}", path.display(), io_words(&e))))
 }
 
+/// An I/O error in words: "permission denied", not "Permission denied (os error 13)".
 pub(crate) fn io_words(e: &std::io::Error) -> String {
     use std::io::ErrorKind as K;
     let words = match e.kind() {

@@ -427,8 +427,7 @@ impl GpuSystem {
                         // Each direction is one GPU's sending side.
                         let per_link = sending((intra.0.divided(g - 1), intra.1));
                         for j in i + 1..g {
-                            links.push(Link::one_way(gpu, b * g + j, per_link));
-                            links.push(Link::one_way(b * g + j, gpu, per_link));
+                            links.extend(Link::both_ways(gpu, b * g + j, per_link));
                         }
                     }
                     _ => {
