@@ -764,10 +764,8 @@ fn with_chunking(
     // its own search and the judged times pick.
     let (clustered, clustered_time) = search(net)?;
     if options.method == Method::Ilp && options.x_way.is_none() {
-        let kept =
-            keep_the_faster_greedy(topology, net, collectives, options, deadline, clustered)?;
-        let time = judged(topology, &kept)?;
-        return Ok((kept, time));
+        let program = (clustered, clustered_time);
+        return keep_the_faster_greedy(topology, net, collectives, options, deadline, program);
     }
     if net.clusters == 1 || options.method != Method::Greedy {
         return Ok((clustered, clustered_time));
@@ -786,24 +784,26 @@ fn with_chunking(
 /// The integer program plans at the user's chunking; greedy matching also searches finer
 /// sub-chunks (X-way) and can win there. Its plan, made with the same seeds, replaces the
 /// program's when it is faster by the same link model, and the reports say so: `tacos-ilp` is
-/// never slower than `tacos`.
+/// never slower than `tacos`. The kept synthesis comes with its judged time (`program_time`
+/// is the program's).
 fn keep_the_faster_greedy(
     topology: &Topology,
     net: &Network,
     collectives: &[Collective],
     options: &SynthOptions,
     deadline: Deadline,
-    program: Synthesis,
-) -> Result<Synthesis, Error> {
+    (program, program_time): (Synthesis, Time),
+) -> Result<(Synthesis, Time), Error> {
     let greedy_options = SynthOptions {
         method: Method::Greedy,
         tap: None,
         simulate_in_order: None,
         ..options.clone()
     };
-    let (greedy, _) = with_chunking(topology, net, collectives, &greedy_options, deadline)?;
+    let (greedy, greedy_time) =
+        with_chunking(topology, net, collectives, &greedy_options, deadline)?;
     if greedy.estimate >= program.estimate {
-        return Ok(program);
+        return Ok((program, program_time));
     }
     let mut reports = program.ilp;
     for report in &mut reports {
@@ -812,10 +812,11 @@ fn keep_the_faster_greedy(
             program: program.estimate,
         };
     }
-    Ok(Synthesis {
+    let kept = Synthesis {
         ilp: reports,
         ..greedy
-    })
+    };
+    Ok((kept, greedy_time))
 }
 
 /// Whether `best`, simulated as it was planned, lost its results file to a later synthesis
@@ -838,10 +839,9 @@ fn judged(topology: &Topology, synthesis: &Synthesis) -> Result<Time, Error> {
 
 /// Synthesis on `net` with X = 1, 2, 4, ... while its [`judged`] time improves enough and stays
 /// above 99% of `bound`, stopping where `cut` says the chunks cannot be cut finer; the synthesis
-/// and its judged time. Enough is 1%, or a
-/// quarter of the gap to `bound` when that is less: near the bound each halving of the
-/// sub-chunks still halves the fill and drain time (a 4x4 mesh with 50 and 200 GiB/s lines
-/// gains 0.8% from X = 16 to 32, half its gap).
+/// and its judged time. Enough is 1%, or a quarter of the gap to `bound` when that is less: near
+/// the bound each halving of the sub-chunks still halves the fill and drain time (a 4x4 mesh
+/// with 50 and 200 GiB/s lines gains 0.8% from X = 16 to 32, half its gap).
 fn refine_chunking(
     topology: &Topology,
     net: &Network,
