@@ -632,14 +632,12 @@ fn fastest_unwinding(
     // was judged at (ties go to the first). Those whose floor is under the collective's lower
     // bound surely may win and run beside the first (splitting); the others wait for their times.
     let bound = lower_bound(topology, collectives);
-    let floors: Vec<Time> = nets
-        .iter()
-        .enumerate()
-        .map(|(i, net)| match i {
-            0 => Time::ZERO,
-            _ => net.latency_floor(topology, collectives),
-        })
-        .collect();
+    let mut floors = vec![Time::ZERO];
+    floors.extend(network::latency_floors(
+        nets.get(1..).unwrap_or_default(),
+        topology,
+        collectives,
+    ));
     let (now, later): (Vec<_>, Vec<_>) = nets
         .iter()
         .copied()

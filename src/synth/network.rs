@@ -316,30 +316,17 @@ impl Network {
     /// contribution at its owner before it spreads back out. An unwinding whose floor is not
     /// below a schedule already found cannot beat it.
     pub fn latency_floor(&self, topology: &Topology, collectives: &[Collective]) -> Time {
-        let hops = self.hop_floors(topology);
-        collectives
-            .iter()
-            .map(|c| self.collective_floor(&hops, c))
-            .max()
-            .unwrap_or(Time::ZERO)
+        latency_floors(&[self], topology, collectives)[0]
     }
 
-    /// Per logical link, the least latency between its ends: its own, or a faster physical path.
-    fn hop_floors(&self, topology: &Topology) -> Vec<Time> {
-        let mut floors: Vec<Time> = self.links.iter().map(|l| l.latency).collect();
-        for v in 0..self.npus() {
-            let into = self.in_links(v);
-            if into.is_empty() {
-                continue;
-            }
-            let physical = topology.latencies_to(self.nodes[v as usize]);
-            for &l in into {
-                let src = self.nodes[self.links[l as usize].src as usize];
-                let floor = &mut floors[l as usize];
-                *floor = (*floor).min(physical[src as usize]);
-            }
+    /// Lowers the floors of the logical links into `npu` to the least physical latency from
+    /// their sources (`physical`, per topology node, towards `npu`).
+    fn lower_hops_into(&self, npu: u32, physical: &[Time], floors: &mut [Time]) {
+        for &l in self.in_links(npu) {
+            let src = self.nodes[self.links[l as usize].src as usize];
+            let floor = &mut floors[l as usize];
+            *floor = (*floor).min(physical[src as usize]);
         }
-        floors
     }
 
     /// [`Network::latency_floor`] of one collective: the farthest member from (or to) each
@@ -415,6 +402,39 @@ impl Network {
         }
         dist
     }
+}
+
+/// [`Network::latency_floor`] of each of `nets`, all unwound from `topology` (the same NPUs):
+/// the physical latencies towards each NPU are found once for them all.
+pub(crate) fn latency_floors(
+    nets: &[&Network],
+    topology: &Topology,
+    collectives: &[Collective],
+) -> Vec<Time> {
+    let mut hops: Vec<Vec<Time>> = nets
+        .iter()
+        .map(|net| net.links.iter().map(|l| l.latency).collect())
+        .collect();
+    let npus = nets.first().map_or(0, |net| net.npus());
+    for v in 0..npus {
+        if nets.iter().all(|net| net.in_links(v).is_empty()) {
+            continue;
+        }
+        let physical = topology.latencies_to(nets[0].nodes[v as usize]);
+        for (net, floors) in nets.iter().zip(&mut hops) {
+            net.lower_hops_into(v, &physical, floors);
+        }
+    }
+    nets.iter()
+        .zip(&hops)
+        .map(|(net, hops)| {
+            collectives
+                .iter()
+                .map(|c| net.collective_floor(hops, c))
+                .max()
+                .unwrap_or(Time::ZERO)
+        })
+        .collect()
 }
 
 /// Groups of NPUs joined by fast links: boxes behind their NVSwitch, xGMI meshes, the inner
