@@ -27,13 +27,7 @@ pub fn load_topology_file(path: &Path) -> Result<Topology, Error> {
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{}: cannot read topology file: {}",
-            path.display(),
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = crate::read_text(path, "cannot read topology file")?;
     let shown = path.display().to_string();
     let value: Value = crate::yaml::from_str(&shown, &text)?;
     let Value::Mapping(map) = &value else {

@@ -49,12 +49,7 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     if !is_yaml(path) || Path::new(path).is_dir() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{path}: cannot read topology file: {}",
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = crate::read_text(Path::new(path), "cannot read topology file")?;
     let value: Value = crate::yaml::from_str(path, &text)?;
     let Some(body) = value.get(KEY) else {
         return Ok(None);

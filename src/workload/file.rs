@@ -38,12 +38,7 @@ use crate::Error;
 /// Reads a workload file: YAML by its extension (`.yaml`, `.yml`), ASTRA-sim text otherwise.
 pub fn load_workload(path: &Path) -> Result<Workload, Error> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::input(format!(
-            "{shown}: cannot read workload file: {}",
-            crate::io_words(&e)
-        ))
-    })?;
+    let text = crate::read_text(path, "cannot read workload file")?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
