@@ -330,10 +330,9 @@ fn run_and_report(
             if let Some(estimate) = outcome.estimate {
                 println!("  synthesizer estimate  {estimate}");
             }
-            if let Some(choice) = outcome.choice.as_ref().map(|c| c.to_string()) {
-                if !choice.is_empty() {
-                    println!("  synthesizer chose     {choice}");
-                }
+            let choice = outcome.choice.as_ref().map(ToString::to_string);
+            if let Some(choice) = choice.filter(|c| !c.is_empty()) {
+                println!("  synthesizer chose     {choice}");
             }
             for report in &outcome.ilp {
                 println!("  integer program {}", report.describe());
