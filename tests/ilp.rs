@@ -350,3 +350,36 @@ fn tenants_keep_their_chunks_inside_their_communicators() {
     let row = first_row(&String::from_utf8(out.stdout).unwrap());
     assert!(number(&row, "collective_time_ns") > 0.0);
 }
+
+/// TACCL's relay sketch on two A100 boxes (only GPUs 0 and 8 use their NICs): whatever the
+/// chunking, the 8 chunks of the other box cross the one relay link a chunk at a time, and the
+/// program's cut bound over the box shows the seeding plan takes no more steps than that, so
+/// it is optimal without branching (an integer program over the 16 chunks otherwise stalls on
+/// its weak relaxation).
+#[test]
+fn the_relay_sketch_all_gather_is_proven_optimal_by_its_cut() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for chunks in ["1", "4"] {
+        let out = common::stdout_of(&[
+            "synthesize",
+            "--topology",
+            &format!("{root}/configs/a100_2x8.yml"),
+            "--sketch",
+            &format!("{root}/configs/sketches/a100_2x8_relay.yml"),
+            "--collective",
+            "all-gather",
+            "--size",
+            "1GB",
+            "--method",
+            "ilp",
+            "--chunks",
+            chunks,
+            "--time-limit",
+            "60",
+        ]);
+        assert!(
+            out.contains("optimal without an integer program"),
+            "--chunks {chunks}: {out}"
+        );
+    }
+}

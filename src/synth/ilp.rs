@@ -13,7 +13,8 @@
 //! The objective counts the (chunk, NPU) pairs of the postcondition held at the horizon, plus the
 //! paper's sum over the steps (earlier arrivals count more) and a cost per send as tie-breakers
 //! too small to outweigh one more pair. The horizon starts at a lower bound (the latest earliest
-//! arrival, and the steps every NPU's in-links need to bring what it lacks) and grows by a step
+//! arrival, and the steps the in-links of every ball of NPUs around an NPU need to bring what it
+//! lacks, see [`cut_bound`]) and grows by a step
 //! while the postcondition is not met, as in the paper; the search at a horizon stops once no
 //! plan can deliver another pair.
 //!
@@ -98,8 +99,13 @@ pub enum IlpStatus {
     Seeded,
     /// Greedy matching over finer sub-chunks (its X-way search, which the program does not
     /// make) planned a faster schedule than the program at the user's chunking: that plan is
-    /// kept, so the integer program never returns a slower schedule than the greedy.
-    Outplanned { greedy: Time, program: Time },
+    /// kept, so the integer program never returns a slower schedule than the greedy. `proven`:
+    /// the program's own plan was optimal in its steps.
+    Outplanned {
+        greedy: Time,
+        program: Time,
+        proven: bool,
+    },
 }
 
 /// What the integer programs of one spreading problem did: reported beside the simulated time.
@@ -141,7 +147,9 @@ impl IlpReport {
             IlpStatus::Seeded => {
                 "time limit, the faster seeding plan (list schedule or greedy) kept".to_string()
             }
-            IlpStatus::Outplanned { greedy, program } => format!(
+            IlpStatus::Outplanned {
+                greedy, program, ..
+            } => format!(
                 "greedy matching over finer sub-chunks plans {greedy} against the program's \
                  {program}: its plan kept"
             ),
@@ -150,10 +158,18 @@ impl IlpReport {
             0 => String::new(),
             n => format!(", {n} shorter horizons infeasible by their LP relaxation"),
         };
-        if self.programs == 0 && self.status == IlpStatus::Optimal {
+        let proven = matches!(
+            self.status,
+            IlpStatus::Optimal | IlpStatus::Outplanned { proven: true, .. }
+        );
+        if self.programs == 0 && proven {
+            let kept = match self.status {
+                IlpStatus::Outplanned { .. } => format!("; {status}"),
+                _ => String::new(),
+            };
             return format!(
                 "{} steps of {}: a seeding plan (list schedule or greedy) takes the fewest steps \
-                 possible{ruled_out}, optimal without an integer program",
+                 possible{ruled_out}, optimal without an integer program{kept}",
                 self.steps, self.step
             );
         }
@@ -934,7 +950,7 @@ fn plan_on(
                 .unwrap_or(0)
                 .max(1);
             if congestion {
-                horizon = horizon.max(ingress_bound(net, ten, &wanted));
+                horizon = horizon.max(cut_bound(net, ten, &holds, &wanted));
             }
             // Complete plans to start from: the list schedule over a generous horizon, and the
             // seed (the greedy's plan) in steps. The shorter bounds the search from above.
@@ -1042,37 +1058,116 @@ fn plan_on(
     Ok((sends, time, report))
 }
 
-/// The shortest horizon in which every NPU's in-links can bring it the chunks it lacks, each
-/// link starting a chunk every `busy` steps from step 0: no shorter one can be feasible.
-fn ingress_bound(net: &Network, ten: &Ten, wanted: &[(u32, u32)]) -> u32 {
-    let mut lacking = vec![0u64; net.npus() as usize];
-    for &(_, v) in wanted {
-        lacking[v as usize] += 1;
+/// The shortest horizon no plan can beat, by cuts: every chunk wanted inside a set of NPUs
+/// that no member holds must cross into the set on one of its in-links, each link starting a
+/// chunk every `busy` steps from the first step such a chunk can be at its source, and the
+/// chunk whose first crossing comes last must still reach the members that want it. The sets are the balls
+/// around every NPU (the NPUs within each distance of it): the NPU alone gives what its own
+/// in-links can bring it; a box reached through one relay link gives that link's pipeline.
+fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) -> u32 {
+    let n = net.npus() as usize;
+    let dist = fastest_paths(net, ten, &|_| true);
+    // Per chunk: the NPUs that want it, and the first step it can be at each NPU.
+    let mut wanting: Vec<Vec<u32>> = vec![Vec::new(); holds.len()];
+    for &(c, v) in wanted {
+        wanting[c as usize].push(v);
     }
-    let mut bound = 0;
-    for (v, &need) in lacking.iter().enumerate() {
-        if need == 0 {
-            continue;
-        }
-        let links = net.in_links(v as u32);
-        let capacity = |t: u32| -> u64 {
-            links
-                .iter()
-                .map(|&l| {
-                    let (span, busy) = (ten.span[l as usize], ten.busy[l as usize]);
-                    if t >= span {
-                        ((t - span) / busy) as u64 + 1
-                    } else {
-                        0
-                    }
+    let earliest: Vec<Vec<u32>> = holds
+        .iter()
+        .map(|row| {
+            (0..n)
+                .map(|v| {
+                    row.iter()
+                        .enumerate()
+                        .filter_map(|(h, r)| {
+                            let d = dist[h][v];
+                            r.filter(|_| d != u32::MAX).map(|r| r + d)
+                        })
+                        .min()
+                        .unwrap_or(u32::MAX)
                 })
-                .sum()
-        };
-        let mut t = 1;
-        while capacity(t) < need {
-            t += 1;
+                .collect()
+        })
+        .collect();
+    let mut bound = 0;
+    let mut inside = vec![false; n];
+    for center in 0..n {
+        let mut radii: Vec<u32> = dist[center]
+            .iter()
+            .copied()
+            .filter(|&d| d != u32::MAX)
+            .collect();
+        radii.sort_unstable();
+        radii.dedup();
+        for radius in radii {
+            for (v, is_in) in inside.iter_mut().enumerate() {
+                *is_in = dist[center][v] <= radius;
+            }
+            let needed: Vec<usize> = (0..holds.len())
+                .filter(|&c| {
+                    wanting[c].iter().any(|&v| inside[v as usize])
+                        && holds[c]
+                            .iter()
+                            .zip(&inside)
+                            .all(|(h, &is_in)| h.is_none() || !is_in)
+                })
+                .collect();
+            if needed.is_empty() {
+                continue;
+            }
+            // Each in-link's first start, span and busy steps.
+            let crossings: Vec<(u32, u32, u32, usize)> = (0..net.links.len())
+                .filter_map(|l| {
+                    let link = &net.links[l];
+                    let (src, dst) = (link.src as usize, link.dst as usize);
+                    if inside[src] || !inside[dst] {
+                        return None;
+                    }
+                    let first = needed.iter().map(|&c| earliest[c][src]).min()?;
+                    (first != u32::MAX).then_some((first, ten.span[l], ten.busy[l], dst))
+                })
+                .collect();
+            let arrived = |t: u32| -> usize {
+                crossings
+                    .iter()
+                    .map(
+                        |&(first, span, busy, _)| match t.checked_sub(first + span) {
+                            Some(after) => (after / busy) as usize + 1,
+                            None => 0,
+                        },
+                    )
+                    .sum()
+            };
+            if crossings.is_empty() {
+                continue;
+            }
+            let mut last = 1;
+            while arrived(last) < needed.len() {
+                last += 1;
+            }
+            // The chunk that crosses first last, whichever it is, may cross on several links
+            // but no sooner: each member that wants it is at least its nearest crossing's
+            // distance further on.
+            let spread = needed
+                .iter()
+                .map(|&c| {
+                    wanting[c]
+                        .iter()
+                        .filter(|&&v| inside[v as usize])
+                        .map(|&v| {
+                            crossings
+                                .iter()
+                                .map(|&(.., x)| dist[x][v as usize])
+                                .min()
+                                .unwrap_or(0)
+                        })
+                        .max()
+                        .unwrap_or(0)
+                })
+                .min()
+                .unwrap_or(0);
+            bound = bound.max(last.saturating_add(spread));
         }
-        bound = bound.max(t);
     }
     bound
 }
@@ -1296,7 +1391,38 @@ mod tests {
         let p = all_gather(&net, 1 << 20);
         let ten = Ten::candidates(&net, 1 << 20).remove(0);
         let wanted = missing(&p, &initial_holds(&net, &p));
-        assert_eq!(ingress_bound(&net, &ten, &wanted), 2);
+        assert_eq!(cut_bound(&net, &ten, &initial_holds(&net, &p), &wanted), 2);
+    }
+
+    /// Two triangles joined by one link (fc:6 with the other crossings removed): each NPU's
+    /// own in-links could bring it the 5 chunks it lacks in 3 steps, but the 3 chunks of the
+    /// other triangle cross the one link a step at a time and the last still has a hop to go:
+    /// 4 steps, which the program proves short by one and meets.
+    #[test]
+    fn the_cut_bound_counts_the_chunks_one_link_brings_into_a_group() {
+        let mut t =
+            parse_inline("fc:6", &[Bandwidth::gb_per_sec(50.0)], &[Time::from_ns(0)]).unwrap();
+        let crossings: Vec<(u32, u32)> = (0..3)
+            .flat_map(|a| (3..6).map(move |b| (a, b)))
+            .filter(|&pair| pair != (0, 3))
+            .flat_map(|(a, b)| [(a, b), (b, a)])
+            .collect();
+        t.remove(&[], &crossings).unwrap();
+        let net = Network::from_topology(&t, Unwinding::Degree(1)).unwrap();
+        let p = all_gather(&net, 1 << 20);
+        let planner = planner(&net, &p, true);
+        let holds = initial_holds(&net, &p);
+        let wanted = missing(&p, &holds);
+        assert_eq!(cut_bound(&net, &planner.ten, &holds, &wanted), 4);
+        let solve = |horizon| {
+            planner
+                .window(&holds, horizon, false)
+                .solve(Deadline(None), false)
+                .unwrap()
+        };
+        let short = solve(3);
+        assert!(short.optimal && !short.complete);
+        assert!(solve(4).complete);
     }
 
     #[test]
@@ -1357,7 +1483,7 @@ mod tests {
         let planner = planner(&net, &p, false);
         let holds = initial_holds(&net, &p);
         let wanted = missing(&p, &holds);
-        assert_eq!(ingress_bound(&net, &planner.ten, &wanted), 8);
+        assert_eq!(cut_bound(&net, &planner.ten, &holds, &wanted), 8);
         let out = planner
             .window(&holds, 6, false)
             .solve(Deadline(None), false)

@@ -808,6 +808,7 @@ fn keep_the_faster_greedy(
         report.status = IlpStatus::Outplanned {
             greedy: greedy.estimate,
             program: program.estimate,
+            proven: report.status == IlpStatus::Optimal,
         };
     }
     let kept = Synthesis {
