@@ -1425,6 +1425,58 @@ mod tests {
         assert!(solve(4).complete);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// The cut bound is a bound: on connected graphs of mixed links no complete plan (the
+        /// list schedule, which keeps every rule of the program) ends before it.
+        #[test]
+        fn no_plan_beats_the_cut_bound(
+            npus in 3u32..9,
+            extra in proptest::collection::vec((0u32..9, 0u32..9, 0usize..3), 0..10),
+            latency_ns in proptest::prop_oneof![proptest::strategy::Just(0u64), 100u64..2000],
+        ) {
+            use crate::topology::{Link, Topology};
+            let tiers = [25.0, 50.0, 100.0].map(|gb| (Bandwidth::gb_per_sec(gb), Time::from_ns(latency_ns)));
+            let mut links: Vec<Link> = (0..npus)
+                .flat_map(|a| Link::both_ways(a, (a + 1) % npus, tiers[1]))
+                .collect();
+            for (a, b, tier) in extra {
+                let (a, b) = (a % npus, b % npus);
+                if a != b && links.iter().all(|l| (l.src, l.dst) != (a, b)) {
+                    links.extend(Link::both_ways(a, b, tiers[tier]));
+                }
+            }
+            let t = Topology::from_parts("random".into(), npus, 0, links, Vec::new(), Vec::new())
+                .unwrap();
+            let net = Network::from_topology(&t, Unwinding::Degree(1)).unwrap();
+            let p = all_gather(&net, 1 << 20);
+            let holds = initial_holds(&net, &p);
+            let wanted = missing(&p, &holds);
+            for ten in Ten::candidates(&net, 1 << 20) {
+                let dist = Distances::of(&net, &ten, &p);
+                let planner = Planner {
+                    net: &net,
+                    ten,
+                    dist,
+                    problem: &p,
+                    congestion: true,
+                    build: Cell::new(Duration::ZERO),
+                };
+                let window = planner.window(&holds, 10_000, false);
+                let (earliest, to_go) = window.reach();
+                let plan = window.list_schedule(&earliest, &to_go);
+                let end = plan
+                    .iter()
+                    .map(|s| s.step + planner.ten.span[s.link as usize])
+                    .max()
+                    .unwrap();
+                let bound = cut_bound(&net, &planner.ten, &holds, &wanted);
+                proptest::prop_assert!(bound <= end, "bound {bound} > plan {end}");
+            }
+        }
+    }
+
     #[test]
     fn the_list_schedule_keeps_every_rule_of_the_program() {
         let net = network("mesh:3x3", 0);
