@@ -72,8 +72,8 @@ pub struct LlmArgs {
     #[arg(long, default_value = "flash", requires = "model")]
     pub attention: String,
     /// When gradients are reduced over the data-parallel group: overlapped (bucket by bucket
-    /// during the last backward pass, Megatron-core) or after (one call once the backward
-    /// passes end, Megatron-LM 2021)
+    /// during the last backward pass: Megatron-core, PyTorch DDP) or after (one call once the
+    /// backward passes end: Megatron-LM 2021's own DDP)
     #[arg(long, default_value = "overlapped", requires = "model")]
     pub grad_reduce: String,
     /// How each micro-batch's weight gradients join the step's: fused (summed inside the
