@@ -364,8 +364,8 @@ pub fn collnet_direct(
 }
 
 /// One unit of NVLSTree all-reduce: pieces `first .. first + n` reduced in each box's switch,
-/// read by the box's head, summed up the heads' tree and back down, stored into the switch and
-/// spread to the box.
+/// read by the box's head (channel `ch` on rail `ch % g`), summed up one of the heads' two
+/// trees (NCCL's `connectNvls`) and back down, stored into the switch and spread to the box.
 fn nvls_tree_unit(
     b: &mut Builder,
     program: &mut Program,
@@ -383,7 +383,16 @@ fn nvls_tree_unit(
         }
         b.send(sw, head(bx), pieces, Op::Copy);
     }
-    let mut across = boxes_tree(boxes as usize, ch % 2 == 1);
+    // NCCL's trees alternate by channel, and each of its channels runs on every head. With one
+    // head a channel, channel parity alone would leave each rail in one tree only, inner on the
+    // same boxes every time (3 units in and out of their NICs for 1 elsewhere); the rail's
+    // channels alternate instead. Two boxes' trees are one edge (the parity only moves the
+    // root, every NIC carries one unit each way): NCCL's channel parity as it is.
+    let second = match boxes {
+        2 => ch % 2 == 1,
+        _ => (ch / g + ch % g) % 2 == 1,
+    };
+    let mut across = boxes_tree(boxes as usize, second);
     across
         .children
         .iter_mut()
@@ -538,6 +547,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("NPU 4 is not a participant"), "{e}");
+    }
+
+    /// NVLSTree over eight boxes of two: each rail's head runs both of the double binary tree's
+    /// trees over its channels. An inner node of a tree sends 3 units across boxes (one up, two
+    /// down), the root 2, a leaf 1; with the trees alternating on the rail no head is inner in
+    /// both (with channel parity alone the rail keeps one tree, and its inner heads send 6).
+    #[test]
+    fn nvls_tree_heads_run_both_trees() {
+        let cut = Cut {
+            channels: 4,
+            loops: 1,
+            slices: 1,
+            window: 8,
+        };
+        let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
+        let switches: Vec<NodeId> = (16..24).collect();
+        let s = nvls(&c, 2, &switches, cut).unwrap();
+        validate_with_relays(&s, &c, &switches, 7).unwrap();
+        let mut across = [0u32; 16];
+        for t in s.transfers() {
+            if t.src < 16 && t.dst < 16 && t.src / 2 != t.dst / 2 {
+                across[t.src as usize] += 1;
+            }
+        }
+        assert_eq!(
+            across.iter().sum::<u32>(),
+            4 * 7 * 2,
+            "7 tree edges each way a channel"
+        );
+        assert!(across.iter().all(|&k| k <= 5), "{across:?}");
     }
 
     /// The send count that sizes a call is the kernels' own: every kernel's schedule has
