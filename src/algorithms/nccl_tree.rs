@@ -1,8 +1,8 @@
 //! NCCL's tree all-reduce for boxes of GPUs: a double binary tree across the boxes and a chain
 //! inside each box. Channel `c` (one per local index) chains the box's GPUs from GPU `c`, its
-//! head, which joins the tree across boxes on its own NIC; even channels use the in-order binary
-//! tree over the boxes, odd ones the same tree over the boxes shifted by one, so a box that is a
-//! leaf in one tree is mostly an inner node in the other. Each channel reduces its part of the
+//! head, which joins the tree across boxes on its own NIC; even channels use NCCL's binary tree
+//! over the boxes, odd ones its mirror (or shift), NCCL's double binary tree, so a box that is
+//! an inner node in one tree is a leaf in the other. Each channel reduces its part of the
 //! buffer up its chains and tree to the root box's head, then broadcasts it back down, pipelined
 //! over `--chunks` segments: few steps (2 (log2 boxes + box size)) where the ring needs 2 (n - 1),
 //! so it wins on small messages and loses on large ones, whose bytes cross the tree's inner NICs
@@ -10,7 +10,7 @@
 
 use super::boxes::equal_boxes;
 use super::builder::{part, Builder};
-use super::dbt::{broadcast_down, reduce_up, tree, Tree};
+use super::dbt::{broadcast_down, reduce_up, Tree};
 use super::Algorithm;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::Schedule;
@@ -54,11 +54,17 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     Ok(b.finish())
 }
 
-/// A binary tree over `boxes` boxes, as box indices: the in-order tree, or (`flipped`) the same
-/// tree over the boxes shifted by one, NCCL's second tree of its double binary tree.
+/// One of NCCL's double binary tree's two trees over `boxes` boxes (`ncclGetDtree`,
+/// src/graph/trees.cc), as box indices: the first ([`btree`]), or (`flipped`) the second, the
+/// first mirrored (an even count) or shifted by one box (odd), so that a box inner in one is a
+/// leaf in the other.
 pub(crate) fn boxes_tree(boxes: usize, flipped: bool) -> Tree {
-    let across = tree(boxes);
-    let box_at = |p: usize| (p + flipped as usize) % boxes;
+    let across = btree(boxes);
+    let box_at = |p: usize| match (flipped, boxes % 2) {
+        (false, _) => p,
+        (true, 0) => boxes - 1 - p,
+        (true, _) => (p + 1) % boxes,
+    };
     let mut children = vec![Vec::new(); boxes];
     for (p, kids) in across.children.iter().enumerate() {
         children[box_at(p)].extend(kids.iter().map(|&k| box_at(k)));
@@ -67,6 +73,22 @@ pub(crate) fn boxes_tree(boxes: usize, flipped: bool) -> Tree {
         root: box_at(across.root),
         children,
     }
+}
+
+/// NCCL's binary tree over positions `0..len` (`ncclGetBtree`): position 0 is the root, with
+/// one child; every other position's parent clears its lowest set bit and sets the next one up
+/// (or only clears it, past the end). The odd positions are the leaves.
+fn btree(len: usize) -> Tree {
+    let mut children = vec![Vec::new(); len];
+    for r in 1..len {
+        let bit = r & r.wrapping_neg();
+        let up = match (r ^ bit) | (bit << 1) {
+            up if up < len => up,
+            _ => r ^ bit,
+        };
+        children[up].push(r);
+    }
+    Tree { root: 0, children }
 }
 
 /// The chain of a box's `g` GPUs (local indices) from GPU `head` in rotation: head, head + 1, ...
@@ -100,6 +122,31 @@ pub(crate) fn channel_tree(boxes: &[Vec<u32>], chain: &[usize], flipped: bool, n
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NCCL's own picture of its double binary tree over 12 ranks (src/graph/trees.cc): 0 -> 8,
+    /// 8 -> 4 and 10, 4 -> 2 and 6, 10 -> 9 and 11, the odd ranks leaves; the second tree is its
+    /// mirror (position p at box 11 - p), rooted at 11 with child 3. No box has two children in
+    /// both trees.
+    #[test]
+    fn boxes_trees_are_nccls_double_binary_tree() {
+        let t = boxes_tree(12, false);
+        assert_eq!(t.root, 0);
+        assert_eq!(t.children[0], vec![8]);
+        assert_eq!(t.children[8], vec![4, 10]);
+        assert_eq!(t.children[4], vec![2, 6]);
+        assert_eq!(t.children[10], vec![9, 11]);
+        assert!((1..12).step_by(2).all(|p| t.children[p].is_empty()));
+        let m = boxes_tree(12, true);
+        assert_eq!((m.root, m.children[11].clone()), (11, vec![3]));
+        for boxes in [3, 4, 5, 8, 12] {
+            let (a, b) = (boxes_tree(boxes, false), boxes_tree(boxes, true));
+            let inner = |t: &Tree, x: usize| t.children[x].len() == 2;
+            assert!(
+                (0..boxes).all(|x| !(inner(&a, x) && inner(&b, x))),
+                "{boxes}"
+            );
+        }
+    }
 
     /// Every rank hangs in every channel's tree exactly once, and the heads of the two kinds of
     /// channel are inner tree nodes in different boxes where the trees allow.
