@@ -551,8 +551,9 @@ mod tests {
 
     /// NVLSTree over eight boxes of two: each rail's head runs both of the double binary tree's
     /// trees over its channels. An inner node of a tree sends 3 units across boxes (one up, two
-    /// down), the root 2, a leaf 1; with the trees alternating on the rail no head is inner in
-    /// both (with channel parity alone the rail keeps one tree, and its inner heads send 6).
+    /// down), the root (one child) and a leaf 1; a box inner in one tree is a leaf in the other,
+    /// so with the trees alternating on the rail no head sends more than 4 (with channel parity
+    /// alone the rail keeps one tree, and its inner heads send 6).
     #[test]
     fn nvls_tree_heads_run_both_trees() {
         let cut = Cut {
@@ -576,7 +577,7 @@ mod tests {
             4 * 7 * 2,
             "7 tree edges each way a channel"
         );
-        assert!(across.iter().all(|&k| k <= 5), "{across:?}");
+        assert!(across.iter().all(|&k| k <= 4), "{across:?}");
     }
 
     /// The send count that sizes a call is the kernels' own: every kernel's schedule has
