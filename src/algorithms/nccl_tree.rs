@@ -1,8 +1,9 @@
 //! NCCL's tree all-reduce for boxes of GPUs: a double binary tree across the boxes and a chain
-//! inside each box. Channel `c` (one per local index) chains the box's GPUs from GPU `c`, its
-//! head, which joins the tree across boxes on its own NIC; even channels use NCCL's binary tree
-//! over the boxes, odd ones its mirror (or shift), NCCL's double binary tree, so a box that is
-//! an inner node in one tree is a leaf in the other. Each channel reduces its part of the
+//! inside each box. Channels `c` and `c + G` (two per local index, as NCCL duplicates its tree
+//! channels) chain the box's G GPUs from GPU `c`, their head, which joins the trees across boxes
+//! on its own NIC: the first channel NCCL's binary tree over the boxes, the second its mirror (or
+//! shift), NCCL's double binary tree, so a head's NIC is an inner node in one tree and a leaf in
+//! the other. Each channel reduces its part of the
 //! buffer up its chains and tree to the root box's head, then broadcasts it back down, pipelined
 //! over `--chunks` segments: few steps (2 (log2 boxes + box size)) where the ring needs 2 (n - 1),
 //! so it wins on small messages and loses on large ones, whose bytes cross the tree's inner NICs
@@ -24,31 +25,44 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     }
     let boxes = equal_boxes(topology, c, Algorithm::NcclTree)?;
     let g = boxes[0].len() as u32;
+    // NCCL duplicates its tree channels: channel `ch` and `ch + g` share head `ch`, the first on
+    // one tree, the second on the other, so every head's NIC runs both.
+    let channels = 2 * g;
     let refined = Collective {
-        chunks: c.chunks * g,
+        chunks: c.chunks * channels,
         ..c.clone()
     };
     let mut b = Builder::new(&refined)?;
     let total = refined.piece_count();
     let ranks: Vec<u32> = (0..c.ranks()).collect();
-    let trees: Vec<Tree> = (0..g)
+    let trees: Vec<Tree> = (0..channels)
         .map(|ch| {
             channel_tree(
                 &boxes,
-                &rotation(ch as usize, g as usize),
-                ch % 2 == 1,
+                &rotation((ch % g) as usize, g as usize),
+                ch >= g,
                 c.ranks(),
             )
         })
         .collect();
     for s in 0..c.chunks {
         for (ch, t) in trees.iter().enumerate() {
-            reduce_up(&mut b, t, &ranks, part(0, total, g, ch as u32, c.chunks, s));
+            reduce_up(
+                &mut b,
+                t,
+                &ranks,
+                part(0, total, channels, ch as u32, c.chunks, s),
+            );
         }
     }
     for s in 0..c.chunks {
         for (ch, t) in trees.iter().enumerate() {
-            broadcast_down(&mut b, t, &ranks, part(0, total, g, ch as u32, c.chunks, s));
+            broadcast_down(
+                &mut b,
+                t,
+                &ranks,
+                part(0, total, channels, ch as u32, c.chunks, s),
+            );
         }
     }
     Ok(b.finish())
