@@ -316,8 +316,8 @@ pub fn nvls(
 /// CollNet Direct all-reduce (NCCL's in-network reduction, IB SHARP): each rank's share of a
 /// unit has a head in every box, the box's GPU on the share's rail (share `o` on rail `o % G`);
 /// the box's other GPUs reduce their copies into it over NVLink, the heads send the box sums up
-/// to their rail's leaf switch `leaves[rail % leaves.len()]`, which sums the boxes in the network and sends the
-/// total back down, and each head copies it to the rest of its box.
+/// to their rail's leaf switch `leaves[rail % leaves.len()]`, which sums the boxes in the
+/// network and sends the total back down, and each head copies it to the rest of its box.
 pub fn collnet_direct(
     c: &Collective,
     gpus_per_box: u32,

@@ -1061,9 +1061,10 @@ fn plan_on(
 /// The shortest horizon no plan can beat, by cuts: every chunk wanted inside a set of NPUs
 /// that no member holds must cross into the set on one of its in-links, each link starting a
 /// chunk every `busy` steps from the first step such a chunk can be at its source, and the
-/// chunk whose first crossing comes last must still reach the members that want it. The sets are the balls
-/// around every NPU (the NPUs within each distance of it): the NPU alone gives what its own
-/// in-links can bring it; a box reached through one relay link gives that link's pipeline.
+/// chunk whose first crossing comes last must still reach the members that want it. The sets
+/// are the balls around every NPU (the NPUs within each distance of it): the NPU alone gives
+/// what its own in-links can bring it; a box reached through one relay link gives that link's
+/// pipeline.
 fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) -> u32 {
     let n = net.npus() as usize;
     let dist = fastest_paths(net, ten, &|_| true);
@@ -1127,6 +1128,9 @@ fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) 
                     (first != u32::MAX).then_some((first, ten.span[l], ten.busy[l], dst))
                 })
                 .collect();
+            if crossings.is_empty() {
+                continue;
+            }
             let arrived = |t: u32| -> usize {
                 crossings
                     .iter()
@@ -1138,9 +1142,6 @@ fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) 
                     )
                     .sum()
             };
-            if crossings.is_empty() {
-                continue;
-            }
             let mut last = 1;
             while arrived(last) < needed.len() {
                 last += 1;
@@ -1437,7 +1438,8 @@ mod tests {
             latency_ns in proptest::prop_oneof![proptest::strategy::Just(0u64), 100u64..2000],
         ) {
             use crate::topology::{Link, Topology};
-            let tiers = [25.0, 50.0, 100.0].map(|gb| (Bandwidth::gb_per_sec(gb), Time::from_ns(latency_ns)));
+            let tiers = [25.0, 50.0, 100.0]
+                .map(|gb| (Bandwidth::gb_per_sec(gb), Time::from_ns(latency_ns)));
             let mut links: Vec<Link> = (0..npus)
                 .flat_map(|a| Link::both_ways(a, (a + 1) % npus, tiers[1]))
                 .collect();
