@@ -498,8 +498,7 @@ fn write_link_bytes(path: &Path, bytes: &[u64]) -> Result<(), Error> {
 }
 
 fn read_link_bytes(path: &Path) -> Result<Vec<u64>, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
+    let text = crate::read_text(path, "cannot read the links' bytes")?;
     text.lines()
         .skip(1)
         .map(|line| {
