@@ -1067,53 +1067,77 @@ fn plan_on(
 /// pipeline.
 fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) -> u32 {
     let n = net.npus() as usize;
+    let chunks = holds.len();
     let dist = fastest_paths(net, ten, &|_| true);
-    // Per chunk: the NPUs that want it, and the first step it can be at each NPU.
-    let mut wanting: Vec<Vec<u32>> = vec![Vec::new(); holds.len()];
+    // Per chunk: the NPUs that want it, those that hold it, and the first step it can be at
+    // each NPU; per NPU, the chunks it wants.
+    let mut wanting: Vec<Vec<usize>> = vec![Vec::new(); chunks];
+    let mut wants: Vec<Vec<usize>> = vec![Vec::new(); n];
     for &(c, v) in wanted {
-        wanting[c as usize].push(v);
+        wanting[c as usize].push(v as usize);
+        wants[v as usize].push(c as usize);
     }
-    let earliest: Vec<Vec<u32>> = holds
+    let holders: Vec<Vec<(usize, u32)>> = holds
         .iter()
         .map(|row| {
-            (0..n)
-                .map(|v| {
-                    row.iter()
-                        .enumerate()
-                        .filter_map(|(h, r)| {
-                            let d = dist[h][v];
-                            r.filter(|_| d != u32::MAX).map(|r| r + d)
-                        })
-                        .min()
-                        .unwrap_or(u32::MAX)
-                })
-                .collect()
+            let held = row.iter().enumerate();
+            held.filter_map(|(h, r)| r.map(|r| (h, r))).collect()
+        })
+        .collect();
+    let earliest = |c: usize, v: usize| -> u32 {
+        holders[c]
+            .iter()
+            .filter(|&&(h, _)| dist[h][v] != u32::MAX)
+            .map(|&(h, r)| r + dist[h][v])
+            .min()
+            .unwrap_or(u32::MAX)
+    };
+    // Per NPU: the chunks some NPU wants, soonest there first (a crossing link's first start).
+    let soonest: Vec<Vec<(u32, usize)>> = (0..n)
+        .map(|v| {
+            let mut order: Vec<(u32, usize)> = (0..chunks)
+                .filter(|&c| !wanting[c].is_empty())
+                .map(|c| (earliest(c, v), c))
+                .filter(|&(e, _)| e != u32::MAX)
+                .collect();
+            order.sort_unstable();
+            order
         })
         .collect();
     let mut bound = 0;
     let mut inside = vec![false; n];
+    let mut near = vec![u32::MAX; n];
+    let mut farthest = vec![0u32; chunks];
     for center in 0..n {
-        let mut radii: Vec<u32> = dist[center]
-            .iter()
-            .copied()
-            .filter(|&d| d != u32::MAX)
+        let from = &dist[center];
+        // A chunk is needed in the ball of radius r when someone within r wants it and no one
+        // within r holds it.
+        let closest = |members: &mut dyn Iterator<Item = usize>| {
+            members.map(|v| from[v]).min().unwrap_or(u32::MAX)
+        };
+        let wanted_at: Vec<u32> = (0..chunks)
+            .map(|c| closest(&mut wanting[c].iter().copied()))
             .collect();
+        let held_at: Vec<u32> = (0..chunks)
+            .map(|c| closest(&mut holders[c].iter().map(|&(h, _)| h)))
+            .collect();
+        let needed = |c: usize, radius: u32| wanted_at[c] <= radius && held_at[c] > radius;
+        let mut radii: Vec<u32> = from.iter().copied().filter(|&d| d != u32::MAX).collect();
         radii.sort_unstable();
         radii.dedup();
         for radius in radii {
+            let mut members = 0;
             for (v, is_in) in inside.iter_mut().enumerate() {
-                *is_in = dist[center][v] <= radius;
+                *is_in = from[v] <= radius;
+                members += *is_in as usize;
             }
-            let needed: Vec<usize> = (0..holds.len())
-                .filter(|&c| {
-                    wanting[c].iter().any(|&v| inside[v as usize])
-                        && holds[c]
-                            .iter()
-                            .zip(&inside)
-                            .all(|(h, &is_in)| h.is_none() || !is_in)
-                })
-                .collect();
-            if needed.is_empty() {
+            // Balls grow with the radius; past half the NPUs they bring in little (and cost
+            // the most), so they are left out: any family of sets gives a bound.
+            if 2 * members > n.max(2) {
+                break;
+            }
+            let count = (0..chunks).filter(|&c| needed(c, radius)).count();
+            if count == 0 {
                 continue;
             }
             // Each in-link's first start, span and busy steps.
@@ -1124,8 +1148,8 @@ fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) 
                     if inside[src] || !inside[dst] {
                         return None;
                     }
-                    let first = needed.iter().map(|&c| earliest[c][src]).min()?;
-                    (first != u32::MAX).then_some((first, ten.span[l], ten.busy[l], dst))
+                    let (first, _) = soonest[src].iter().find(|&&(_, c)| needed(c, radius))?;
+                    Some((*first, ten.span[l], ten.busy[l], dst))
                 })
                 .collect();
             if crossings.is_empty() {
@@ -1142,29 +1166,42 @@ fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) 
                     )
                     .sum()
             };
-            let mut last = 1;
-            while arrived(last) < needed.len() {
-                last += 1;
+            // The first step by which `count` crossings can have arrived.
+            let (mut lo, mut hi) = (0u32, 1u32);
+            while arrived(hi) < count {
+                (lo, hi) = (hi, hi.saturating_mul(2));
             }
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                match arrived(mid) < count {
+                    true => lo = mid,
+                    false => hi = mid,
+                }
+            }
+            let last = hi;
             // The chunk that crosses first last, whichever it is, may cross on several links
             // but no sooner: each member that wants it is at least its nearest crossing's
             // distance further on.
-            let spread = needed
-                .iter()
-                .map(|&c| {
-                    wanting[c]
-                        .iter()
-                        .filter(|&&v| inside[v as usize])
-                        .map(|&v| {
-                            crossings
-                                .iter()
-                                .map(|&(.., x)| dist[x][v as usize])
-                                .min()
-                                .unwrap_or(0)
-                        })
-                        .max()
-                        .unwrap_or(0)
-                })
+            for v in (0..n).filter(|&v| inside[v]) {
+                near[v] = crossings
+                    .iter()
+                    .map(|&(.., x)| dist[x][v])
+                    .min()
+                    .unwrap_or(0);
+            }
+            for c in (0..chunks).filter(|&c| needed(c, radius)) {
+                farthest[c] = 0;
+            }
+            for v in (0..n).filter(|&v| inside[v]) {
+                for &c in &wants[v] {
+                    if needed(c, radius) {
+                        farthest[c] = farthest[c].max(near[v]);
+                    }
+                }
+            }
+            let spread = (0..chunks)
+                .filter(|&c| needed(c, radius))
+                .map(|c| farthest[c])
                 .min()
                 .unwrap_or(0);
             bound = bound.max(last.saturating_add(spread));
