@@ -68,6 +68,10 @@ pub struct LlmArgs {
     /// Sequence parallelism in the tensor group (all-gathers and reduce-scatters)
     #[arg(long, requires = "model")]
     pub sequence_parallel: bool,
+    /// Every tensor rank sends its stage's activations whole to the next stage, without
+    /// Megatron's scatter/gather (its --no-scatter-gather-tensors-in-pipeline)
+    #[arg(long, requires = "model")]
+    pub no_scatter_gather: bool,
     /// Attention kernel: standard (scores in memory, Megatron 2021) or flash
     #[arg(long, default_value = "flash", requires = "model")]
     pub attention: String,
@@ -180,6 +184,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
                 "fused",
                 "separate",
             )?,
+            scatter_gather: !a.no_scatter_gather,
         },
     };
     let search = llm::Search {

@@ -182,6 +182,10 @@ pub struct Layout {
     /// (Megatron-core's gradient_accumulation_fusion), or by a kernel of their own after it
     /// (PyTorch autograd's accumulation: Megatron-LM 2021, DDP, FSDP).
     pub fused_grad_accumulation: bool,
+    /// Megatron's scatter/gather between pipeline stages: each tensor rank sends its share of
+    /// the activations and the next stage all-gathers them in its tensor group, instead of every
+    /// tensor rank sending them whole (`--no-scatter-gather-tensors-in-pipeline`).
+    pub scatter_gather: bool,
     /// Which GPU each rank runs on.
     pub placement: Placement,
     /// Layers of the first and the last pipeline stage when they differ from the others'
@@ -771,6 +775,7 @@ mod tests {
                 attention: Attention::Flash,
                 overlap_grad_reduce: true,
                 fused_grad_accumulation: true,
+                scatter_gather: true,
                 placement: Placement::default(),
                 first_stage_layers: None,
                 last_stage_layers: None,

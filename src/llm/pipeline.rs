@@ -277,7 +277,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     // context group.
     let kv_bytes = 2 * l.micro_batch * model.seq * model.kv_heads * model.head_dim() / tp * 2;
     let (cp_forward, cp_backward) = context_collectives(plan);
-    let scatter_gather = tp > 1;
+    let scatter_gather = tp > 1 && l.scatter_gather;
     let message = if scatter_gather {
         activation / tp
     } else {
