@@ -91,6 +91,8 @@ fn one_line<T>(result: Result<T, Error>) -> Result<(), TestCaseError> {
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("collsim-fuzz-{}-{name}", std::process::id()));
+    // A folder left by an earlier run whose process had the same id would hold its results.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -276,4 +278,5 @@ fn corrupt_parquet_schedules_are_input_errors() {
             );
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
