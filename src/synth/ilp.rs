@@ -950,7 +950,7 @@ fn plan_on(
                 .unwrap_or(0)
                 .max(1);
             if congestion {
-                horizon = horizon.max(cut_bound(net, ten, &holds, &wanted));
+                horizon = horizon.max(cut_bound(net, ten, &holds, &wanted, &reach));
             }
             // Complete plans to start from: the list schedule over a generous horizon, and the
             // seed (the greedy's plan) in steps. The shorter bounds the search from above.
@@ -1065,39 +1065,34 @@ fn plan_on(
 /// are the balls around every NPU (the NPUs within each distance of it): the NPU alone gives
 /// what its own in-links can bring it; a box reached through one relay link gives that link's
 /// pipeline.
-fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) -> u32 {
+/// `earliest`: per chunk, per NPU, the first step the chunk can be there ([`Window::reach`]).
+fn cut_bound(
+    net: &Network,
+    ten: &Ten,
+    holds: &Holdings,
+    wanted: &[(u32, u32)],
+    earliest: &[Vec<u32>],
+) -> u32 {
     let n = net.npus() as usize;
     let chunks = holds.len();
     let dist = fastest_paths(net, ten, &|_| true);
-    // Per chunk: the NPUs that want it, those that hold it, and the first step it can be at
-    // each NPU; per NPU, the chunks it wants.
+    // Per chunk: the NPUs that want it and those that hold it; per NPU, the chunks it wants.
     let mut wanting: Vec<Vec<usize>> = vec![Vec::new(); chunks];
     let mut wants: Vec<Vec<usize>> = vec![Vec::new(); n];
     for &(c, v) in wanted {
         wanting[c as usize].push(v as usize);
         wants[v as usize].push(c as usize);
     }
-    let holders: Vec<Vec<(usize, u32)>> = holds
+    let holders: Vec<Vec<usize>> = holds
         .iter()
-        .map(|row| {
-            let held = row.iter().enumerate();
-            held.filter_map(|(h, r)| r.map(|r| (h, r))).collect()
-        })
+        .map(|row| (0..n).filter(|&h| row[h].is_some()).collect())
         .collect();
-    let earliest = |c: usize, v: usize| -> u32 {
-        holders[c]
-            .iter()
-            .filter(|&&(h, _)| dist[h][v] != u32::MAX)
-            .map(|&(h, r)| r + dist[h][v])
-            .min()
-            .unwrap_or(u32::MAX)
-    };
     // Per NPU: the chunks some NPU wants, soonest there first (a crossing link's first start).
     let soonest: Vec<Vec<(u32, usize)>> = (0..n)
         .map(|v| {
             let mut order: Vec<(u32, usize)> = (0..chunks)
                 .filter(|&c| !wanting[c].is_empty())
-                .map(|c| (earliest(c, v), c))
+                .map(|c| (earliest[c][v], c))
                 .filter(|&(e, _)| e != u32::MAX)
                 .collect();
             order.sort_unstable();
@@ -1119,7 +1114,7 @@ fn cut_bound(net: &Network, ten: &Ten, holds: &Holdings, wanted: &[(u32, u32)]) 
             .map(|c| closest(&mut wanting[c].iter().copied()))
             .collect();
         let held_at: Vec<u32> = (0..chunks)
-            .map(|c| closest(&mut holders[c].iter().map(|&(h, _)| h)))
+            .map(|c| closest(&mut holders[c].iter().copied()))
             .collect();
         let needed = |c: usize, radius: u32| wanted_at[c] <= radius && held_at[c] > radius;
         let mut radii: Vec<u32> = from.iter().copied().filter(|&d| d != u32::MAX).collect();
@@ -1388,6 +1383,13 @@ mod tests {
         }
     }
 
+    /// [`cut_bound`] of the pairs `holds` leaves wanted, as the planner starts from them.
+    fn bound_of(planner: &Planner, holds: &Holdings) -> u32 {
+        let wanted = missing(planner.problem, holds);
+        let earliest = planner.window(holds, 0, false).reach().0;
+        cut_bound(planner.net, &planner.ten, holds, &wanted, &earliest)
+    }
+
     fn initial_holds(net: &Network, p: &Problem) -> Holdings {
         let mut holds = vec![vec![None; net.npus() as usize]; p.chunks() as usize];
         for h in &p.initial {
@@ -1427,9 +1429,9 @@ mod tests {
         // ring:4, both directions: each NPU lacks 3 chunks over 2 links of one step each.
         let net = network("ring:4", 0);
         let p = all_gather(&net, 1 << 20);
-        let ten = Ten::candidates(&net, 1 << 20).remove(0);
-        let wanted = missing(&p, &initial_holds(&net, &p));
-        assert_eq!(cut_bound(&net, &ten, &initial_holds(&net, &p), &wanted), 2);
+        let planner = planner(&net, &p, true);
+        let holds = initial_holds(&net, &p);
+        assert_eq!(bound_of(&planner, &holds), 2);
     }
 
     /// Two triangles joined by one link (fc:6 with the other crossings removed): each NPU's
@@ -1450,8 +1452,7 @@ mod tests {
         let p = all_gather(&net, 1 << 20);
         let planner = planner(&net, &p, true);
         let holds = initial_holds(&net, &p);
-        let wanted = missing(&p, &holds);
-        assert_eq!(cut_bound(&net, &planner.ten, &holds, &wanted), 4);
+        assert_eq!(bound_of(&planner, &holds), 4);
         let solve = |horizon| {
             planner
                 .window(&holds, horizon, false)
@@ -1491,7 +1492,6 @@ mod tests {
             let net = Network::from_topology(&t, Unwinding::Degree(1)).unwrap();
             let p = all_gather(&net, 1 << 20);
             let holds = initial_holds(&net, &p);
-            let wanted = missing(&p, &holds);
             for ten in Ten::candidates(&net, 1 << 20) {
                 let dist = Distances::of(&net, &ten, &p);
                 let planner = Planner {
@@ -1510,7 +1510,7 @@ mod tests {
                     .map(|s| s.step + planner.ten.span[s.link as usize])
                     .max()
                     .unwrap();
-                let bound = cut_bound(&net, &planner.ten, &holds, &wanted);
+                let bound = bound_of(&planner, &holds);
                 proptest::prop_assert!(bound <= end, "bound {bound} > plan {end}");
             }
         }
@@ -1573,8 +1573,7 @@ mod tests {
         let p = all_gather(&net, 1 << 20);
         let planner = planner(&net, &p, false);
         let holds = initial_holds(&net, &p);
-        let wanted = missing(&p, &holds);
-        assert_eq!(cut_bound(&net, &planner.ten, &holds, &wanted), 8);
+        assert_eq!(bound_of(&planner, &holds), 8);
         let out = planner
             .window(&holds, 6, false)
             .solve(Deadline(None), false)
