@@ -48,9 +48,12 @@ impl Kernel {
             Kernel::Ring => (n - 1) * n,
             Kernel::Chain => n - 1,
             Kernel::Tree => 2 * (n - 1),
-            // Into the switches, to the heads, up and down the heads' tree, back into the
-            // switches, out to the other GPUs.
-            Kernel::Nvls if boxes > 1 => 2 * n + 3 * boxes - 2,
+            // Into the switches, to the heads, up and down each head's tree, back into the
+            // switches, out to the GPUs (the shares before and after each GPU's own).
+            Kernel::Nvls if boxes > 1 => {
+                let g = n / boxes;
+                5 * n + 2 * g * (boxes - 1) - 2 * boxes
+            }
             Kernel::Nvls => {
                 let reduce = match kind {
                     CollectiveKind::AllGather => 0,
@@ -272,8 +275,8 @@ pub fn nvls(
     let boxes = n / g;
     let mut b = Builder::with_relays(c, switches)?;
     let relay = |b: &Builder, bx: u32| b.relay_rank(bx);
-    // Groups: 0 reduces into the switch, 1 stores into it, 2 the tree across boxes.
-    let mut program = Program::new(n, cut.channels, 3, cut.window);
+    // Groups: 0 reduces into the switch, 1 stores into it, 2 up the tree across boxes, 3 down.
+    let mut program = Program::new(n, cut.channels, 4, cut.window);
     let reduce = matches!(
         c.kind,
         CollectiveKind::AllReduce | CollectiveKind::ReduceScatter
@@ -363,9 +366,12 @@ pub fn collnet_direct(
     Ok(b.finish())
 }
 
-/// One unit of NVLSTree all-reduce: pieces `first .. first + n` reduced in each box's switch,
-/// read by the box's head (channel `ch` on rail `ch % g`), summed up one of the heads' two
-/// trees (NCCL's `connectNvls`) and back down, stored into the switch and spread to the box.
+/// One unit of NVLSTree all-reduce (NCCL's `RunWorkElement<..., NCCL_ALGO_NVLS_TREE, ...>` with
+/// `connectNvls`'s trees): pieces `first .. first + n`, every GPU of a box the head of an equal
+/// share of them (its NIC's). Each box's GPUs reduce the unit into their switch; each head reads
+/// its share's sum, sends it up its share's tree across boxes (NCCL's binary tree on even
+/// channels, its mirror on odd ones) and, in a thread group of its own, passes the total down,
+/// stores it into the switch, and the switch spreads it to the box.
 fn nvls_tree_unit(
     b: &mut Builder,
     program: &mut Program,
@@ -374,47 +380,50 @@ fn nvls_tree_unit(
     ch: u32,
 ) {
     let n = g * boxes;
-    let pieces = (first, first + n);
-    let head = |bx: u32| bx * g + ch % g;
+    let unit = (first, first + n);
+    // Head `h` of every box carries pieces `share(h)`: `boxes` of the unit's `n`.
+    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
     for bx in 0..boxes {
         let sw = b.relay_rank(bx);
         for r in bx * g..(bx + 1) * g {
-            program.send(b, (r, sw), pieces, Op::Reduce, (ch, 0));
+            program.send(b, (r, sw), unit, Op::Reduce, (ch, 0));
         }
-        b.send(sw, head(bx), pieces, Op::Copy);
+        for h in 0..g {
+            b.send(sw, bx * g + h, share(h), Op::Copy);
+        }
     }
-    // NCCL's trees alternate by channel, and each of its channels runs on every head. With one
-    // head a channel, channel parity alone would leave each rail in one tree only, inner on the
-    // same boxes every time (3 units in and out of their NICs for 1 elsewhere); the rail's
-    // channels alternate instead. Two boxes' trees are one edge (the parity only moves the
-    // root, every NIC carries one unit each way): NCCL's channel parity as it is.
-    let second = match boxes {
-        2 => ch % 2 == 1,
-        _ => (ch / g + ch % g) % 2 == 1,
-    };
-    let mut across = boxes_tree(boxes as usize, second);
+    let mut across = boxes_tree(boxes as usize, ch % 2 == 1);
     across
         .children
         .iter_mut()
         .for_each(|kids| kids.sort_unstable());
     let order = post_ordered(&across);
-    for &at in &order {
-        for &kid in &across.children[at] {
-            let edge = (head(kid as u32), head(at as u32));
-            program.send(b, edge, pieces, Op::Reduce, (ch, 2));
+    for h in 0..g {
+        let head = |bx: usize| bx as u32 * g + h;
+        for &at in &order {
+            for &kid in &across.children[at] {
+                program.send(b, (head(kid), head(at)), share(h), Op::Reduce, (ch, 2));
+            }
         }
-    }
-    for &at in order.iter().rev() {
-        for &kid in &across.children[at] {
-            let edge = (head(at as u32), head(kid as u32));
-            program.send(b, edge, pieces, Op::Copy, (ch, 2));
+        for &at in order.iter().rev() {
+            for &kid in &across.children[at] {
+                program.send(b, (head(at), head(kid)), share(h), Op::Copy, (ch, 3));
+            }
         }
     }
     for bx in 0..boxes {
         let sw = b.relay_rank(bx);
-        program.send(b, (head(bx), sw), pieces, Op::Copy, (ch, 1));
-        for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
-            b.send(sw, r, pieces, Op::Copy);
+        for h in 0..g {
+            program.send(b, (bx * g + h, sw), share(h), Op::Copy, (ch, 1));
+        }
+        // Every GPU holds its own share; the switch brings it the others'.
+        for h in 0..g {
+            let (lo, hi) = share(h);
+            for part in [(unit.0, lo), (hi, unit.1)] {
+                if part.0 < part.1 {
+                    b.send(sw, bx * g + h, part, Op::Copy);
+                }
+            }
         }
     }
 }
@@ -549,11 +558,11 @@ mod tests {
         assert!(e.contains("NPU 4 is not a participant"), "{e}");
     }
 
-    /// NVLSTree over eight boxes of two: each rail's head runs both of the double binary tree's
-    /// trees over its channels. An inner node of a tree sends 3 units across boxes (one up, two
-    /// down), the root (one child) and a leaf 1; a box inner in one tree is a leaf in the other,
-    /// so with the trees alternating on the rail no head sends more than 4 (with channel parity
-    /// alone the rail keeps one tree, and its inner heads send 6).
+    /// NVLSTree over eight boxes of two: on every channel each GPU heads its share over its own
+    /// NIC, on the double binary tree's first tree on even channels and its second on odd ones.
+    /// An inner node of a tree sends 3 times across boxes a channel (one up, two down), the
+    /// root (one child) and a leaf once; a box inner in one tree is a leaf in the other, so
+    /// over four channels every GPU sends 4 to 8 times (with one tree only, inner GPUs send 12).
     #[test]
     fn nvls_tree_heads_run_both_trees() {
         let cut = Cut {
@@ -574,10 +583,10 @@ mod tests {
         }
         assert_eq!(
             across.iter().sum::<u32>(),
-            4 * 7 * 2,
-            "7 tree edges each way a channel"
+            4 * 2 * 7 * 2,
+            "two heads a box, 7 tree edges each way a head and channel"
         );
-        assert!(across.iter().all(|&k| k <= 4), "{across:?}");
+        assert!(across.iter().all(|&k| (4..=8).contains(&k)), "{across:?}");
     }
 
     /// The send count that sizes a call is the kernels' own: every kernel's schedule has

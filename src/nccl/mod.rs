@@ -515,7 +515,13 @@ impl Model {
             CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
         ) && choice.algo == Algo::Ring;
         let (chunk, slices) = match (choice.algo, choice.proto) {
-            (Algo::Nvls | Algo::NvlsTree, _) => (self.nvls_chunk(bytes, channels), 1),
+            (Algo::Nvls, _) => (self.nvls_chunk(bytes, channels), 1),
+            // A loop moves one chunk a head, each a share of every rank's part: a piece is
+            // the chunk over the boxes.
+            (Algo::NvlsTree, _) => {
+                let boxes = self.system.boxes.max(1) as u64;
+                ((self.nvls_tree_chunk(bytes, channels) / boxes).max(1), 1)
+            }
             (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
             (_, Proto::Simple) if ring_like => (
                 step * RING_CHUNK_STEPS,
@@ -573,6 +579,24 @@ impl Model {
         }
         if bytes < 2 * ops * chunk && chunk > 16384 {
             chunk = 16384;
+        }
+        chunk
+    }
+
+    /// NVLSTree's chunk a head (src/enqueue.cc `calcCollChunking`, NCCL 2.25 on): NVLS's 128
+    /// KiB, 64 KiB from four boxes (`NCCL_NVLSTREE_MAX_CHUNKSIZE`'s default), halved to 64 and
+    /// 32 KiB below 4 and 1 times channels x heads x chunk.
+    fn nvls_tree_chunk(&self, bytes: u64, channels: u32) -> u64 {
+        let ops = channels as u64 * self.system.gpus_per_box as u64;
+        let mut chunk = NVLS_CHUNK_BYTES;
+        if self.system.boxes >= 4 {
+            chunk = chunk.min(65536);
+        }
+        if bytes < 4 * ops * chunk && chunk > 65536 {
+            chunk = 65536;
+        }
+        if bytes < ops * chunk && chunk > 32768 {
+            chunk = 32768;
         }
         chunk
     }
