@@ -477,13 +477,11 @@ mod tests {
         let (fast, thin) = (Bandwidth::gb_per_sec(100.0), Bandwidth::gb_per_sec(1.0));
         let mut links = Vec::new();
         let mut link = |src, dst, bandwidth| {
-            links.push(crate::topology::Link {
+            links.push(crate::topology::Link::one_way(
                 src,
                 dst,
-                latency: Time::from_ns(1),
-                bandwidth,
-                dim: None,
-            })
+                (bandwidth, Time::from_ns(1)),
+            ))
         };
         for group in [0u32, 4] {
             for a in group..group + 4 {

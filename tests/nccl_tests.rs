@@ -100,8 +100,8 @@ fn h100_nvls_all_reduce_within_20_percent() {
     assert_eq!(within(&rows, 1 << 20, 0.20), (6, 6));
 }
 
-/// Two HGX B200 boxes, all-reduce: NVLSTree at large sizes, within 20% from 128 MiB (9 of the 15
-/// sizes from 1 MiB: the log's 2-64 MiB rows are 20-37% slower than NCCL's NVLSTree pipeline,
+/// Two HGX B200 boxes, all-reduce: NVLSTree at large sizes, within 20% from 128 MiB (11 of the
+/// 15 sizes from 1 MiB: the log's 8-64 MiB rows are 22-36% slower than NCCL's NVLSTree pipeline,
 /// as its one-box NVLS rows are) and from 8 KiB to 1 MiB within 35%.
 #[test]
 fn b200_two_box_all_reduce_within_bounds() {
@@ -111,7 +111,7 @@ fn b200_two_box_all_reduce_within_bounds() {
     let (good, all) = within(&rows, 128 << 20, 0.20);
     assert_eq!(good, all, "{good}/{all} within 20%");
     let (good, all) = within(&rows, 1 << 20, 0.20);
-    assert!(good >= 9, "{good}/{all} within 20%");
+    assert!(good >= 11, "{good}/{all} within 20%");
     let small: Vec<Row> = rows.into_iter().filter(|r| r.size < 1 << 20).collect();
     let (good, all) = within(&small, 8192, 0.35);
     assert_eq!(good, all);
@@ -240,7 +240,7 @@ fn sizes_within_20_percent_across_all_cases() {
         all += a;
     }
     assert_eq!(all, 139);
-    assert!(good >= 91, "{good} of {all} sizes within 20%");
+    assert!(good >= 96, "{good} of {all} sizes within 20%");
 }
 
 /// Forcing an algorithm and protocol runs them, as NCCL_ALGO / NCCL_PROTO do; a forced

@@ -737,11 +737,17 @@ impl Model {
             (true, _) => SwitchRelays::Boxes,
             _ => SwitchRelays::None,
         };
+        // One proxy thread a GPU posts every network step of its channels in turn (NCCL's
+        // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
+        // model triples it for Simple as a latency floor (kept so above); held that long a
+        // step, a 64 KiB NVLSTree step would cap a NIC at a third of NCCL's own rate.
+        let proxy = Time::from_ps((NET_OVERHEAD_US * 1e6).round() as u64);
         let topology = s.network_sending_at(
             relays,
             (gb(intra), us(intra_lat)),
             send_share,
             (gb(nic), us(net_lat)),
+            proxy,
         )?;
         Ok((topology, s.reducing_switches(relays)))
     }

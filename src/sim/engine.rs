@@ -318,7 +318,7 @@ fn run_engine<Q: EventQueue<Event>>(
         .links()
         .iter()
         .map(|l| {
-            let (cached_free, cached_arrive) = options.time_model.delays(0, l.bandwidth, l.latency);
+            let (cached_free, cached_arrive) = l.delays(options.time_model, 0);
             LinkState {
                 waiting: Waiting::default(),
                 held: 0,
@@ -650,11 +650,8 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if bytes != state.cached_bytes || state.untallied == u32::MAX {
             self.tallies[l].add(state.untallied, state.cached_bytes, state.cached_free);
             state.untallied = 0;
-            let Link {
-                bandwidth, latency, ..
-            } = self.topology_links[l];
             (state.cached_free, state.cached_arrive) =
-                self.options.time_model.delays(bytes, bandwidth, latency);
+                self.topology_links[l].delays(self.options.time_model, bytes);
             state.cached_bytes = bytes;
         }
         state.untallied += 1;
@@ -794,6 +791,44 @@ mod tests {
             assert_eq!(result.link_busy[l], busy, "link {l}");
             assert!(carried > 0, "link {l} carried nothing");
         }
+    }
+
+    /// A link's per-message hold keeps it busy beyond the bytes: three 1000 B messages on a 1
+    /// GB/s link held 5 us each leave at 0, 6 and 12 us and the last arrives at 12 + 6 + 1 us
+    /// (the in-order simulator takes its delays from the same `Link::delays`).
+    #[test]
+    fn a_per_message_hold_serialises_messages() {
+        let hold = Time::from_ns(5_000);
+        let links = Link::both_ways(
+            0,
+            1,
+            (
+                crate::units::Bandwidth::gb_per_sec(1.0),
+                Time::from_ns(1_000),
+            ),
+        )
+        .map(|l| Link {
+            per_message: hold,
+            ..l
+        });
+        let topology =
+            Topology::from_parts("held".into(), 2, 0, links.to_vec(), Vec::new(), Vec::new())
+                .unwrap();
+        let mut schedule = Schedule::new();
+        for _ in 0..3 {
+            schedule.push(
+                Transfer {
+                    src: 0,
+                    dst: 1,
+                    bytes: 1000,
+                },
+                &[],
+            );
+        }
+        let r = simulate(&topology, &schedule, &SimOptions::default(), &mut ()).unwrap();
+        assert_eq!(r.finish, Time::from_ns(19_000));
+        let l = topology.link_between(0, 1).unwrap() as usize;
+        assert_eq!(r.link_busy[l], Time::from_ns(18_000));
     }
 
     /// A transfer that completes as its last hop starts (no arrival event) completes when the

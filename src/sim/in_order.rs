@@ -79,7 +79,7 @@ impl<'t> InOrder<'t> {
             .links()
             .iter()
             .map(|l| {
-                let (free, arrive) = options.time_model.delays(0, l.bandwidth, l.latency);
+                let (free, arrive) = l.delays(options.time_model, 0);
                 LinkClock {
                     cached: (0, free, arrive),
                     ..LinkClock::default()
@@ -225,11 +225,10 @@ impl<'t> InOrder<'t> {
             )));
         }
         if clock.cached.0 != bytes {
-            let spec = self.topology.link(link);
-            let (free, arrive) =
-                self.options
-                    .time_model
-                    .delays(bytes, spec.bandwidth, spec.latency);
+            let (free, arrive) = self
+                .topology
+                .link(link)
+                .delays(self.options.time_model, bytes);
             clock.cached = (bytes, free, arrive);
         }
         let (_, free, arrive) = clock.cached;

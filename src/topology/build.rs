@@ -130,11 +130,8 @@ pub fn multi_dim(name: impl Into<String>, dims: Vec<Dim>) -> Result<Topology, Er
         let (n, stride) = (dim.size, strides[d]);
         let mut connect = |a: NodeId, b: NodeId, both: bool| {
             let link = |src, dst| Link {
-                src,
-                dst,
-                latency: dim.latency,
-                bandwidth: dim.bandwidth,
                 dim: Some(d as u8),
+                ..Link::one_way(src, dst, (dim.bandwidth, dim.latency))
             };
             links.push(link(a, b));
             if both {
@@ -215,13 +212,7 @@ pub fn dgx1(bandwidth: Bandwidth, latency: Time) -> Result<Topology, Error> {
     let links = edges
         .iter()
         .flat_map(|&(a, b)| [(a, b), (b, a)])
-        .map(|(src, dst)| Link {
-            src,
-            dst,
-            latency,
-            bandwidth,
-            dim: None,
-        })
+        .map(|(src, dst)| Link::one_way(src, dst, (bandwidth, latency)))
         .collect();
     Topology::from_parts("dgx1".into(), 8, 0, links, Vec::new(), Vec::new())
 }
@@ -262,13 +253,7 @@ pub fn dragonfly(
     let mut links = Vec::new();
     let mut push = |a: NodeId, b: NodeId, (bandwidth, latency): (Bandwidth, Time)| {
         for (src, dst) in [(a, b), (b, a)] {
-            links.push(Link {
-                src,
-                dst,
-                latency,
-                bandwidth,
-                dim: None,
-            });
+            links.push(Link::one_way(src, dst, (bandwidth, latency)));
         }
     };
     for g in 0..groups {

@@ -313,15 +313,7 @@ fn from_graph(file: &str, g: GraphFile) -> Result<Topology, Error> {
             parse_bandwidth,
         )?;
         let latency = quantity(file, &format!("links[{i}].latency"), &l.latency, parse_time)?;
-        let mut add = |src, dst| {
-            links.push(Link {
-                src,
-                dst,
-                latency,
-                bandwidth,
-                dim: None,
-            })
-        };
+        let mut add = |src, dst| links.push(Link::one_way(src, dst, (bandwidth, latency)));
         add(l.src, l.dst);
         if l.bidirectional {
             add(l.dst, l.src);

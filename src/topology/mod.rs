@@ -57,6 +57,9 @@ pub struct Link {
     pub bandwidth: Bandwidth,
     /// The dimension this link belongs to, for multi-dimensional topologies.
     pub dim: Option<u8>,
+    /// Time the link is held per message on top of its bytes' (a host thread that posts each
+    /// message in turn); zero on every shape but a GPU system's network proxies.
+    pub per_message: Time,
 }
 
 impl Link {
@@ -68,7 +71,15 @@ impl Link {
             latency,
             bandwidth,
             dim: None,
+            per_message: Time::ZERO,
         }
+    }
+
+    /// (link-free delay, arrival delay) of a message of `bytes` under `model`: the time model's
+    /// for the bytes, plus the per-message hold on both.
+    pub fn delays(&self, model: crate::sim::TimeModel, bytes: u64) -> (Time, Time) {
+        let (free, arrive) = model.delays(bytes, self.bandwidth, self.latency);
+        (free + self.per_message, arrive + self.per_message)
     }
 
     /// Both directions of a link between `a` and `b` (no dimension).
@@ -492,13 +503,11 @@ mod tests {
         let mut links = Vec::new();
         for i in 0..n - 1 {
             for (a, b) in [(i, i + 1), (i + 1, i)] {
-                links.push(Link {
-                    src: a,
-                    dst: b,
-                    latency: Time::from_ns(1),
-                    bandwidth: Bandwidth::gb_per_sec(1.0),
-                    dim: None,
-                });
+                links.push(Link::one_way(
+                    a,
+                    b,
+                    (Bandwidth::gb_per_sec(1.0), Time::from_ns(1)),
+                ));
             }
         }
         Topology::from_parts("line".into(), n, 0, links, Vec::new(), Vec::new()).unwrap()

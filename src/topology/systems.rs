@@ -394,17 +394,20 @@ impl GpuSystem {
         intra: (Bandwidth, Time),
         nic: (Bandwidth, Time),
     ) -> Result<Topology, Error> {
-        self.network_sending_at(relays, intra, 1.0, nic)
+        self.network_sending_at(relays, intra, 1.0, nic, Time::ZERO)
     }
 
     /// [`Self::network_at`] with each GPU's links into its box's fabric (to the NVSwitch, or
-    /// to its mesh peers) at `send_share` of the intra rate in the GPU's sending direction.
+    /// to its mesh peers) at `send_share` of the intra rate in the GPU's sending direction, and
+    /// (when `proxy` is not zero, across boxes) each GPU's network messages passing a proxy
+    /// each way that holds every message for `proxy` (a host thread posting them in turn).
     pub fn network_sending_at(
         &self,
         relays: SwitchRelays,
         intra: (Bandwidth, Time),
         send_share: f64,
         nic: (Bandwidth, Time),
+        proxy: Time,
     ) -> Result<Topology, Error> {
         let sending = |(rate, latency): (Bandwidth, Time)| {
             (
@@ -441,13 +444,36 @@ impl GpuSystem {
             links.extend(Link::both_ways(a, b, tier));
         };
         let leaf = |r: u32| n + fabric_nodes + r;
+        // Proxies (a send and a receive one a GPU) after the spines.
+        let proxies = if multi && proxy > Time::ZERO {
+            2 * n
+        } else {
+            0
+        };
+        let first_proxy = n + fabric_nodes + rails + spines;
+        // A proxy's hop: a message's bytes cost it nothing next to its post.
+        let proxy_rate = Bandwidth::bytes_per_sec(1e15);
+        let mut proxied = Vec::new();
         if multi {
             // NICs per GPU (or GPUs per NIC): a NIC's rate is shared by the GPUs that use it.
             let nics_per_gpu = self.nics_per_box as f64 / g as f64;
             let per_gpu = Bandwidth::bytes_per_sec(nic.0.as_bytes_per_sec() * nics_per_gpu);
             for b in 0..boxes {
                 for i in 0..g {
-                    join(b * g + i, leaf(i % rails), (per_gpu, nic.1));
+                    let gpu = b * g + i;
+                    if proxies == 0 {
+                        join(gpu, leaf(i % rails), (per_gpu, nic.1));
+                        continue;
+                    }
+                    let (send, recv) = (first_proxy + 2 * gpu, first_proxy + 2 * gpu + 1);
+                    let held = |src, dst| Link {
+                        per_message: proxy,
+                        ..Link::one_way(src, dst, (proxy_rate, Time::ZERO))
+                    };
+                    proxied.push(held(gpu, send));
+                    proxied.push(Link::one_way(send, leaf(i % rails), (per_gpu, nic.1)));
+                    proxied.push(Link::one_way(leaf(i % rails), recv, (per_gpu, nic.1)));
+                    proxied.push(held(recv, gpu));
                 }
             }
             let spine = |s: u32| n + fabric_nodes + rails + s;
@@ -458,10 +484,11 @@ impl GpuSystem {
                 }
             }
         }
+        links.extend(proxied);
         let (npus, switches) = match relays {
-            SwitchRelays::None => (n, fabric_nodes + rails + spines),
-            SwitchRelays::Boxes => (n + fabric_nodes, rails + spines),
-            SwitchRelays::BoxesAndRails => (n + fabric_nodes + rails, spines),
+            SwitchRelays::None => (n, fabric_nodes + rails + spines + proxies),
+            SwitchRelays::Boxes => (n + fabric_nodes, rails + spines + proxies),
+            SwitchRelays::BoxesAndRails => (n + fabric_nodes + rails, spines + proxies),
         };
         Topology::from_parts(
             self.name.clone(),
@@ -477,6 +504,52 @@ impl GpuSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With a proxy, each GPU's network messages pass a send proxy and the far GPU's receive
+    /// proxy, each holding every message; inside a box nothing changes; without one the
+    /// network is the datasheet's.
+    #[test]
+    fn network_proxies_hold_each_message_across_boxes() {
+        let s = GpuSystem::parse("hgx-h100:2").unwrap().unwrap();
+        let tier = |gbps: f64, ns: u64| (Bandwidth::gb_per_sec(gbps), Time::from_ns(ns));
+        let hold = Time::from_ns(1_000);
+        let plain = s
+            .network_sending_at(
+                SwitchRelays::None,
+                tier(450.0, 100),
+                1.0,
+                tier(50.0, 500),
+                Time::ZERO,
+            )
+            .unwrap();
+        let proxied = s
+            .network_sending_at(
+                SwitchRelays::None,
+                tier(450.0, 100),
+                1.0,
+                tier(50.0, 500),
+                hold,
+            )
+            .unwrap();
+        assert_eq!(proxied.nodes(), plain.nodes() + 2 * 16);
+        assert!(plain.links().iter().all(|l| l.per_message == Time::ZERO));
+        let held: Vec<&Link> = proxied
+            .links()
+            .iter()
+            .filter(|l| l.per_message == hold)
+            .collect();
+        // A GPU into its send proxy, its receive proxy into the GPU.
+        assert_eq!(held.len(), 2 * 16);
+        assert!(held.iter().all(|l| l.src < 16 || l.dst < 16));
+        // GPU 0 reaches the other box only through its send proxy.
+        let out: Vec<NodeId> = proxied
+            .links()
+            .iter()
+            .filter(|l| l.src == 0)
+            .map(|l| l.dst)
+            .collect();
+        assert_eq!(out.len(), 2, "the NVSwitch and the send proxy: {out:?}");
+    }
 
     #[test]
     fn named_systems_have_their_datasheet_figures() {
