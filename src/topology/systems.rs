@@ -452,7 +452,10 @@ impl GpuSystem {
         };
         let first_proxy = n + fabric_nodes + rails + spines;
         // A proxy's hop: a message's bytes cost it nothing next to its post.
-        let proxy_rate = Bandwidth::bytes_per_sec(1e15);
+        let held = |src, dst| Link {
+            per_message: proxy,
+            ..Link::one_way(src, dst, (Bandwidth::bytes_per_sec(1e15), Time::ZERO))
+        };
         let mut proxied = Vec::new();
         if multi {
             // NICs per GPU (or GPUs per NIC): a NIC's rate is shared by the GPUs that use it.
@@ -466,10 +469,6 @@ impl GpuSystem {
                         continue;
                     }
                     let (send, recv) = (first_proxy + 2 * gpu, first_proxy + 2 * gpu + 1);
-                    let held = |src, dst| Link {
-                        per_message: proxy,
-                        ..Link::one_way(src, dst, (proxy_rate, Time::ZERO))
-                    };
                     proxied.push(held(gpu, send));
                     proxied.push(Link::one_way(send, leaf(i % rails), (per_gpu, nic.1)));
                     proxied.push(Link::one_way(leaf(i % rails), recv, (per_gpu, nic.1)));
