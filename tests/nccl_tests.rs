@@ -100,9 +100,10 @@ fn h100_nvls_all_reduce_within_20_percent() {
     assert_eq!(within(&rows, 1 << 20, 0.20), (6, 6));
 }
 
-/// Two HGX B200 boxes, all-reduce: NVLSTree at large sizes, within 20% from 128 MiB (11 of the
+/// Two HGX B200 boxes, all-reduce: NVLSTree at large sizes, within 20% from 128 MiB (10 of the
 /// 15 sizes from 1 MiB: the log's 8-64 MiB rows are 22-36% slower than NCCL's NVLSTree pipeline,
-/// as its one-box NVLS rows are) and from 8 KiB to 1 MiB within 35%.
+/// as its one-box NVLS rows are, and its 1 MiB Tree LL128 row 29% slower than NCCL's chunks run
+/// it) and from 8 KiB to 1 MiB within 35%.
 #[test]
 fn b200_two_box_all_reduce_within_bounds() {
     let rows = compare("all_reduce", "hgx-b200:2", "b200_2node_all_reduce.md", &[]);
@@ -111,7 +112,7 @@ fn b200_two_box_all_reduce_within_bounds() {
     let (good, all) = within(&rows, 128 << 20, 0.20);
     assert_eq!(good, all, "{good}/{all} within 20%");
     let (good, all) = within(&rows, 1 << 20, 0.20);
-    assert!(good >= 11, "{good}/{all} within 20%");
+    assert!(good >= 10, "{good}/{all} within 20%");
     let small: Vec<Row> = rows.into_iter().filter(|r| r.size < 1 << 20).collect();
     let (good, all) = within(&small, 8192, 0.35);
     assert_eq!(good, all);
@@ -148,6 +149,43 @@ fn nvls_tree_across_boxes_runs_at_the_nic_rate() {
         assert!(
             tree >= 0.9 * ring,
             "{system}: NVLSTree {tree} against rings {ring} GB/s"
+        );
+    }
+}
+
+/// `nccl-tests all_reduce` of one size with NCCL_ALGO and NCCL_PROTO forced, as CSV.
+fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> String {
+    stdout_of(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        system,
+        "-b",
+        size,
+        "-e",
+        size,
+        "--nccl-algo",
+        algo,
+        "--nccl-proto",
+        proto,
+        "--format",
+        "csv",
+    ])
+}
+
+/// Tree LL128 on eight H100 boxes at 4 and 16 MiB: NCCL cuts it in chunks that shrink with the
+/// call against the tree's depth (`computeCollChunkInfo`), so the pipeline fills in a few
+/// chunks; the simulated time stays within 1.5 times NCCL's own cost model (with LL128's whole
+/// step a chunk it took 2.2 and 2.1 times: 276 and 507 us against 128 and 243).
+#[test]
+fn tree_ll128_across_boxes_near_nccls_estimate() {
+    for (size, estimate) in [("4M", 128.0), ("16M", 243.0)] {
+        let out = forced_all_reduce("hgx-h100:8", size, "Tree", "LL128");
+        let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
+        let time: f64 = row[5].parse().unwrap();
+        assert!(
+            time < 1.5 * estimate,
+            "{size}: {time} us against {estimate}"
         );
     }
 }
@@ -193,7 +231,10 @@ fn a100_ring_all_reduce_bandwidth_and_latency() {
 }
 
 /// Every measured case together: how many sizes from 1 MiB up are within 20%. A floor under
-/// today's count (97 of 139), so that a change that loses accuracy fails here.
+/// today's count (93 of 139), so that a change that loses accuracy fails here. (96 before Tree
+/// LL128 took NCCL's chunk rule: the coarser chunks' slow pipeline had hidden, on the two-box
+/// logs, a Tree that runs faster than measured, and made Tree on three or more boxes up to
+/// three times NCCL's own estimate: `tree_ll128_across_boxes_near_nccls_estimate`.)
 #[test]
 fn sizes_within_20_percent_across_all_cases() {
     let cases: [(&str, &str, &str, &[&str]); 10] = [
@@ -240,29 +281,14 @@ fn sizes_within_20_percent_across_all_cases() {
         all += a;
     }
     assert_eq!(all, 139);
-    assert!(good >= 96, "{good} of {all} sizes within 20%");
+    assert!(good >= 93, "{good} of {all} sizes within 20%");
 }
 
 /// Forcing an algorithm and protocol runs them, as NCCL_ALGO / NCCL_PROTO do; a forced
 /// combination that cannot run is refused.
 #[test]
 fn forced_algorithm_and_protocol_are_run() {
-    let out = stdout_of(&[
-        "nccl-tests",
-        "all_reduce",
-        "--topology",
-        "hgx-h100:1",
-        "-b",
-        "1M",
-        "-e",
-        "1M",
-        "--nccl-algo",
-        "Tree",
-        "--nccl-proto",
-        "LL128",
-        "--format",
-        "csv",
-    ]);
+    let out = forced_all_reduce("hgx-h100:1", "1M", "Tree", "LL128");
     assert!(
         out.lines().nth(1).unwrap().contains(",Tree,LL128,"),
         "{out}"

@@ -87,6 +87,10 @@ pub struct NcclSystemArgs {
     /// NIC kind: ib or roce
     #[arg(long)]
     pub nic_kind: Option<String>,
+    /// The hosts' CPU vendor: intel, amd or other (NCCL's per-step network overhead is 1, 2
+    /// and 1 us) [default: the system's: AMD for dgx-a100, Intel for the HGX systems]
+    #[arg(long)]
+    pub cpu: Option<String>,
     /// The network's switches reduce (IB SHARP): NCCL may run CollNet
     #[arg(long)]
     pub sharp: bool,
@@ -108,6 +112,9 @@ impl NcclSystemArgs {
         }
         if let Some(k) = &self.nic_kind {
             system.set_nic_kind(k)?;
+        }
+        if let Some(cpu) = &self.cpu {
+            system.set_cpu(cpu)?;
         }
         if self.sharp {
             system.sharp = true;

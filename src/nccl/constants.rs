@@ -189,9 +189,6 @@ pub const NVLS_THREADS: u64 = 640;
 /// 64); the ring's LL threshold is multiplied by the rank count (src/graph/tuning.cc).
 pub const THREAD_THRESHOLD: [u64; PROTOS] = [8, 8, 64];
 
-/// Network post overhead, us (src/graph/tuning.cc `getNetOverhead`: 1 on Intel hosts, 2 on AMD).
-pub const NET_OVERHEAD_US: f64 = 1.0;
-
 /// The fixed cost of a call beyond NCCL's base latency, us: the maintainer's "~5 us
 /// launch/fixed overhead" (sjeaugey, nccl-tests#123) that nccl-tests' timing includes.
 pub const FIXED_OVERHEAD_US: f64 = 5.0;

@@ -523,6 +523,7 @@ impl Model {
                 ((self.nvls_tree_chunk(bytes, channels) / boxes).max(1), 1)
             }
             (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
+            (Algo::Tree, Proto::LL128) => (self.tree_ll128_chunk(bytes, channels), 1),
             (_, Proto::Simple) if ring_like => (
                 step * RING_CHUNK_STEPS,
                 (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
@@ -597,6 +598,23 @@ impl Model {
         }
         if bytes < ops * chunk && chunk > 32768 {
             chunk = 32768;
+        }
+        chunk
+    }
+
+    /// Tree LL128's chunk (src/enqueue.cc `computeCollChunkInfo`): LL128's step of data, halved
+    /// while each channel gets fewer chunks than `64 / ppn` (down to 128 KiB) and `16 / ppn`
+    /// (down to 32 KiB) times the tree's steps, `1 + log2(boxes) + ppn / 10`.
+    fn tree_ll128_chunk(&self, bytes: u64, channels: u32) -> u64 {
+        let boxes = self.system.boxes.max(1);
+        let ppn = self.system.gpus() as f64 / boxes as f64;
+        let nsteps = 1.0 + boxes.ilog2() as f64 + 0.1 * ppn;
+        let per_channel = |chunk: u64| (bytes / (channels as u64 * chunk)) as f64;
+        let mut chunk = step_data_bytes(Proto::LL128 as usize);
+        for (times, floor) in [(64.0, 131072), (16.0, 32768)] {
+            while per_channel(chunk) < nsteps * times / ppn && chunk > floor {
+                chunk /= 2;
+            }
         }
         chunk
     }
@@ -701,9 +719,11 @@ impl Model {
             (a, p)
         };
         let mut intra_lat = HW_LATENCY[hw_intra][lat_algo][lat_proto];
-        if s.boxes > 1 {
+        // NCCL's model: "inter-node rings still have to launch nsteps * net overhead" (rings
+        // only, `ncclTopoTuneModel`).
+        if s.boxes > 1 && choice.algo == Algo::Ring {
             let simple = choice.proto == Proto::Simple;
-            let overhead = NET_OVERHEAD_US * if simple { 3.0 } else { 1.0 };
+            let overhead = s.cpu.net_overhead_us() * if simple { 3.0 } else { 1.0 };
             intra_lat = intra_lat.max(overhead);
         }
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
@@ -741,7 +761,7 @@ impl Model {
         // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
         // model triples it for Simple as a latency floor (kept so above); held that long a
         // step, a 64 KiB NVLSTree step would cap a NIC at a third of NCCL's own rate.
-        let proxy = Time::from_ps((NET_OVERHEAD_US * 1e6).round() as u64);
+        let proxy = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
         let topology = s.network_sending_at(
             relays,
             (gb(intra), us(intra_lat)),
@@ -765,5 +785,29 @@ impl Model {
             return 1.0;
         }
         (ring.channels as f64 / self.system.nics_per_box as f64).max(1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(spec: &str) -> Model {
+        let system = GpuSystem::parse(spec).unwrap().unwrap();
+        Model::with_allowed(&system, Allowed::default())
+    }
+
+    /// NCCL's Tree LL128 chunk worked by hand (`computeCollChunkInfo`): LL128's step holds
+    /// 576000 bytes of data; three boxes of 8 give 2.8 tree steps, so a 4 MiB call on 8
+    /// channels halves it while a channel gets fewer than 22.4 chunks (down to 128 KiB: 72000)
+    /// and then stops, having 7.3 of them (at least 5.6); a 1 GiB call keeps the whole step.
+    #[test]
+    fn tree_ll128_chunks_follow_nccls_rule() {
+        let three = model("dgx-a100:3");
+        assert_eq!(three.tree_ll128_chunk(4 << 20, 8), 72000);
+        assert_eq!(three.tree_ll128_chunk(1 << 30, 8), 576000);
+        // 64 KiB on 16 channels: both loops run until the chunk is no longer above their
+        // floors (72000, then 18000).
+        assert_eq!(three.tree_ll128_chunk(64 << 10, 16), 18000);
     }
 }

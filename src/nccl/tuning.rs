@@ -35,6 +35,8 @@ struct Comm {
     generation: usize,
     /// `hw[a]` for one box: NVLink (NVSwitch, xGMI) or PCI.
     intra_hw: usize,
+    /// NCCL's per-step network overhead on the hosts, us (`getNetOverhead`).
+    net_overhead_us: f64,
 }
 
 /// `ncclTopoTuneModel`: the tables for `system` with its `graphs`, and which algorithms and
@@ -49,6 +51,7 @@ pub fn tune(
         nodes: system.boxes.max(1),
         ranks: system.gpus(),
         generation: system.arch.table_index(),
+        net_overhead_us: system.cpu.net_overhead_us(),
         intra_hw: if system.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -202,7 +205,8 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
             } else {
                 let mut overhead = 0.0;
                 if nodes > 1 {
-                    overhead = NET_OVERHEAD_US * if proto == Proto::Simple { 3.0 } else { 1.0 };
+                    overhead =
+                        comm.net_overhead_us * if proto == Proto::Simple { 3.0 } else { 1.0 };
                 }
                 intra_lat = intra_lat.max(overhead);
                 let inter_steps = match (nodes, func) {

@@ -8,6 +8,7 @@
 //!   boxes: 2              # optional (pcie: GPUs)
 //!   nic: 8x400Gb          # optional, as --nic takes it
 //!   nic_kind: ib          # optional: ib or roce
+//!   cpu: intel            # optional: intel, amd or other (NCCL's network overhead)
 //!   sharp: false          # optional
 //!   calibrated:           # optional, written by collsim calibrate
 //!     intra_gbps: 612.4
@@ -37,6 +38,8 @@ struct SystemFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     nic_kind: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     sharp: Option<bool>,
     #[serde(default, skip_serializing_if = "Calibration::is_empty")]
     calibrated: Calibration,
@@ -57,7 +60,7 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     if !body.is_mapping() {
         return Err(Error::input(format!(
             "{path}: {KEY}: expected a mapping of system fields (base, boxes, nic, nic_kind, \
-             sharp, calibrated)"
+             cpu, sharp, calibrated)"
         )));
     }
     let file: SystemFile = serde_yaml::from_value(body.clone())
@@ -98,6 +101,11 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
         system
             .set_nic_kind(kind)
             .map_err(|e| Error::input(format!("{path}: {KEY}.nic_kind: {e}")))?;
+    }
+    if let Some(cpu) = &file.cpu {
+        system
+            .set_cpu(cpu)
+            .map_err(|e| Error::input(format!("{path}: {KEY}.cpu: {e}")))?;
     }
     if let Some(sharp) = file.sharp {
         system.sharp = sharp;
@@ -175,6 +183,7 @@ pub fn render(base: &GpuSystem, calibration: &Calibration, notes: &[String]) -> 
             }
             .to_string(),
         ),
+        cpu: Some(base.cpu.name().to_string()),
         sharp: Some(base.sharp),
         calibrated: calibration.clone(),
     };

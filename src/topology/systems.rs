@@ -68,6 +68,36 @@ pub enum NicKind {
     RoCE,
 }
 
+/// The host CPU's vendor: NCCL's per-step network overhead depends on it (the proxy thread
+/// that drives the NICs runs on the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuVendor {
+    Intel,
+    Amd,
+    /// Neither named (NCCL's default figure applies).
+    Other,
+}
+
+impl CpuVendor {
+    /// NCCL's per-step network overhead on this host, us (src/graph/tuning.cc
+    /// `getNetOverhead`: x86 Intel 1, x86 AMD 2, anything else 1).
+    pub fn net_overhead_us(self) -> f64 {
+        match self {
+            CpuVendor::Amd => 2.0,
+            CpuVendor::Intel | CpuVendor::Other => 1.0,
+        }
+    }
+
+    /// The name `--cpu` takes and system files hold.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuVendor::Intel => "intel",
+            CpuVendor::Amd => "amd",
+            CpuVendor::Other => "other",
+        }
+    }
+}
+
 /// Which of a GPU system's switches are NPUs of its network (in-switch reduction: NVLS in the
 /// boxes' NVSwitches, SHARP in the rails' leaf switches). Node order is GPUs, box switches, rail
 /// leaves, spines, so the rails' leaves come with the boxes' switches.
@@ -98,6 +128,8 @@ pub struct GpuSystem {
     /// Line rate of one NIC per direction.
     pub nic_line_rate: Bandwidth,
     pub nic_kind: NicKind,
+    /// The hosts' CPU vendor (the NCCL proxy's per-step network overhead).
+    pub cpu: CpuVendor,
     /// Whether the network switches reduce in the network (SHARP), enabling CollNet.
     pub sharp: bool,
     /// Whether the box's switches reduce (NVLink SHARP, Hopper and later NVSwitches).
@@ -228,7 +260,7 @@ impl GpuSystem {
         };
         let gb = |g: f64| Bandwidth::gb_per_sec(g);
         let gbit = |g: f64| Bandwidth::gb_per_sec(g / 8.0);
-        let boxed = |gpu, arch, links, link_rate, nic_rate| GpuSystem {
+        let boxed = |gpu, arch, links, link_rate, nic_rate, cpu| GpuSystem {
             name: spec.to_string(),
             arch,
             boxes: count,
@@ -239,6 +271,7 @@ impl GpuSystem {
             nics_per_box: 8,
             nic_line_rate: gbit(nic_rate),
             nic_kind: NicKind::InfiniBand,
+            cpu,
             sharp: false,
             nvls: arch != GpuArch::Ampere,
             kind,
@@ -247,21 +280,32 @@ impl GpuSystem {
         };
         let system = match kind {
             // DGX A100 datasheet: 8 A100 SXM4, 6 NVSwitches, 12 NVLink3 links per GPU at 25 GB/s a
-            // direction (600 GB/s bidirectional), 8 ConnectX-6 HDR 200 Gb/s compute NICs.
-            "dgx-a100" => boxed("a100", GpuArch::Ampere, 12, 25.0, 200.0),
+            // direction (600 GB/s bidirectional), 8 ConnectX-6 HDR 200 Gb/s compute NICs, two
+            // AMD EPYC 7742 CPUs.
+            "dgx-a100" => boxed("a100", GpuArch::Ampere, 12, 25.0, 200.0, CpuVendor::Amd),
             // HGX H100 / H200: 18 NVLink4 links at 25 GB/s a direction (900 GB/s bidirectional),
-            // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX H100/H200 datasheets).
-            "hgx-h100" => boxed("h100", GpuArch::Hopper, 18, 25.0, 400.0),
-            "hgx-h200" => boxed("h200", GpuArch::Hopper, 18, 25.0, 400.0),
+            // ConnectX-7 NDR 400 Gb/s, one per GPU, two Intel Xeon Platinum 8480C (DGX H100/H200
+            // datasheets).
+            "hgx-h100" => boxed("h100", GpuArch::Hopper, 18, 25.0, 400.0, CpuVendor::Intel),
+            "hgx-h200" => boxed("h200", GpuArch::Hopper, 18, 25.0, 400.0, CpuVendor::Intel),
             // HGX B200: 18 NVLink5 links at 50 GB/s a direction (1.8 TB/s bidirectional),
-            // ConnectX-7 NDR 400 Gb/s, one per GPU (DGX B200 datasheet).
-            "hgx-b200" => boxed("b200", GpuArch::Blackwell, 18, 50.0, 400.0),
+            // ConnectX-7 NDR 400 Gb/s, one per GPU, two Intel Xeon Platinum 8570 (DGX B200
+            // datasheet).
+            "hgx-b200" => boxed(
+                "b200",
+                GpuArch::Blackwell,
+                18,
+                50.0,
+                400.0,
+                CpuVendor::Intel,
+            ),
             // AMD Instinct MI300X platform: 8 GPUs, each with 7 xGMI links of 128 GB/s
-            // bidirectional to its peers; one 400 Gb/s NIC per GPU.
+            // bidirectional to its peers; one 400 Gb/s NIC per GPU; its hosts vary (no default
+            // CPU: NCCL's default overhead).
             "mi300x" => GpuSystem {
                 intra: Intra::FullMesh,
                 nvls: false,
-                ..boxed("mi300x", GpuArch::Cdna3, 7, 64.0, 400.0)
+                ..boxed("mi300x", GpuArch::Cdna3, 7, 64.0, 400.0, CpuVendor::Other)
             },
             // A box of G GPUs on PCIe Gen4 x16 (32 GB/s a direction); A100 PCIe cards.
             _ => GpuSystem {
@@ -272,7 +316,7 @@ impl GpuSystem {
                 link_line_rate: gb(32.0),
                 nics_per_box: 0,
                 nvls: false,
-                ..boxed("a100", GpuArch::Ampere, 1, 32.0, 200.0)
+                ..boxed("a100", GpuArch::Ampere, 1, 32.0, 200.0, CpuVendor::Other)
             },
         };
         Ok(Some(system))
@@ -310,6 +354,21 @@ impl GpuSystem {
             _ => {
                 return Err(Error::input(format!(
                     "--nic-kind '{text}': expected ib or roce"
+                )))
+            }
+        };
+        Ok(())
+    }
+
+    /// Sets the hosts' CPU vendor by name (`intel`, `amd`, `other`).
+    pub fn set_cpu(&mut self, text: &str) -> Result<(), Error> {
+        self.cpu = match text.to_ascii_lowercase().as_str() {
+            "intel" => CpuVendor::Intel,
+            "amd" => CpuVendor::Amd,
+            "other" => CpuVendor::Other,
+            _ => {
+                return Err(Error::input(format!(
+                    "--cpu '{text}': expected intel, amd or other"
                 )))
             }
         };
@@ -503,6 +562,24 @@ impl GpuSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NCCL's per-step network overhead follows the hosts' CPU: the DGX A100's AMD EPYC 2 us,
+    /// the HGX systems' Intel Xeon 1 us; `--cpu` and system files replace it.
+    #[test]
+    fn the_hosts_cpu_sets_nccls_network_overhead() {
+        let named = |s: &str| GpuSystem::named(s).unwrap().unwrap();
+        assert_eq!(named("dgx-a100:2").cpu.net_overhead_us(), 2.0);
+        assert_eq!(named("hgx-h100:2").cpu.net_overhead_us(), 1.0);
+        assert_eq!(named("hgx-b200:2").cpu.net_overhead_us(), 1.0);
+        let mut a100 = named("dgx-a100:2");
+        a100.set_cpu("intel").unwrap();
+        assert_eq!(a100.cpu.net_overhead_us(), 1.0);
+        assert!(a100
+            .set_cpu("arm64")
+            .unwrap_err()
+            .to_string()
+            .contains("--cpu"));
+    }
 
     /// With a proxy, each GPU's network messages pass a send proxy and the far GPU's receive
     /// proxy, each holding every message; inside a box nothing changes; without one the
