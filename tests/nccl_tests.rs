@@ -173,6 +173,40 @@ fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> Strin
     ])
 }
 
+/// NCCL enables LL128 by default only on NVIDIA GPUs that meet over NVLink, RCCL only on the
+/// MI250's gfx90a: a box of PCIe A100s and an MI300X box never pick it unless NCCL_PROTO names it
+/// (`--nccl-proto`), while the DGX A100 does at 8 MiB.
+#[test]
+fn ll128_only_where_nccl_enables_it() {
+    let protocols = |system: &str| -> Vec<String> {
+        let out = stdout_of(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            system,
+            "-b",
+            "256K",
+            "-e",
+            "64M",
+            "-f",
+            "2",
+            "--format",
+            "csv",
+        ]);
+        out.lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(9).unwrap().to_string())
+            .collect()
+    };
+    for system in ["pcie:8", "mi300x:1", "mi300x:2"] {
+        let used = protocols(system);
+        assert!(!used.iter().any(|p| p == "LL128"), "{system}: {used:?}");
+    }
+    assert!(protocols("dgx-a100:1").iter().any(|p| p == "LL128"));
+    let forced = forced_all_reduce("pcie:8", "4M", "Ring", "LL128");
+    assert!(forced.lines().nth(1).unwrap().contains(",Ring,LL128,"));
+}
+
 /// Tree LL128 on eight H100 boxes at 4 and 16 MiB: NCCL cuts it in chunks that shrink with the
 /// call against the tree's depth (`computeCollChunkInfo`), so the pipeline fills in a few
 /// chunks; the simulated time stays within 1.5 times NCCL's own cost model (with LL128's whole

@@ -31,7 +31,7 @@ use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
-use crate::topology::{GpuSystem, Intra, SwitchRelays, Topology};
+use crate::topology::{GpuArch, GpuSystem, Intra, SwitchRelays, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 use constants::*;
@@ -158,6 +158,9 @@ impl Func {
 pub struct Allowed {
     pub algos: [bool; ALGOS],
     pub protos: [bool; PROTOS],
+    /// Whether the protocols were named (NCCL_PROTO set): NCCL then runs LL128 where its
+    /// default would not.
+    pub protos_named: bool,
 }
 
 impl Default for Allowed {
@@ -165,6 +168,7 @@ impl Default for Allowed {
         Allowed {
             algos: [true; ALGOS],
             protos: [true; PROTOS],
+            protos_named: false,
         }
     }
 }
@@ -185,7 +189,21 @@ impl Allowed {
         self.protos = parse_list(text, "--nccl-proto", &names)?
             .try_into()
             .expect("one flag per protocol");
+        self.protos_named = true;
         Ok(())
+    }
+
+    /// The protocols NCCL may run on `system`: unless NCCL_PROTO names them, LL128 only where
+    /// NCCL enables it by default (src/graph/tuning.cc: NVIDIA GPUs of one generation whose
+    /// GPUs meet over NVLink, "other cases are not tested and may cause silent data
+    /// corruption"; RCCL, src/graph/tuning.cc: only on gfx90a, so not on the MI300X).
+    fn protos_on(&self, system: &GpuSystem) -> [bool; PROTOS] {
+        let mut protos = self.protos;
+        let nvidia_nvlink = system.arch != GpuArch::Cdna3 && system.intra == Intra::NvSwitch;
+        if !self.protos_named && !nvidia_nvlink {
+            protos[Proto::LL128 as usize] = false;
+        }
+        protos
     }
 }
 
@@ -326,7 +344,7 @@ impl Model {
 
     pub fn with_allowed(system: &GpuSystem, allowed: Allowed) -> Model {
         let graphs = graph::search(system);
-        let tables = tuning::tune(system, &graphs, &allowed.algos, &allowed.protos);
+        let tables = tuning::tune(system, &graphs, &allowed.algos, &allowed.protos_on(system));
         let ring = graphs[Algo::Ring as usize].channels;
         let tree = graphs[Algo::Tree as usize].channels;
         let comm_channels = (2 * ring.min(tree)).clamp(1, MAX_CHANNELS);

@@ -5,7 +5,7 @@
 use super::constants::*;
 use super::graph::Graph;
 use super::{Algo, Func, Proto};
-use crate::topology::{GpuSystem, Intra};
+use crate::topology::{CpuVendor, GpuSystem, Intra};
 
 /// Bandwidth (GB/s, algorithm bandwidth) and latency (us) of every (function, algorithm,
 /// protocol); a bandwidth of 0 marks a combination NCCL will not run.
@@ -37,6 +37,8 @@ struct Comm {
     intra_hw: usize,
     /// NCCL's per-step network overhead on the hosts, us (`getNetOverhead`).
     net_overhead_us: f64,
+    /// Whether the hosts' CPUs are AMD's (`cpuVendor`, which picks LL's bandwidth row).
+    amd_hosts: bool,
 }
 
 /// `ncclTopoTuneModel`: the tables for `system` with its `graphs`, and which algorithms and
@@ -52,6 +54,7 @@ pub fn tune(
         ranks: system.gpus(),
         generation: system.arch.table_index(),
         net_overhead_us: system.cpu.net_overhead_us(),
+        amd_hosts: system.cpu == CpuVendor::Amd,
         intra_hw: if system.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -68,8 +71,13 @@ pub fn tune(
     }
     let (nodes, ranks) = (comm.nodes, comm.ranks);
     let index2 = (nodes.min(3) - 1) as usize;
-    // LL: GPU generation on one box, CPU vendor across boxes (collsim assumes Intel-class hosts).
-    let index1 = if nodes == 1 { comm.generation } else { 0 };
+    // LL: GPU generation on one box, the hosts' CPU vendor across boxes (AMD's row is the
+    // Ampere row's place, Intel's the Volta row's).
+    let index1 = match (nodes, comm.amd_hosts) {
+        (1, _) => comm.generation,
+        (_, true) => 1,
+        (_, false) => 0,
+    };
     let g = comm.generation;
     let ll_max_bw = LL_MAX_BW[index1][index2];
     let ppn = ranks as f64 / nodes as f64;

@@ -18,7 +18,9 @@ pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
-pub use systems::{Calibration, GpuArch, GpuSystem, Intra, NicKind, PerProtocol, SwitchRelays};
+pub use systems::{
+    Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, PerProtocol, SwitchRelays,
+};
 
 use crate::units::{Bandwidth, Time};
 use crate::Error;
