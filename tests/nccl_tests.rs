@@ -126,20 +126,7 @@ fn b200_two_box_all_reduce_within_bounds() {
 #[test]
 fn nvls_tree_across_boxes_runs_at_the_nic_rate() {
     let busbw = |system: &str, algo: &str| {
-        let out = stdout_of(&[
-            "nccl-tests",
-            "all_reduce",
-            "--topology",
-            system,
-            "-b",
-            "4G",
-            "-e",
-            "4G",
-            "--nccl-algo",
-            algo,
-            "--format",
-            "csv",
-        ]);
+        let out = all_reduce_csv(system, &["-b", "4G", "-e", "4G", "--nccl-algo", algo]);
         let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
         assert_eq!(row[8], algo);
         row[7].parse::<f64>().unwrap()
@@ -153,24 +140,29 @@ fn nvls_tree_across_boxes_runs_at_the_nic_rate() {
     }
 }
 
+/// `nccl-tests all_reduce` on `system` with `args` (sizes, forced algorithms), as CSV.
+fn all_reduce_csv(system: &str, args: &[&str]) -> String {
+    let mut all = vec!["nccl-tests", "all_reduce", "--topology", system];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "csv"]);
+    stdout_of(&all)
+}
+
 /// `nccl-tests all_reduce` of one size with NCCL_ALGO and NCCL_PROTO forced, as CSV.
 fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> String {
-    stdout_of(&[
-        "nccl-tests",
-        "all_reduce",
-        "--topology",
+    all_reduce_csv(
         system,
-        "-b",
-        size,
-        "-e",
-        size,
-        "--nccl-algo",
-        algo,
-        "--nccl-proto",
-        proto,
-        "--format",
-        "csv",
-    ])
+        &[
+            "-b",
+            size,
+            "-e",
+            size,
+            "--nccl-algo",
+            algo,
+            "--nccl-proto",
+            proto,
+        ],
+    )
 }
 
 /// NCCL enables LL128 by default only on NVIDIA GPUs that meet over NVLink, RCCL only on the
@@ -179,20 +171,7 @@ fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> Strin
 #[test]
 fn ll128_only_where_nccl_enables_it() {
     let protocols = |system: &str| -> Vec<String> {
-        let out = stdout_of(&[
-            "nccl-tests",
-            "all_reduce",
-            "--topology",
-            system,
-            "-b",
-            "256K",
-            "-e",
-            "64M",
-            "-f",
-            "2",
-            "--format",
-            "csv",
-        ]);
+        let out = all_reduce_csv(system, &["-b", "256K", "-e", "64M", "-f", "2"]);
         out.lines()
             .skip(1)
             .map(|l| l.split(',').nth(9).unwrap().to_string())
