@@ -21,10 +21,13 @@ fn schedule_of(algorithm: Algorithm, t: &Topology, kind: CollectiveKind, chunks:
     let c = Collective::new(kind, t.active_npus(), 8 << 20, chunks, None).unwrap();
     match algorithm {
         // Sub-chunks at most 2 ways: the finer ones the synthesizer may choose on a switch
-        // exceed the executor's 256 steps a thread block, which the export refuses.
+        // exceed the executor's 256 steps a thread block, which the export refuses. The
+        // matching, not the symmetric plan: the plan paces sends with timers, which MSCCL has no
+        // step for (the export leaves them out), so its time would not round-trip.
         Algorithm::Tacos => {
             let options = SynthOptions {
                 x_way: Some(2),
+                symmetry: false,
                 ..SynthOptions::default()
             };
             synthesize(t, &[c], &options).unwrap().schedules.remove(0)

@@ -315,6 +315,10 @@ pub struct SynthArgs {
     /// chunks per NPU (see the guide)
     #[arg(long, value_name = "FILE")]
     pub sketch: Option<PathBuf>,
+    /// On switch hierarchies, run TACOS's matching over unwound switches instead of planning
+    /// one rank's chunk and translating it to every rank (the default there)
+    #[arg(long)]
+    pub no_symmetry: bool,
 }
 
 impl SynthArgs {
@@ -337,6 +341,7 @@ impl SynthArgs {
                 .as_deref()
                 .map(|p| crate::synth::Sketch::load(p).map(std::sync::Arc::new))
                 .transpose()?,
+            symmetry: !self.no_symmetry,
             ..SynthOptions::default()
         })
     }

@@ -276,6 +276,10 @@ fn run_and_report(
     };
     // A synthesized schedule that nothing else needs whole (its files are streamed) is simulated
     // and validated as it is planned, never held.
+    // MSCCL has no step for the symmetric plan's timers: an export gets the matching's schedule.
+    if args.msccl.is_some() {
+        spec.synth.symmetry = false;
+    }
     if synthesized && args.msccl.is_none() && args.routing != RoutingArg::Pinned {
         spec.synth.simulate_in_order = Some(crate::synth::InOrderRun {
             sim: spec.options.clone(),

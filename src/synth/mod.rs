@@ -11,6 +11,7 @@ mod greedy;
 mod ilp;
 mod network;
 mod sketch;
+mod symmetric;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -88,6 +89,9 @@ pub struct SynthOptions {
     pub simulate_in_order: Option<InOrderRun>,
     /// A communication sketch: the links the schedule may use ([`Sketch`]).
     pub sketch: Option<Arc<Sketch>>,
+    /// On switch hierarchies, plan one rank's chunk and translate it to every rank
+    /// (`symmetric`); off, TACOS's matching over unwound switches runs as the paper has it.
+    pub symmetry: bool,
 }
 
 /// Simulating a synthesized schedule send by send as the greedy plans it ([`sim::InOrder`]),
@@ -145,6 +149,7 @@ impl Default for SynthOptions {
             progress: None,
             simulate_in_order: None,
             sketch: None,
+            symmetry: true,
         }
     }
 }
@@ -190,6 +195,8 @@ pub struct Synthesis {
 pub struct Choice {
     /// The unwinding the schedule was planned on (`None`: no switches to unwind).
     pub unwinding: Option<Unwinding>,
+    /// Planned for one rank's chunk and translated to every rank (switch hierarchies).
+    pub symmetric: bool,
     /// Sub-chunks per chunk the matching used.
     pub x_way: Option<u32>,
     /// Unwindings not synthesized, each with its latency floor.
@@ -201,6 +208,9 @@ pub struct Choice {
 impl std::fmt::Display for Choice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();
+        if self.symmetric {
+            parts.push("one rank's chunk planned, translated to every rank".to_string());
+        }
         if let Some(u) = self.unwinding {
             parts.push(format!("{} unwinding", u.name()));
         }
@@ -450,7 +460,19 @@ pub fn synthesize(
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
     let Some(sketch) = &options.sketch else {
-        return synthesize_unwound(topology, &mut Unwound::default(), collectives, options);
+        let Some(h) = symmetric::Hierarchy::of(topology, collectives, options) else {
+            return synthesize_unwound(topology, &mut Unwound::default(), collectives, options);
+        };
+        let planned = symmetric::synthesize(&h, &collectives[0], options)?;
+        if !symmetric::also_search(topology, options) {
+            return Ok(planned);
+        }
+        // Small hierarchies also get the search over unwindings (milliseconds there), which
+        // can beat the plan by a percent or two, and the integer program runs as asked; the
+        // faster simulated schedule is kept.
+        let searched = synthesize_unwound(topology, &mut Unwound::default(), collectives, options)?;
+        let faster = judged(topology, &searched)? < judged(topology, &planned)?;
+        return Ok(if faster { searched } else { planned });
     };
     // Planned on the network the sketch leaves, each transfer pinned to a path inside it; the
     // schedule is held (not streamed, nor simulated as planned) until its routes are set.
@@ -1523,7 +1545,14 @@ mod tests {
                         unwinding,
                         ..SynthOptions::default()
                     };
-                    let synthesis = synthesize(&topology, &collectives, &options).unwrap();
+                    // The search itself, not the symmetric plan `synthesize` would take here.
+                    let synthesis = synthesize_unwound(
+                        &topology,
+                        &mut Unwound::default(),
+                        &collectives,
+                        &options,
+                    )
+                    .unwrap();
                     (judged(&topology, &synthesis).unwrap(), synthesis.choice)
                 };
                 let times: Vec<Time> = unwindings.iter().map(|&u| judged_on(Some(u)).0).collect();
