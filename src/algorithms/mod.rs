@@ -8,7 +8,7 @@ pub(crate) mod builder;
 mod ccube;
 mod collectives;
 mod dbt;
-mod direct;
+pub(crate) mod direct;
 pub mod forestcoll;
 mod hamiltonian;
 mod hdrm;

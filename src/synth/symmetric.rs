@@ -11,7 +11,9 @@
 //! server busy with the send that arrives first (the rarest piece first among those ready), so a
 //! chunk of `N` ranks is planned in `N - 1` decisions a piece instead of the `N (N - 1)` the
 //! whole matching takes. Reduce-scatter is the same trees run backwards with reductions, and
-//! all-reduce is reduce-scatter then all-gather of each piece once it is reduced.
+//! all-reduce is reduce-scatter then all-gather of each piece once it is reduced. All-to-all,
+//! whose pieces each have one destination, sends them straight there, every rank at the same
+//! offset at once.
 
 use super::{Choice, Method, SynthOptions, Synthesis, KEEP_PLANS_UP_TO};
 use crate::algorithms::builder::Builder;
@@ -66,7 +68,7 @@ struct Plan {
 
 impl Hierarchy {
     /// The hierarchy `collectives` run on, when the plan applies: one all-gather,
-    /// reduce-scatter or all-reduce over every NPU in order, on a fault-free shape whose
+    /// reduce-scatter, all-reduce or all-to-all over every NPU in order, on a fault-free shape whose
     /// dimensions are all switches, with no unwinding or sketch asked, symmetry not turned off,
     /// and not the TACCL-like baseline (a proxy for another tool).
     pub(crate) fn of(
@@ -87,6 +89,7 @@ impl Hierarchy {
             CollectiveKind::AllGather,
             CollectiveKind::ReduceScatter,
             CollectiveKind::AllReduce,
+            CollectiveKind::AllToAll,
         ];
         let dims = topology.dims();
         let whole = c.npus.len() == topology.npus() as usize
@@ -292,6 +295,9 @@ pub(crate) fn synthesize(
     c: &Collective,
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
+    if c.kind == CollectiveKind::AllToAll {
+        return all_to_all(h, c);
+    }
     let n = h.npus() as u64;
     let refined = |x: u32| Collective {
         chunks: c.chunks * x,
@@ -337,6 +343,41 @@ pub(crate) fn synthesize(
         choice: Choice {
             symmetric: true,
             x_way: Some(x),
+            ..Choice::default()
+        },
+    })
+}
+
+/// All-to-all by symmetry: rank 0's pieces go straight to their destinations (the switches give
+/// every pair a path) in order of the destination's offset, and every rank does the same from
+/// its own place, so at each step the ranks aim at distinct receivers: the staggered direct
+/// exchange (`direct-staggered`). Its estimate: what crosses the busiest dimension's ports
+/// (every piece crosses each dimension its ends differ in), plus the longest route's latency.
+fn all_to_all(h: &Hierarchy, c: &Collective) -> Result<Synthesis, Error> {
+    let schedule = crate::algorithms::direct::generate(c, true)?;
+    // By symmetry each NPU's dimension-k port carries what rank 0 sends across dimension k.
+    let mut bytes = vec![0u64; h.sizes.len()];
+    for d in 1..h.npus() {
+        let (lo, hi) = c.a2a_block(0, d);
+        for (k, load) in bytes.iter_mut().enumerate() {
+            if h.coordinate(d, k) != 0 {
+                *load += c.piece_bytes(lo, hi);
+            }
+        }
+    }
+    let busiest = (0..bytes.len())
+        .map(|k| h.bandwidth[k].transmit_time(bytes[k]))
+        .max()
+        .unwrap_or(Time::ZERO);
+    let route = h.latency.iter().fold(Time::ZERO, |sum, &l| sum + l + l);
+    Ok(Synthesis {
+        schedules: vec![schedule],
+        estimate: busiest + route,
+        ilp: Vec::new(),
+        streamed: None,
+        simulated: None,
+        choice: Choice {
+            symmetric: true,
             ..Choice::default()
         },
     })
@@ -402,8 +443,42 @@ mod tests {
         }
     }
 
-    /// Anything but one whole-network all-gather, reduce-scatter or all-reduce on switches
-    /// alone, or a forced unwinding, keeps the matching over unwound switches.
+    /// All-to-all on a switch hierarchy: the staggered direct exchange, valid, and the kept
+    /// schedule the faster of it and the matching's forwarding on a small hierarchy.
+    #[test]
+    fn all_to_all_goes_straight_to_its_destinations() {
+        let gb = Bandwidth::gb_per_sec;
+        let lat = [Time::from_ns(500), Time::from_ns(1000)];
+        let topology = parse_inline("dims:switch4,switch4", &[gb(100.0), gb(25.0)], &lat).unwrap();
+        let c = Collective::new(
+            CollectiveKind::AllToAll,
+            topology.active_npus(),
+            1 << 24,
+            1,
+            None,
+        )
+        .unwrap();
+        let options = SynthOptions::default();
+        let h = Hierarchy::of(&topology, std::slice::from_ref(&c), &options).unwrap();
+        let plan = super::synthesize(&h, &c, &options).unwrap();
+        let schedule = &plan.schedules[0];
+        assert_eq!(schedule.len(), 16 * 15);
+        crate::schedule::validate(schedule, &c, 5).unwrap();
+        let time = judged(&topology, &plan).unwrap();
+        let search = synthesize_unwound(
+            &topology,
+            &mut Unwound::default(),
+            std::slice::from_ref(&c),
+            &options,
+        )
+        .unwrap();
+        let searched = judged(&topology, &search).unwrap();
+        let kept = judged(&topology, &synthesize(&topology, &[c], &options).unwrap()).unwrap();
+        assert_eq!(kept, time.min(searched));
+    }
+
+    /// Anything but one whole-network all-gather, reduce-scatter, all-reduce or all-to-all on
+    /// switches alone, or a forced unwinding, keeps the matching over unwound switches.
     #[test]
     fn the_plan_applies_to_switch_hierarchies_only() {
         let gb = Bandwidth::gb_per_sec(50.0);
@@ -425,9 +500,14 @@ mod tests {
             c(CollectiveKind::AllReduce, all.clone()),
             &options
         ));
-        assert!(!applies(
+        assert!(applies(
             &switches,
             c(CollectiveKind::AllToAll, all.clone()),
+            &options
+        ));
+        assert!(!applies(
+            &switches,
+            c(CollectiveKind::Broadcast, all.clone()),
             &options
         ));
         assert!(!applies(
