@@ -460,19 +460,7 @@ pub fn synthesize(
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
     let Some(sketch) = &options.sketch else {
-        let Some(h) = symmetric::Hierarchy::of(topology, collectives, options) else {
-            return synthesize_unwound(topology, &mut Unwound::default(), collectives, options);
-        };
-        let planned = symmetric::synthesize(&h, &collectives[0], options)?;
-        if !symmetric::also_search(topology, options) {
-            return Ok(planned);
-        }
-        // Small hierarchies also get the search over unwindings (milliseconds there), which
-        // can beat the plan by a percent or two, and the integer program runs as asked; the
-        // faster simulated schedule is kept.
-        let searched = synthesize_unwound(topology, &mut Unwound::default(), collectives, options)?;
-        let faster = judged(topology, &searched)? < judged(topology, &planned)?;
-        return Ok(if faster { searched } else { planned });
+        return synthesize_cached(topology, &mut Unwound::default(), collectives, options);
     };
     // Planned on the network the sketch leaves, each transfer pinned to a path inside it; the
     // schedule is held (not streamed, nor simulated as planned) until its routes are set.
@@ -489,6 +477,28 @@ pub fn synthesize(
         sketch::pin_routes(&restricted, schedule)?;
     }
     Ok(synthesis)
+}
+
+/// [`synthesize`] without a sketch, on networks already unwound from `topology`: by symmetry
+/// on switch hierarchies (up to [`symmetric::SEARCHED_UP_TO`] NPUs, and for the integer
+/// program, beside the search over unwindings, the faster simulated schedule kept), else the
+/// search ([`synthesize_unwound`]).
+pub fn synthesize_cached(
+    topology: &Topology,
+    unwound: &mut Unwound,
+    collectives: &[Collective],
+    options: &SynthOptions,
+) -> Result<Synthesis, Error> {
+    let Some(h) = symmetric::Hierarchy::of(topology, collectives, options) else {
+        return synthesize_unwound(topology, unwound, collectives, options);
+    };
+    let planned = symmetric::synthesize(&h, &collectives[0], options)?;
+    if !symmetric::also_search(topology, options) {
+        return Ok(planned);
+    }
+    let searched = synthesize_unwound(topology, unwound, collectives, options)?;
+    let faster = judged(topology, &searched)? < judged(topology, &planned)?;
+    Ok(if faster { searched } else { planned })
 }
 
 /// The point-to-point networks one topology unwinds to, each built once: a training iteration

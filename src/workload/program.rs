@@ -1047,7 +1047,7 @@ impl<'a> Emitter<'a> {
                     method: algorithm.synthesis().expect("a synthesized algorithm"),
                     ..o.synth.clone()
                 };
-                synth::synthesize_unwound(
+                synth::synthesize_cached(
                     self.topology,
                     &mut self.unwound,
                     std::slice::from_ref(&c),
