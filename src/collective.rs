@@ -82,6 +82,21 @@ impl CollectiveKind {
         )
     }
 
+    /// Whether it reduces every rank's data into its owner's piece: reduce-scatter, and
+    /// all-reduce's first phase.
+    pub fn has_reduce_scatter(self) -> bool {
+        matches!(
+            self,
+            CollectiveKind::ReduceScatter | CollectiveKind::AllReduce
+        )
+    }
+
+    /// Whether it spreads every rank's piece to every rank: all-gather, and all-reduce's
+    /// second phase.
+    pub fn has_all_gather(self) -> bool {
+        matches!(self, CollectiveKind::AllGather | CollectiveKind::AllReduce)
+    }
+
     /// nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
     pub fn busbw_factor(self, n: u32) -> f64 {
         let n = n as f64;

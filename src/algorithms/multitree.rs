@@ -16,7 +16,7 @@
 
 use super::builder::Builder;
 use super::Algorithm;
-use crate::collective::{Collective, CollectiveKind};
+use crate::collective::Collective;
 use crate::schedule::{Op, Schedule};
 use crate::topology::Topology;
 use crate::Error;
@@ -59,11 +59,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
     };
     let mut b = Builder::new(c)?;
     let block = |r: u32| c.rank_block(r);
-    let reduces = matches!(
-        c.kind,
-        CollectiveKind::ReduceScatter | CollectiveKind::AllReduce
-    );
-    if reduces {
+    if c.kind.has_reduce_scatter() {
         // Trees spreading on the transposed network, run backwards: a child reduces its copy of
         // the root's block into its parent's, the last step first.
         let mut edges = grow_trees(&into, n).ok_or_else(unreachable)?;
@@ -72,10 +68,7 @@ pub fn generate(topology: &Topology, c: &Collective) -> Result<Schedule, Error> 
             b.send(e.child, e.parent, block(e.root), Op::Reduce);
         }
     }
-    if matches!(
-        c.kind,
-        CollectiveKind::AllGather | CollectiveKind::AllReduce
-    ) {
+    if c.kind.has_all_gather() {
         let edges = grow_trees(&out, n).ok_or_else(unreachable)?;
         for e in &edges {
             b.send(e.parent, e.child, block(e.root), Op::Copy);
@@ -158,6 +151,7 @@ fn next_edge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::CollectiveKind;
     use crate::schedule::validate;
     use crate::sim::{simulate, SimOptions};
     use crate::topology::TopologyOptions;

@@ -277,14 +277,8 @@ pub fn nvls(
     let relay = |b: &Builder, bx: u32| b.relay_rank(bx);
     // Groups: 0 reduces into the switch, 1 stores into it, 2 up the tree across boxes, 3 down.
     let mut program = Program::new(n, cut.channels, 4, cut.window);
-    let reduce = matches!(
-        c.kind,
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter
-    );
-    let spread = matches!(
-        c.kind,
-        CollectiveKind::AllReduce | CollectiveKind::AllGather
-    );
+    let reduce = c.kind.has_reduce_scatter();
+    let spread = c.kind.has_all_gather();
     for l in 0..cut.loops {
         for ch in 0..cut.channels {
             for s in 0..cut.slices {

@@ -737,12 +737,9 @@ impl Model {
             (a, p)
         };
         let mut intra_lat = HW_LATENCY[hw_intra][lat_algo][lat_proto];
-        // NCCL's model: "inter-node rings still have to launch nsteps * net overhead" (rings
-        // only, `ncclTopoTuneModel`).
+        // As NCCL's model has it, for rings only.
         if s.boxes > 1 && choice.algo == Algo::Ring {
-            let simple = choice.proto == Proto::Simple;
-            let overhead = s.cpu.net_overhead_us() * if simple { 3.0 } else { 1.0 };
-            intra_lat = intra_lat.max(overhead);
+            intra_lat = intra_lat.max(tuning::ring_overhead_floor_us(s.cpu, choice.proto));
         }
         let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
         let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);

@@ -35,10 +35,8 @@ struct Comm {
     generation: usize,
     /// `hw[a]` for one box: NVLink (NVSwitch, xGMI) or PCI.
     intra_hw: usize,
-    /// NCCL's per-step network overhead on the hosts, us (`getNetOverhead`).
-    net_overhead_us: f64,
-    /// Whether the hosts' CPUs are AMD's (`cpuVendor`, which picks LL's bandwidth row).
-    amd_hosts: bool,
+    /// The hosts' CPU (`cpuVendor`: the network overhead and LL's bandwidth row).
+    cpu: CpuVendor,
 }
 
 /// `ncclTopoTuneModel`: the tables for `system` with its `graphs`, and which algorithms and
@@ -53,8 +51,7 @@ pub fn tune(
         nodes: system.boxes.max(1),
         ranks: system.gpus(),
         generation: system.arch.table_index(),
-        net_overhead_us: system.cpu.net_overhead_us(),
-        amd_hosts: system.cpu == CpuVendor::Amd,
+        cpu: system.cpu,
         intra_hw: if system.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -73,10 +70,10 @@ pub fn tune(
     let index2 = (nodes.min(3) - 1) as usize;
     // LL: GPU generation on one box, the hosts' CPU vendor across boxes (AMD's row is the
     // Ampere row's place, Intel's the Volta row's).
-    let index1 = match (nodes, comm.amd_hosts) {
+    let index1 = match (nodes, comm.cpu) {
         (1, _) => comm.generation,
-        (_, true) => 1,
-        (_, false) => 0,
+        (_, CpuVendor::Amd) => 1,
+        _ => 0,
     };
     let g = comm.generation;
     let ll_max_bw = LL_MAX_BW[index1][index2];
@@ -190,6 +187,13 @@ pub fn tune(
     tables
 }
 
+/// The per-step latency floor of rings across boxes, us: "inter-node rings still have to launch
+/// nsteps * net overhead" (`ncclTopoTuneModel`), the hosts' network overhead, tripled for
+/// Simple.
+pub(super) fn ring_overhead_floor_us(cpu: CpuVendor, proto: Proto) -> f64 {
+    cpu.net_overhead_us() * if proto == Proto::Simple { 3.0 } else { 1.0 }
+}
+
 /// The latency term of `ncclTopoTuneModel` for one (function, algorithm, protocol), us.
 fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f64 {
     let (a, p) = (algo as usize, proto as usize);
@@ -211,12 +215,9 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
                 // sameChannels graphs (every one collsim builds) pay one step.
                 base + lat
             } else {
-                let mut overhead = 0.0;
                 if nodes > 1 {
-                    overhead =
-                        comm.net_overhead_us * if proto == Proto::Simple { 3.0 } else { 1.0 };
+                    intra_lat = intra_lat.max(ring_overhead_floor_us(comm.cpu, proto));
                 }
-                intra_lat = intra_lat.max(overhead);
                 let inter_steps = match (nodes, func) {
                     (1, _) => 0.0,
                     (_, Func::AllReduce) => 2.0 * (nodes - 1) as f64,

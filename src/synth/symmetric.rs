@@ -237,14 +237,6 @@ fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::
     let n = h.npus();
     let x = c.chunks;
     let mut b = Builder::new(c)?;
-    let reduces = matches!(
-        c.kind,
-        CollectiveKind::ReduceScatter | CollectiveKind::AllReduce
-    );
-    let gathers = matches!(
-        c.kind,
-        CollectiveKind::AllGather | CollectiveKind::AllReduce
-    );
     let mirror = |t: Time| Time::from_ps(plan.finish.ps() - t.ps());
     let send = |b: &mut Builder, hop: &Hop, at: Time, ready: Time, reverse: bool| {
         for r in 0..n {
@@ -263,7 +255,7 @@ fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::
         }
     };
     let mut offset = Time::ZERO;
-    if reduces {
+    if c.kind.has_reduce_scatter() {
         // A node's partial sum leaves once its children's have come in: mirrored, the latest
         // of them arrives when the earliest of its children's sends started.
         let mut first_child: std::collections::HashMap<(u32, u32), Time> = Default::default();
@@ -279,7 +271,7 @@ fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::
         }
         offset = plan.finish;
     }
-    if gathers {
+    if c.kind.has_all_gather() {
         for hop in &plan.hops {
             send(&mut b, hop, offset + hop.start, offset + hop.ready, false);
         }
@@ -480,43 +472,24 @@ mod tests {
         let switches = parse_inline("dims:switch4,switch2", &[gb, gb], &[ns, ns]).unwrap();
         let mixed = parse_inline("dims:ring4,switch2", &[gb, gb], &[ns, ns]).unwrap();
         let all = switches.active_npus();
-        let c = |kind, npus: Vec<u32>| Collective::new(kind, npus, 1 << 20, 1, None).unwrap();
         let options = SynthOptions::default();
-        let applies =
-            |t: &Topology, c: Collective, o: &SynthOptions| Hierarchy::of(t, &[c], o).is_some();
-        assert!(applies(
-            &switches,
-            c(CollectiveKind::AllReduce, all.clone()),
-            &options
-        ));
-        assert!(!applies(
-            &mixed,
-            c(CollectiveKind::AllReduce, all.clone()),
-            &options
-        ));
-        assert!(applies(
-            &switches,
-            c(CollectiveKind::AllToAll, all.clone()),
-            &options
-        ));
-        assert!(!applies(
-            &switches,
-            c(CollectiveKind::Broadcast, all.clone()),
-            &options
-        ));
-        assert!(!applies(
-            &switches,
-            c(CollectiveKind::AllGather, all[..4].to_vec()),
-            &options
-        ));
         let forced = SynthOptions {
             unwinding: Some(super::super::Unwinding::Degree(1)),
             ..SynthOptions::default()
         };
-        assert!(!applies(
-            &switches,
-            c(CollectiveKind::AllGather, all),
-            &forced
-        ));
+        use CollectiveKind::*;
+        let cases = [
+            (&switches, AllReduce, all.clone(), &options, true),
+            (&mixed, AllReduce, all.clone(), &options, false),
+            (&switches, AllToAll, all.clone(), &options, true),
+            (&switches, Broadcast, all.clone(), &options, false),
+            (&switches, AllGather, all[..4].to_vec(), &options, false),
+            (&switches, AllGather, all, &forced, false),
+        ];
+        for (topology, kind, npus, o, applies) in cases {
+            let c = Collective::new(kind, npus, 1 << 20, 1, None).unwrap();
+            let planned = Hierarchy::of(topology, &[c], o).is_some();
+            assert_eq!(planned, applies, "{} {kind}", topology.name());
+        }
     }
 }
