@@ -8,8 +8,10 @@
 //! done. Several collectives at once are matched together, sharing the links.
 
 mod greedy;
+mod hierarchy;
 mod ilp;
 mod network;
+mod rooted;
 mod sketch;
 mod symmetric;
 
@@ -197,6 +199,8 @@ pub struct Choice {
     pub unwinding: Option<Unwinding>,
     /// Planned for one rank's chunk and translated to every rank (switch hierarchies).
     pub symmetric: bool,
+    /// Planned port by port from the root (rooted collectives on switch hierarchies).
+    pub from_root: bool,
     /// Sub-chunks per chunk the matching used.
     pub x_way: Option<u32>,
     /// Unwindings not synthesized, each with its latency floor.
@@ -210,6 +214,9 @@ impl std::fmt::Display for Choice {
         let mut parts = Vec::new();
         if self.symmetric {
             parts.push("one rank's chunk planned, translated to every rank".to_string());
+        }
+        if self.from_root {
+            parts.push("planned port by port from the root".to_string());
         }
         if let Some(u) = self.unwinding {
             parts.push(format!("{} unwinding", u.name()));
@@ -479,20 +486,24 @@ pub fn synthesize(
     Ok(synthesis)
 }
 
-/// [`synthesize`] without a sketch, on networks already unwound from `topology`: by symmetry
-/// on switch hierarchies (up to [`symmetric::SEARCHED_UP_TO`] NPUs, and for the integer
-/// program, beside the search over unwindings, the faster simulated schedule kept), else the
-/// search ([`synthesize_unwound`]).
+/// [`synthesize`] without a sketch, on networks already unwound from `topology`: planned on
+/// switch hierarchies (by symmetry, or port by port from the root of a rooted collective; up to
+/// [`symmetric::SEARCHED_UP_TO`] NPUs, and for the integer program, beside the search over
+/// unwindings, the faster simulated schedule kept), else the search ([`synthesize_unwound`]).
 pub fn synthesize_cached(
     topology: &Topology,
     unwound: &mut Unwound,
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
-    let Some(h) = symmetric::Hierarchy::of(topology, collectives, options) else {
+    let Some(h) = hierarchy::Hierarchy::of(topology, collectives, options) else {
         return synthesize_unwound(topology, unwound, collectives, options);
     };
-    let planned = symmetric::synthesize(&h, &collectives[0], options)?;
+    let c = &collectives[0];
+    let planned = match c.kind.is_rooted() {
+        true => rooted::synthesize(&h, c, options)?,
+        false => symmetric::synthesize(&h, c, options)?,
+    };
     if !symmetric::also_search(topology, options) {
         return Ok(planned);
     }

@@ -15,12 +15,13 @@
 //! whose pieces each have one destination, sends them straight there, every rank at the same
 //! offset at once.
 
-use super::{Choice, Method, SynthOptions, Synthesis, KEEP_PLANS_UP_TO};
+use super::hierarchy::{emit, keep_while_faster, refined, x_ways, Emit, Hierarchy, Hop, Plan};
+use super::{Choice, Method, SynthOptions, Synthesis};
 use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::Op;
-use crate::topology::{DimKind, Topology};
-use crate::units::{Bandwidth, Time};
+use crate::topology::Topology;
+use crate::units::Time;
 use crate::Error;
 
 /// NPUs up to which the search over unwindings also runs beside the plan and the faster is
@@ -35,111 +36,10 @@ pub(crate) fn also_search(topology: &Topology, options: &SynthOptions) -> bool {
     topology.npus() <= SEARCHED_UP_TO || options.method == Method::Ilp
 }
 
-/// Sub-chunk counts tried when the user gives no `--x-way`.
-const X_WAYS: [u32; 5] = [1, 2, 4, 8, 16];
-
-/// A hierarchy of switch dimensions, as the plan sees it.
-#[derive(Debug)]
-pub(crate) struct Hierarchy {
-    sizes: Vec<u32>,
-    strides: Vec<u32>,
-    bandwidth: Vec<Bandwidth>,
-    /// One NPU-switch link's latency, per dimension.
-    latency: Vec<Time>,
-}
-
-/// One send of the chunk of NPU 0: piece `piece` from `src` to `dst`, starting at `start` by
-/// the plan, which its data reached at `ready` and which reaches `dst` at `arrive`.
-#[derive(Clone, Copy, Debug)]
-struct Hop {
-    start: Time,
-    ready: Time,
-    arrive: Time,
-    piece: u32,
-    src: u32,
-    dst: u32,
-}
-
-/// The plan of one rank's chunk and when its last piece arrives.
-struct Plan {
-    hops: Vec<Hop>,
-    finish: Time,
-}
+/// The most sub-chunks a chunk is cut in when the user gives no `--x-way`.
+const MOST_X_WAY: u32 = 16;
 
 impl Hierarchy {
-    /// The hierarchy `collectives` run on, when the plan applies: one all-gather,
-    /// reduce-scatter, all-reduce or all-to-all over every NPU in order, on a fault-free shape whose
-    /// dimensions are all switches, with no unwinding or sketch asked, symmetry not turned off,
-    /// and not the TACCL-like baseline (a proxy for another tool).
-    pub(crate) fn of(
-        topology: &Topology,
-        collectives: &[Collective],
-        options: &SynthOptions,
-    ) -> Option<Hierarchy> {
-        if !options.symmetry
-            || options.unwinding.is_some()
-            || options.method == Method::TacclLike
-            || options.sketch.is_some()
-            || collectives.len() != 1
-        {
-            return None;
-        }
-        let c = &collectives[0];
-        let kinds = [
-            CollectiveKind::AllGather,
-            CollectiveKind::ReduceScatter,
-            CollectiveKind::AllReduce,
-            CollectiveKind::AllToAll,
-        ];
-        let dims = topology.dims();
-        let whole = c.npus.len() == topology.npus() as usize
-            && c.npus.iter().enumerate().all(|(i, &v)| v == i as u32);
-        if !kinds.contains(&c.kind)
-            || dims.is_empty()
-            || dims.iter().any(|d| d.kind != DimKind::Switch || d.size < 2)
-            || !topology.uses_dimension_routing()
-            || !whole
-        {
-            return None;
-        }
-        let mut strides = Vec::with_capacity(dims.len());
-        let mut stride = 1;
-        for d in dims {
-            strides.push(stride);
-            stride *= d.size;
-        }
-        Some(Hierarchy {
-            sizes: dims.iter().map(|d| d.size).collect(),
-            strides,
-            bandwidth: dims.iter().map(|d| d.bandwidth).collect(),
-            latency: dims.iter().map(|d| d.latency).collect(),
-        })
-    }
-
-    fn npus(&self) -> u32 {
-        self.sizes.iter().product()
-    }
-
-    fn coordinate(&self, npu: u32, dim: usize) -> u32 {
-        npu / self.strides[dim] % self.sizes[dim]
-    }
-
-    /// `npu` moved by the offset whose coordinates are those of `by`.
-    fn translate(&self, npu: u32, by: u32) -> u32 {
-        (0..self.sizes.len())
-            .map(|k| {
-                let sum = self.coordinate(npu, k) + self.coordinate(by, k);
-                sum % self.sizes[k] * self.strides[k]
-            })
-            .sum()
-    }
-
-    /// The members of `npu`'s group in dimension `dim`, in coordinate order.
-    fn group(&self, npu: u32, dim: usize) -> impl Iterator<Item = u32> + '_ {
-        let base = npu - self.coordinate(npu, dim) * self.strides[dim];
-        (0..self.sizes[dim]).map(move |x| base + x * self.strides[dim])
-    }
-
     /// The greedy plan of NPU 0's chunk cut in `x` pieces of at most `bytes` each.
     fn plan(&self, x: u32, bytes: u64) -> Plan {
         let n = self.npus() as usize;
@@ -229,58 +129,26 @@ impl Hierarchy {
 
 /// The plan's schedule for `c` (chunks already cut into sub-chunks): every hop for every rank's
 /// chunk, in the plan's order, reduce-scatter first (the same trees mirrored in time, with
-/// reductions) where the collective reduces. A hop the plan holds back after its data is there
-/// (its dimension's ports busy) waits for a timer at its planned start: run as soon as its data
-/// arrives it could take a port ahead of a hop the plan put first, and the translates of one
-/// plan would then meet in the ports.
+/// reductions) where the collective reduces.
 fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::Schedule, Error> {
-    let n = h.npus();
     let x = c.chunks;
     let mut b = Builder::new(c)?;
-    let mirror = |t: Time| Time::from_ps(plan.finish.ps() - t.ps());
-    let send = |b: &mut Builder, hop: &Hop, at: Time, ready: Time, reverse: bool| {
-        for r in 0..n {
-            let piece = r * x + hop.piece;
-            let (from, to, op) = match reverse {
-                true => (hop.dst, hop.src, Op::Reduce),
-                false => (hop.src, hop.dst, Op::Copy),
-            };
-            let (src, dst) = (h.translate(from, r), h.translate(to, r));
-            let timer = (at > ready).then(|| b.timer(src, at));
-            let after: &[_] = match &timer {
-                Some(t) => std::slice::from_ref(t),
-                None => &[],
-            };
-            b.send_after(src, dst, (piece, piece + 1), op, after);
-        }
-    };
+    let ranks: Vec<u32> = (0..h.npus()).collect();
+    let piece_of = |r: u32, piece: u32| r * x + piece;
     let mut offset = Time::ZERO;
     if c.kind.has_reduce_scatter() {
-        // A node's partial sum leaves once its children's have come in: mirrored, the latest
-        // of them arrives when the earliest of its children's sends started.
-        let mut first_child: std::collections::HashMap<(u32, u32), Time> = Default::default();
-        for hop in &plan.hops {
-            let e = first_child.entry((hop.piece, hop.src)).or_insert(hop.start);
-            *e = (*e).min(hop.start);
-        }
-        for hop in plan.hops.iter().rev() {
-            let ready = first_child
-                .get(&(hop.piece, hop.dst))
-                .map_or(Time::ZERO, |&t| mirror(t));
-            send(&mut b, hop, mirror(hop.arrive), ready, true);
-        }
+        let how = Emit::Mirrored { op: Op::Reduce };
+        emit(h, &mut b, plan, &ranks, piece_of, how);
         offset = plan.finish;
     }
     if c.kind.has_all_gather() {
-        for hop in &plan.hops {
-            send(&mut b, hop, offset + hop.start, offset + hop.ready, false);
-        }
+        emit(h, &mut b, plan, &ranks, piece_of, Emit::Forward { offset });
     }
     Ok(b.finish())
 }
 
-/// The symmetric plan of `c` on `h`: at the user's X-way chunking, else X of [`X_WAYS`]
-/// doubled while the plan finishes at least 1% sooner (as the matching's own search does),
+/// The symmetric plan of `c` on `h`: at the user's X-way chunking, else X up to
+/// [`MOST_X_WAY`] doubled while the plan finishes at least 1% sooner (as the matching's own search does),
 /// within the matching's budget of sends.
 pub(crate) fn synthesize(
     h: &Hierarchy,
@@ -291,35 +159,18 @@ pub(crate) fn synthesize(
         return all_to_all(h, c);
     }
     let n = h.npus() as u64;
-    let refined = |x: u32| Collective {
-        chunks: c.chunks * x,
-        ..c.clone()
-    };
-    let fits = |x: u32| {
-        let r = refined(x);
-        r.piece_count() as u64 <= c.size && r.piece_count() as u64 * n <= KEEP_PLANS_UP_TO
-    };
-    let ways: Vec<u32> = match options.x_way {
-        Some(x) if fits(x) => vec![x],
-        Some(x) => {
-            return Err(Error::input(format!(
-                "--x-way {x}: the chunks cannot be cut that finely"
-            )))
-        }
-        None => X_WAYS.into_iter().filter(|&x| x == 1 || fits(x)).collect(),
-    };
-    let mut kept: Option<(u32, Plan)> = None;
-    for x in ways {
-        let r = refined(x);
-        let plan = h.plan(r.chunks, r.piece_bytes(0, 1));
-        match &kept {
-            // Doubling X doubles the schedule: kept only where the plan gets 1% faster.
-            Some((_, best)) if plan.finish.ps() as f64 > 0.99 * best.finish.ps() as f64 => break,
-            _ => kept = Some((x, plan)),
-        }
-    }
-    let (x, plan) = kept.expect("one X at least");
-    let claim = refined(x);
+    let ways = x_ways(c, options, MOST_X_WAY, |x| {
+        refined(c, x).piece_count() as u64 * n
+    })?;
+    let (x, plan) = keep_while_faster(
+        &ways,
+        |x| {
+            let r = refined(c, x);
+            h.plan(r.chunks, r.piece_bytes(0, 1))
+        },
+        |p| p.finish,
+    );
+    let claim = refined(c, x);
     let schedule = build(h, &claim, &plan)?;
     let phases = if c.kind == CollectiveKind::AllReduce {
         2
@@ -377,9 +228,10 @@ fn all_to_all(h: &Hierarchy, c: &Collective) -> Result<Synthesis, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{judged, synthesize, synthesize_unwound, Unwound};
+    use super::super::judged;
     use super::*;
     use crate::topology::parse_inline;
+    use crate::units::Bandwidth;
 
     /// On two switch hierarchies, for all-gather, reduce-scatter and all-reduce from 1 KB to 64
     /// MB: the plan's schedule validates, the simulation follows the plan to the picosecond (so
@@ -419,7 +271,7 @@ mod tests {
                     crate::schedule::validate(schedule, claim, 7).unwrap();
                     let time = judged(&topology, &plan).unwrap();
                     assert_eq!(time, plan.estimate, "{spec} {kind} {size}");
-                    assert_the_faster_is_kept(&topology, c, time);
+                    super::super::hierarchy::tests::assert_the_faster_is_kept(&topology, c, time);
                 }
             }
         }
@@ -447,49 +299,6 @@ mod tests {
         assert_eq!(schedule.len(), 16 * 15);
         crate::schedule::validate(schedule, &c, 5).unwrap();
         let time = judged(&topology, &plan).unwrap();
-        assert_the_faster_is_kept(&topology, c, time);
-    }
-
-    /// On a small hierarchy the synthesizer keeps the faster of the plan (simulated at
-    /// `planned`) and the search over unwindings.
-    fn assert_the_faster_is_kept(topology: &Topology, c: Collective, planned: Time) {
-        let options = SynthOptions::default();
-        let collectives = [c];
-        let search =
-            synthesize_unwound(topology, &mut Unwound::default(), &collectives, &options).unwrap();
-        let searched = judged(topology, &search).unwrap();
-        let kept = synthesize(topology, &collectives, &options).unwrap();
-        let kept = judged(topology, &kept).unwrap();
-        assert_eq!(kept, planned.min(searched), "{}", collectives[0].kind);
-    }
-
-    /// Anything but one whole-network all-gather, reduce-scatter, all-reduce or all-to-all on
-    /// switches alone, or a forced unwinding, keeps the matching over unwound switches.
-    #[test]
-    fn the_plan_applies_to_switch_hierarchies_only() {
-        let gb = Bandwidth::gb_per_sec(50.0);
-        let ns = Time::from_ns(500);
-        let switches = parse_inline("dims:switch4,switch2", &[gb, gb], &[ns, ns]).unwrap();
-        let mixed = parse_inline("dims:ring4,switch2", &[gb, gb], &[ns, ns]).unwrap();
-        let all = switches.active_npus();
-        let options = SynthOptions::default();
-        let forced = SynthOptions {
-            unwinding: Some(super::super::Unwinding::Degree(1)),
-            ..SynthOptions::default()
-        };
-        use CollectiveKind::*;
-        let cases = [
-            (&switches, AllReduce, all.clone(), &options, true),
-            (&mixed, AllReduce, all.clone(), &options, false),
-            (&switches, AllToAll, all.clone(), &options, true),
-            (&switches, Broadcast, all.clone(), &options, false),
-            (&switches, AllGather, all[..4].to_vec(), &options, false),
-            (&switches, AllGather, all, &forced, false),
-        ];
-        for (topology, kind, npus, o, applies) in cases {
-            let c = Collective::new(kind, npus, 1 << 20, 1, None).unwrap();
-            let planned = Hierarchy::of(topology, &[c], o).is_some();
-            assert_eq!(planned, applies, "{} {kind}", topology.name());
-        }
+        super::super::hierarchy::tests::assert_the_faster_is_kept(&topology, c, time);
     }
 }

@@ -1,0 +1,327 @@
+//! Hierarchies of switch dimensions, as the planners that exploit their structure see them
+//! (the symmetric plan of the all-to-all family, `symmetric`, and the port-by-port plan of the
+//! rooted collectives, `rooted`), and the hops those plans are made of.
+//!
+//! NPU ids are row-major over the dimensions and each group of a dimension hangs off a switch
+//! of its own, so an NPU has one link up to each dimension's switch and one down from it. A hop
+//! between two members of a group crosses that switch store-and-forward: it holds the sender's
+//! up-link for one serialization, and the receiver's down-link for one more once it has reached
+//! the switch.
+
+use super::{Method, SynthOptions};
+use crate::algorithms::builder::Builder;
+use crate::collective::{Collective, CollectiveKind};
+use crate::schedule::Op;
+use crate::topology::{DimKind, Topology};
+use crate::units::{Bandwidth, Time};
+use crate::Error;
+
+/// A hierarchy of switch dimensions.
+#[derive(Debug)]
+pub(crate) struct Hierarchy {
+    pub(super) sizes: Vec<u32>,
+    pub(super) strides: Vec<u32>,
+    pub(super) bandwidth: Vec<Bandwidth>,
+    /// One NPU-switch link's latency, per dimension.
+    pub(super) latency: Vec<Time>,
+}
+
+/// One send of a plan: piece `piece` from `src` to `dst`, starting at `start` by the plan,
+/// which its data reached at `ready` and which reaches `dst` at `arrive`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Hop {
+    pub start: Time,
+    pub ready: Time,
+    pub arrive: Time,
+    pub piece: u32,
+    pub src: u32,
+    pub dst: u32,
+}
+
+/// A plan's hops, in start order, and when its last piece arrives.
+pub(super) struct Plan {
+    pub hops: Vec<Hop>,
+    pub finish: Time,
+}
+
+impl Hierarchy {
+    /// The hierarchy `collectives` run on, when a plan applies: one collective over every NPU
+    /// in order (any kind but the point-to-point ones), on a fault-free shape whose dimensions
+    /// are all switches, with no unwinding or sketch asked, symmetry not turned off, and not the
+    /// TACCL-like baseline (a proxy for another tool).
+    pub(crate) fn of(
+        topology: &Topology,
+        collectives: &[Collective],
+        options: &SynthOptions,
+    ) -> Option<Hierarchy> {
+        if !options.symmetry
+            || options.unwinding.is_some()
+            || options.method == Method::TacclLike
+            || options.sketch.is_some()
+            || collectives.len() != 1
+        {
+            return None;
+        }
+        let c = &collectives[0];
+        use CollectiveKind::*;
+        let kinds = [
+            AllGather,
+            ReduceScatter,
+            AllReduce,
+            AllToAll,
+            Broadcast,
+            Reduce,
+            Scatter,
+            Gather,
+        ];
+        let dims = topology.dims();
+        let whole = c.npus.len() == topology.npus() as usize
+            && c.npus.iter().enumerate().all(|(i, &v)| v == i as u32);
+        if !kinds.contains(&c.kind)
+            || dims.is_empty()
+            || dims.iter().any(|d| d.kind != DimKind::Switch || d.size < 2)
+            || !topology.uses_dimension_routing()
+            || !whole
+        {
+            return None;
+        }
+        let mut strides = Vec::with_capacity(dims.len());
+        let mut stride = 1;
+        for d in dims {
+            strides.push(stride);
+            stride *= d.size;
+        }
+        Some(Hierarchy {
+            sizes: dims.iter().map(|d| d.size).collect(),
+            strides,
+            bandwidth: dims.iter().map(|d| d.bandwidth).collect(),
+            latency: dims.iter().map(|d| d.latency).collect(),
+        })
+    }
+
+    pub(super) fn npus(&self) -> u32 {
+        self.sizes.iter().product()
+    }
+
+    pub(super) fn dims(&self) -> usize {
+        self.sizes.len()
+    }
+
+    pub(super) fn coordinate(&self, npu: u32, dim: usize) -> u32 {
+        npu / self.strides[dim] % self.sizes[dim]
+    }
+
+    /// `npu` with its coordinate in dimension `dim` set to `x`.
+    pub(super) fn with_coordinate(&self, npu: u32, dim: usize, x: u32) -> u32 {
+        npu - self.coordinate(npu, dim) * self.strides[dim] + x * self.strides[dim]
+    }
+
+    /// `npu` moved by the offset whose coordinates are those of `by`.
+    pub(super) fn translate(&self, npu: u32, by: u32) -> u32 {
+        (0..self.sizes.len())
+            .map(|k| {
+                let sum = self.coordinate(npu, k) + self.coordinate(by, k);
+                sum % self.sizes[k] * self.strides[k]
+            })
+            .sum()
+    }
+
+    /// The members of `npu`'s group in dimension `dim`, in coordinate order.
+    pub(super) fn group(&self, npu: u32, dim: usize) -> impl Iterator<Item = u32> + '_ {
+        let base = self.with_coordinate(npu, dim, 0);
+        (0..self.sizes[dim]).map(move |x| base + x * self.strides[dim])
+    }
+
+    /// Groups of dimension `dim`: `npus / size`.
+    pub(super) fn groups(&self, dim: usize) -> usize {
+        (self.npus() / self.sizes[dim]) as usize
+    }
+
+    /// Which of dimension `dim`'s groups `npu` is in, `0..groups(dim)`.
+    pub(super) fn group_index(&self, npu: u32, dim: usize) -> usize {
+        let (stride, size) = (self.strides[dim], self.sizes[dim]);
+        (npu / (stride * size) * stride + npu % stride) as usize
+    }
+
+    /// The dimensions in which `a` and `b` differ, as bits.
+    pub(super) fn differing(&self, a: u32, b: u32) -> usize {
+        (0..self.dims())
+            .filter(|&k| self.coordinate(a, k) != self.coordinate(b, k))
+            .fold(0, |m, k| m | 1 << k)
+    }
+
+    /// One serialization of `bytes` on a port of dimension `dim`, and a whole hop across its
+    /// switch (up, store, down).
+    pub(super) fn port_and_trip(&self, dim: usize, bytes: u64) -> (Time, Time) {
+        let port = self.bandwidth[dim].transmit_time(bytes);
+        (port, port + port + self.latency[dim] + self.latency[dim])
+    }
+}
+
+/// Which way [`emit`] lays a plan's hops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Emit {
+    /// As planned, each piece copied from `src` to `dst`, from `offset` on.
+    Forward { offset: Time },
+    /// Mirrored in time from the plan's finish, each hop from `dst` back to `src` with `op`: a
+    /// node's data leaves once what its children send it has come in (for a reduction, their
+    /// partial sums).
+    Mirrored { op: Op },
+}
+
+/// Adds `plan`'s hops to `b`, once for each offset of `translates` (the plan moved by that
+/// offset, [`Hierarchy::translate`]; `piece_of` names the piece a hop carries in that
+/// translate). A hop the plan holds back after its data is there (its ports busy) waits for a
+/// timer at its planned start: run as soon as its data arrives it could take a port ahead of a
+/// hop the plan put first, and the plan's ports would then meet and queue.
+pub(super) fn emit(
+    h: &Hierarchy,
+    b: &mut Builder,
+    plan: &Plan,
+    translates: &[u32],
+    piece_of: impl Fn(u32, u32) -> u32,
+    how: Emit,
+) {
+    let send = |b: &mut Builder, hop: &Hop, (at, ready): (Time, Time), (from, to), op| {
+        for &r in translates {
+            let piece = piece_of(r, hop.piece);
+            let (src, dst) = (h.translate(from, r), h.translate(to, r));
+            let timer = (at > ready).then(|| b.timer(src, at));
+            let after: &[_] = match &timer {
+                Some(t) => std::slice::from_ref(t),
+                None => &[],
+            };
+            b.send_after(src, dst, (piece, piece + 1), op, after);
+        }
+    };
+    match how {
+        Emit::Forward { offset } => {
+            for hop in &plan.hops {
+                let times = (offset + hop.start, offset + hop.ready);
+                send(b, hop, times, (hop.src, hop.dst), Op::Copy);
+            }
+        }
+        Emit::Mirrored { op } => {
+            let mirror = |t: Time| Time::from_ps(plan.finish.ps() - t.ps());
+            // Mirrored, the last of a node's children's sends arrives when the earliest of
+            // them started.
+            let mut first_child: std::collections::HashMap<(u32, u32), Time> = Default::default();
+            for hop in &plan.hops {
+                let e = first_child.entry((hop.piece, hop.src)).or_insert(hop.start);
+                *e = (*e).min(hop.start);
+            }
+            for hop in plan.hops.iter().rev() {
+                let ready = first_child
+                    .get(&(hop.piece, hop.dst))
+                    .map_or(Time::ZERO, |&t| mirror(t));
+                send(b, hop, (mirror(hop.arrive), ready), (hop.dst, hop.src), op);
+            }
+        }
+    }
+}
+
+/// The collective `c` with every chunk cut in `x` sub-chunks.
+pub(super) fn refined(c: &Collective, x: u32) -> Collective {
+    Collective {
+        chunks: c.chunks * x,
+        ..c.clone()
+    }
+}
+
+/// The X-way chunkings a plan tries: the user's (refused if the buffer cannot be cut so
+/// finely), else `1, 2, 4, ...` up to `most` while the pieces stay whole bytes and the plan's
+/// sends, `sends(x)`, stay within the synthesizer's budget.
+pub(super) fn x_ways(
+    c: &Collective,
+    options: &SynthOptions,
+    most: u32,
+    sends: impl Fn(u32) -> u64,
+) -> Result<Vec<u32>, Error> {
+    let fits = |x: u32| {
+        refined(c, x).piece_count() as u64 <= c.size && sends(x) <= super::KEEP_PLANS_UP_TO
+    };
+    match options.x_way {
+        Some(x) if fits(x) => Ok(vec![x]),
+        Some(x) => Err(Error::input(format!(
+            "--x-way {x}: the chunks cannot be cut that finely"
+        ))),
+        None => Ok(std::iter::successors(Some(1u32), |x| x.checked_mul(2))
+            .take_while(|&x| x <= most)
+            .filter(|&x| x == 1 || fits(x))
+            .collect()),
+    }
+}
+
+/// Keeps the first of `plans` (made in order of X) unless a later one finishes at least 1%
+/// sooner than the best so far; stops at the first that does not (doubling X doubles the
+/// schedule, so it must pay).
+pub(super) fn keep_while_faster<P>(
+    ways: &[u32],
+    mut plan: impl FnMut(u32) -> P,
+    finish: impl Fn(&P) -> Time,
+) -> (u32, P) {
+    let mut kept: Option<(u32, P)> = None;
+    for &x in ways {
+        let p = plan(x);
+        match &kept {
+            Some((_, best)) if finish(&p).ps() as f64 > 0.99 * finish(best).ps() as f64 => break,
+            _ => kept = Some((x, p)),
+        }
+    }
+    kept.expect("one X at least")
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::{judged, synthesize, synthesize_unwound, Unwound};
+    use super::*;
+    use crate::topology::parse_inline;
+
+    /// On a small hierarchy the synthesizer keeps the faster of the plan (simulated at
+    /// `planned`) and the search over unwindings.
+    pub(in crate::synth) fn assert_the_faster_is_kept(
+        topology: &Topology,
+        c: Collective,
+        planned: Time,
+    ) {
+        let options = SynthOptions::default();
+        let collectives = [c];
+        let search =
+            synthesize_unwound(topology, &mut Unwound::default(), &collectives, &options).unwrap();
+        let searched = judged(topology, &search).unwrap();
+        let kept = synthesize(topology, &collectives, &options).unwrap();
+        let kept = judged(topology, &kept).unwrap();
+        assert_eq!(kept, planned.min(searched), "{}", collectives[0].kind);
+    }
+
+    /// Anything but one whole-network collective on switches alone, or a forced unwinding, keeps
+    /// the matching over unwound switches.
+    #[test]
+    fn the_plan_applies_to_switch_hierarchies_only() {
+        let gb = Bandwidth::gb_per_sec(50.0);
+        let ns = Time::from_ns(500);
+        let switches = parse_inline("dims:switch4,switch2", &[gb, gb], &[ns, ns]).unwrap();
+        let mixed = parse_inline("dims:ring4,switch2", &[gb, gb], &[ns, ns]).unwrap();
+        let all = switches.active_npus();
+        let options = SynthOptions::default();
+        let forced = SynthOptions {
+            unwinding: Some(super::super::Unwinding::Degree(1)),
+            ..SynthOptions::default()
+        };
+        use CollectiveKind::*;
+        let cases = [
+            (&switches, AllReduce, all.clone(), &options, true),
+            (&mixed, AllReduce, all.clone(), &options, false),
+            (&switches, AllToAll, all.clone(), &options, true),
+            (&switches, Broadcast, all.clone(), &options, true),
+            (&switches, AllGather, all[..4].to_vec(), &options, false),
+            (&switches, Scatter, all[..4].to_vec(), &options, false),
+            (&switches, AllGather, all, &forced, false),
+        ];
+        for (topology, kind, npus, o, applies) in cases {
+            let c = Collective::new(kind, npus, 1 << 20, 1, None).unwrap();
+            let planned = Hierarchy::of(topology, &[c], o).is_some();
+            assert_eq!(planned, applies, "{} {kind}", topology.name());
+        }
+    }
+}
