@@ -63,6 +63,14 @@ impl<'c> Builder<'c> {
         })
     }
 
+    /// Room for `transfers` more transfers, allocated at once (before the first: millions of
+    /// transfers grown by doubling are copied and touched twice).
+    pub fn reserve(&mut self, transfers: usize) {
+        if self.schedule.is_empty() {
+            self.schedule = Schedule::with_capacity_for_data(transfers);
+        }
+    }
+
     /// The rank under which relay `i` (of those given to [`Builder::with_relays`]) sends.
     pub fn relay_rank(&self, i: u32) -> u32 {
         self.c.ranks() + i

@@ -116,16 +116,6 @@ impl Hierarchy {
         npu - self.coordinate(npu, dim) * self.strides[dim] + x * self.strides[dim]
     }
 
-    /// `npu` moved by the offset whose coordinates are those of `by`.
-    pub(super) fn translate(&self, npu: u32, by: u32) -> u32 {
-        (0..self.sizes.len())
-            .map(|k| {
-                let sum = self.coordinate(npu, k) + self.coordinate(by, k);
-                sum % self.sizes[k] * self.strides[k]
-            })
-            .sum()
-    }
-
     /// The members of `npu`'s group in dimension `dim`, in coordinate order.
     pub(super) fn group(&self, npu: u32, dim: usize) -> impl Iterator<Item = u32> + '_ {
         let base = self.with_coordinate(npu, dim, 0);
@@ -170,7 +160,7 @@ pub(super) enum Emit {
 }
 
 /// Adds `plan`'s hops to `b`, once for each offset of `translates` (the plan moved by that
-/// offset, [`Hierarchy::translate`]; `piece_of` names the piece a hop carries in that
+/// offset: every NPU's coordinates plus the offset's, modulo each dimension's size; `piece_of` names the piece a hop carries in that
 /// translate). A hop the plan holds back after its data is there (its ports busy) waits for a
 /// timer at its planned start: run as soon as its data arrives it could take a port ahead of a
 /// hop the plan put first, and the plan's ports would then meet and queue.
@@ -182,10 +172,31 @@ pub(super) fn emit(
     piece_of: impl Fn(u32, u32) -> u32,
     how: Emit,
 ) {
+    // Coordinates of every offset, computed once: the hops are millions on 1024 NPUs.
+    let dims = h.dims();
+    let offsets: Vec<u32> = translates
+        .iter()
+        .flat_map(|&r| (0..dims).map(move |k| h.coordinate(r, k)))
+        .collect();
+    let coordinates = |npu: u32| -> Vec<u32> { (0..dims).map(|k| h.coordinate(npu, k)).collect() };
+    let moved = |at: &[u32], by: &[u32]| -> u32 {
+        (0..dims)
+            .map(|k| {
+                let sum = at[k] + by[k];
+                let wrapped = if sum >= h.sizes[k] {
+                    sum - h.sizes[k]
+                } else {
+                    sum
+                };
+                wrapped * h.strides[k]
+            })
+            .sum()
+    };
     let send = |b: &mut Builder, hop: &Hop, (at, ready): (Time, Time), (from, to), op| {
-        for &r in translates {
+        let (from, to) = (coordinates(from), coordinates(to));
+        for (&r, by) in translates.iter().zip(offsets.chunks_exact(dims)) {
             let piece = piece_of(r, hop.piece);
-            let (src, dst) = (h.translate(from, r), h.translate(to, r));
+            let (src, dst) = (moved(&from, by), moved(&to, by));
             let timer = (at > ready).then(|| b.timer(src, at));
             let after: &[_] = match &timer {
                 Some(t) => std::slice::from_ref(t),

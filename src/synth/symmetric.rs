@@ -134,6 +134,9 @@ fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::
     let x = c.chunks;
     let mut b = Builder::new(c)?;
     let ranks: Vec<u32> = (0..h.npus()).collect();
+    // Each hop for every rank, and most with a timer, in each phase.
+    let phases = c.kind.has_reduce_scatter() as usize + c.kind.has_all_gather() as usize;
+    b.reserve(2 * phases * plan.hops.len() * ranks.len());
     let piece_of = |r: u32, piece: u32| r * x + piece;
     let mut offset = Time::ZERO;
     if c.kind.has_reduce_scatter() {
