@@ -187,8 +187,40 @@ fn product(batch: f64, m: f64, n: f64, k: f64) -> Product {
     Product { batch, m, n, k }
 }
 
-/// One layer's forward on one GPU: (matmul time, attention-core time, element-wise time).
-fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
+/// The two products backpropagation runs for `p` (`C = A . B`): the gradient of its left
+/// operand, `dA = dC . B^T` (m x k, summing over n), and of its right one, `dB = A^T . dC`
+/// (k x n, summing over m). Same FLOPs as `p` each, but their own shapes, so their own waves.
+fn gradients(p: Product) -> [Product; 2] {
+    [
+        product(p.batch, p.m, p.k, p.n),
+        product(p.batch, p.k, p.n, p.m),
+    ]
+}
+
+/// Seconds of `products` forward, and of their gradients.
+fn forward_and_backward(gpu: &Gpu, products: &[Product]) -> (f64, f64) {
+    let forward = products.iter().map(|&p| gpu.matmul(p)).sum();
+    let backward = products
+        .iter()
+        .flat_map(|&p| gradients(p))
+        .map(|g| gpu.matmul(g))
+        .sum();
+    (forward, backward)
+}
+
+/// One layer's work on one GPU for one micro-batch, in seconds.
+struct LayerWork {
+    /// The forward: matrix products, attention core, element-wise work.
+    matmul: f64,
+    core: f64,
+    elementwise: f64,
+    /// The backward's matrix products (every forward product's two gradients) and attention
+    /// core; its element-wise work moves twice the forward's bytes.
+    backward_matmul: f64,
+    backward_core: f64,
+}
+
+fn layer_work(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerWork {
     let t = w.tp as f64;
     let b = w.micro_batch as f64;
     let (s, h) = (model.seq as f64, model.hidden as f64);
@@ -201,51 +233,66 @@ fn layer_forward(model: &LlmModel, gpu: &Gpu, w: &Work) -> (f64, f64, f64) {
     let up = if model.gated_mlp { 2.0 } else { 1.0 };
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
     let expert_tokens = tokens * model.top_k as f64;
-    let mut matmul = 0.0;
-    for p in [
-        product(1.0, tokens, qkv_out, h),
-        product(1.0, tokens, h, h / t),
-        product(1.0, expert_tokens, up * ffn / t, h),
-        product(1.0, expert_tokens, h, ffn / t),
-    ] {
-        matmul += gpu.matmul(p);
-    }
+    let (matmul, backward_matmul) = forward_and_backward(
+        gpu,
+        &[
+            product(1.0, tokens, qkv_out, h),
+            product(1.0, tokens, h, h / t),
+            product(1.0, expert_tokens, up * ffn / t, h),
+            product(1.0, expert_tokens, h, ffn / t),
+        ],
+    );
     let scores = b * heads * queries * s;
-    let core = match w.attention {
+    let (core, backward_core) = match w.attention {
         Attention::Standard => {
-            let scores_product = product(b * heads, queries, s, dh);
-            let context_product = product(b * heads, queries, dh, s);
             // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
-            // them and a one-byte mask.
-            gpu.matmul(scores_product)
-                + gpu.matmul(context_product)
-                + gpu.stream(HALF * 4.5 * scores)
+            // them and a one-byte mask; their backward moves twice as much.
+            let (products, gradients) = forward_and_backward(
+                gpu,
+                &[
+                    product(b * heads, queries, s, dh),
+                    product(b * heads, queries, dh, s),
+                ],
+            );
+            let stream = gpu.stream(HALF * 4.5 * scores);
+            (products + stream, gradients + 2.0 * stream)
         }
-        // One kernel: the products at the matmul rate, Q, K, V and the output read or written once.
-        Attention::Flash => gpu.matmul_rate(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh),
+        // One kernel: the products at the matmul rate, Q, K, V and the output read or written
+        // once; its backward twice that.
+        Attention::Flash => {
+            let core = gpu.matmul_rate(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh);
+            (core, 2.0 * core)
+        }
     };
     // Two layer norms, two bias-dropout-residual adds (11 tensors of tokens x hidden moved,
     // split over the tensor-parallel group under sequence parallelism) and the activation
     // over the MLP's width (read the up projection(s), write the result).
     let replicated = if w.sequence_parallel { 11.0 / t } else { 11.0 };
     let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
-    (matmul, core, gpu.stream(elementwise))
+    LayerWork {
+        matmul,
+        core,
+        elementwise: gpu.stream(elementwise),
+        backward_matmul,
+        backward_core,
+    }
 }
 
-/// One layer's time on one GPU for one micro-batch: the backward pass computes twice the
-/// forward's products (input and weight gradients) and moves twice its element-wise bytes; full
-/// recomputation runs the forward again first, selective the attention core only.
+/// One layer's time on one GPU for one micro-batch: the backward pass computes the gradients
+/// of the forward's products (input and weight gradients, each at its own shape) and moves
+/// twice its element-wise bytes; full recomputation runs the forward again first, selective the
+/// attention core only.
 pub fn layer_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
-    let (matmul, core, elementwise) = layer_forward(model, gpu, w);
-    let forward = matmul + core + elementwise;
+    let work = layer_work(model, gpu, w);
+    let forward = work.matmul + work.core + work.elementwise;
     let recomputed = match w.recompute {
         Recompute::Full => forward,
-        Recompute::Selective => core,
+        Recompute::Selective => work.core,
         Recompute::None => 0.0,
     };
     LayerTime {
         forward,
-        backward: 2.0 * forward + recomputed,
+        backward: work.backward_matmul + work.backward_core + 2.0 * work.elementwise + recomputed,
     }
 }
 
@@ -255,11 +302,11 @@ pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
     let t = w.tp as f64;
     let tokens = (w.micro_batch * model.seq) as f64 / w.cp as f64;
     let (h, v) = (model.hidden as f64, model.vocab as f64);
-    let forward =
-        gpu.matmul(product(1.0, tokens, v / t, h)) + gpu.stream(4.0 * 4.0 * tokens * v / t);
+    let (logits, gradients) = forward_and_backward(gpu, &[product(1.0, tokens, v / t, h)]);
+    let loss = gpu.stream(4.0 * 4.0 * tokens * v / t);
     LayerTime {
-        forward,
-        backward: 2.0 * forward,
+        forward: logits + loss,
+        backward: gradients + 2.0 * loss,
     }
 }
 
@@ -310,6 +357,20 @@ mod tests {
         // Less than a wave of large tiles: cuBLAS's smaller tiles, not charged.
         let small = product(1.0, 1024.0, 16.0, 1024.0);
         assert_eq!(a100.quantisation(&small), 1.0);
+    }
+
+    /// Backpropagation's two products have their own shapes: a forward of whole waves (27648 x
+    /// 8192 outputs) whose weight gradient (2304 x 8192: 9 x 64 = 576 tiles on 108 SMs) leaves
+    /// a wave 1/3 idle takes 1 + 648/576 times the forward, not twice it.
+    #[test]
+    fn gradients_run_at_their_own_shapes() {
+        let a100 = Gpu::parse("a100").unwrap();
+        let p = product(1.0, 27648.0, 8192.0, 2304.0);
+        for g in gradients(p) {
+            assert_eq!(g.flops(), p.flops());
+        }
+        let (forward, backward) = forward_and_backward(&a100, &[p]);
+        assert!((backward / forward - (1.0 + 648.0 / 576.0)).abs() < 1e-12);
     }
 
     #[test]
