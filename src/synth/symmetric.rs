@@ -45,14 +45,8 @@ impl Hierarchy {
         let n = self.npus() as usize;
         let dims = self.sizes.len();
         // A piece crosses a dimension up to its switch and down again, store-and-forward.
-        let port: Vec<Time> = self
-            .bandwidth
-            .iter()
-            .map(|b| b.transmit_time(bytes))
-            .collect();
-        let trip: Vec<Time> = (0..dims)
-            .map(|k| port[k] + port[k] + self.latency[k] + self.latency[k])
-            .collect();
+        let (port, trip): (Vec<Time>, Vec<Time>) =
+            (0..dims).map(|k| self.port_and_trip(k, bytes)).unzip();
         let mut arrival: Vec<Vec<Option<Time>>> = vec![vec![None; n]; x as usize];
         for a in &mut arrival {
             a[0] = Some(Time::ZERO);
