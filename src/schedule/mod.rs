@@ -288,6 +288,14 @@ fn csr_rows<T: Copy>(start: &[u32], values: &[T], rows: &Range<usize>) -> (Vec<u
     )
 }
 
+/// `n` copies of `value` in a vector with room for `room` (a column that appears late takes the
+/// room the schedule was made with, rather than growing by doubling to millions of entries).
+fn filled<T: Clone>(n: usize, room: usize, value: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(room.max(n));
+    v.resize(n, value);
+    v
+}
+
 impl Schedule {
     pub fn new() -> Schedule {
         Schedule::default()
@@ -442,8 +450,9 @@ impl Schedule {
             },
             deps,
         );
-        let n = self.ends.len();
-        self.waits.get_or_insert_with(|| vec![NOT_A_WAIT; n])[index as usize] = duration;
+        let (n, room) = (self.ends.len(), self.ends.capacity());
+        self.waits
+            .get_or_insert_with(|| filled(n, room, NOT_A_WAIT))[index as usize] = duration;
         index
     }
 
@@ -483,8 +492,8 @@ impl Schedule {
         if op == Op::Copy && self.ops.is_none() {
             return;
         }
-        let n = self.ends.len();
-        self.ops.get_or_insert_with(|| vec![Op::Copy; n])[index as usize] = op;
+        let (n, room) = (self.ends.len(), self.ends.capacity());
+        self.ops.get_or_insert_with(|| filled(n, room, Op::Copy))[index as usize] = op;
     }
 
     /// Sets the id that files and reports use for a transfer.
