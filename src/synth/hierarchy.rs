@@ -160,10 +160,15 @@ pub(super) enum Emit {
 }
 
 /// Adds `plan`'s hops to `b`, once for each offset of `translates` (the plan moved by that
-/// offset: every NPU's coordinates plus the offset's, modulo each dimension's size; `piece_of` names the piece a hop carries in that
-/// translate). A hop the plan holds back after its data is there (its ports busy) waits for a
-/// timer at its planned start: run as soon as its data arrives it could take a port ahead of a
-/// hop the plan put first, and the plan's ports would then meet and queue.
+/// offset: every NPU's coordinates plus the offset's, modulo each dimension's size; `piece_of`
+/// names the piece a hop carries in that translate). A hop the plan holds back after its data is
+/// there (its ports busy) waits for a timer at its planned start: run as soon as its data arrives
+/// it could take a port ahead of a hop the plan put first, and the plan's ports would then meet
+/// and queue. Where the plan's hops are timed at their transfers' own sizes (`exact_sizes`) and
+/// one NPU's ports carry the hops of no other translate, a held hop that the plan starts the
+/// moment its port's previous hop ends, and whose port took every earlier hop before its data
+/// arrived, needs no timer: the link's first-in first-out queue starts it exactly then
+/// ([`timers`]).
 pub(super) fn emit(
     h: &Hierarchy,
     b: &mut Builder,
@@ -171,6 +176,7 @@ pub(super) fn emit(
     translates: &[u32],
     piece_of: impl Fn(u32, u32) -> u32,
     how: Emit,
+    exact_sizes: bool,
 ) {
     // Coordinates of every offset, computed once: the hops are millions on 1024 NPUs.
     let dims = h.dims();
@@ -192,27 +198,23 @@ pub(super) fn emit(
             })
             .sum()
     };
-    let send = |b: &mut Builder, hop: &Hop, (at, ready): (Time, Time), (from, to), op| {
-        let (from, to) = (coordinates(from), coordinates(to));
-        for (&r, by) in translates.iter().zip(offsets.chunks_exact(dims)) {
-            let piece = piece_of(r, hop.piece);
-            let (src, dst) = (moved(&from, by), moved(&to, by));
-            let timer = (at > ready).then(|| b.timer(src, at));
-            let after: &[_] = match &timer {
-                Some(t) => std::slice::from_ref(t),
-                None => &[],
-            };
-            b.send_after(src, dst, (piece, piece + 1), op, after);
-        }
-    };
-    match how {
-        Emit::Forward { offset } => {
-            for hop in &plan.hops {
-                let times = (offset + hop.start, offset + hop.ready);
-                send(b, hop, times, (hop.src, hop.dst), Op::Copy);
-            }
-        }
-        Emit::Mirrored { op } => {
+    // The phase's sends in the order they are laid: the hop, its planned start, when its data
+    // is there, and its ends.
+    let sends: Vec<(&Hop, Time, Time, u32, u32)> = match how {
+        Emit::Forward { offset } => plan
+            .hops
+            .iter()
+            .map(|hop| {
+                (
+                    hop,
+                    offset + hop.start,
+                    offset + hop.ready,
+                    hop.src,
+                    hop.dst,
+                )
+            })
+            .collect(),
+        Emit::Mirrored { .. } => {
             let mirror = |t: Time| Time::from_ps(plan.finish.ps() - t.ps());
             // Mirrored, the last of a node's children's sends arrives when the earliest of
             // them started.
@@ -221,14 +223,98 @@ pub(super) fn emit(
                 let e = first_child.entry((hop.piece, hop.src)).or_insert(hop.start);
                 *e = (*e).min(hop.start);
             }
-            for hop in plan.hops.iter().rev() {
-                let ready = first_child
-                    .get(&(hop.piece, hop.dst))
-                    .map_or(Time::ZERO, |&t| mirror(t));
-                send(b, hop, (mirror(hop.arrive), ready), (hop.dst, hop.src), op);
-            }
+            plan.hops
+                .iter()
+                .rev()
+                .map(|hop| {
+                    let ready = first_child
+                        .get(&(hop.piece, hop.dst))
+                        .map_or(Time::ZERO, |&t| mirror(t));
+                    (hop, mirror(hop.arrive), ready, hop.dst, hop.src)
+                })
+                .collect()
+        }
+    };
+    let op = match how {
+        Emit::Forward { .. } => Op::Copy,
+        Emit::Mirrored { op } => op,
+    };
+    let timed = match exact_sizes && translates.len() == 1 {
+        true => {
+            let c = b.c;
+            let spans: Vec<Span> = sends
+                .iter()
+                .map(|&(hop, at, ready, from, to)| {
+                    let piece = piece_of(translates[0], hop.piece);
+                    let dim = h.differing(from, to).trailing_zeros() as usize;
+                    let busy = h.port_and_trip(dim, c.piece_bytes(piece, piece + 1)).0;
+                    Span {
+                        at,
+                        ready,
+                        port: from as u64 * dims as u64 + dim as u64,
+                        busy,
+                    }
+                })
+                .collect();
+            timers(&spans)
+        }
+        false => sends
+            .iter()
+            .map(|&(_, at, ready, _, _)| at > ready)
+            .collect(),
+    };
+    for (&(hop, at, _, from, to), timed) in sends.iter().zip(timed) {
+        let (from, to) = (coordinates(from), coordinates(to));
+        for (&r, by) in translates.iter().zip(offsets.chunks_exact(dims)) {
+            let piece = piece_of(r, hop.piece);
+            let (src, dst) = (moved(&from, by), moved(&to, by));
+            let timer = timed.then(|| b.timer(src, at));
+            let after: &[_] = match &timer {
+                Some(t) => std::slice::from_ref(t),
+                None => &[],
+            };
+            b.send_after(src, dst, (piece, piece + 1), op, after);
         }
     }
+}
+
+/// One send on one port, as [`timers`] sees it: its planned start, when its data is there, its
+/// port (an NPU's up-link into one dimension), and how long it holds the port.
+struct Span {
+    at: Time,
+    ready: Time,
+    port: u64,
+    busy: Time,
+}
+
+/// Which sends need a timer at their planned start. Walking each port's sends in planned order: a
+/// send held after its data is there needs none when the plan starts it the moment the port's
+/// previous send ends and every earlier send was issued strictly before its data arrived (a timed
+/// send at its timer, another at its data): then it queues behind them, the link takes it next,
+/// and no later send is issued ahead of it (each is issued after every earlier one, by this same
+/// rule). Ties are never trusted to the event order.
+fn timers(spans: &[Span]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| (spans[i].port, spans[i].at));
+    let mut timed = vec![false; spans.len()];
+    // (port, when its last send ends, the latest issue among its sends so far)
+    let mut last: Option<(u64, Time, Time)> = None;
+    for i in order {
+        let s = &spans[i];
+        let (end, issued) = match last {
+            Some((port, end, issued)) if port == s.port => (Some(end), Some(issued)),
+            _ => (None, None),
+        };
+        let queued = end == Some(s.at) && issued.is_some_and(|t| t < s.ready);
+        timed[i] = s.at > s.ready && !queued;
+        let issue = if timed[i] { s.at } else { s.ready };
+        last = Some((
+            s.port,
+            s.at + s.busy,
+            issued.map_or(issue, |t| t.max(issue)),
+        ));
+    }
+    timed
 }
 
 /// The collective `c` with every chunk cut in `x` sub-chunks.
@@ -303,6 +389,29 @@ pub(super) mod tests {
         let kept = synthesize(topology, &collectives, &options).unwrap();
         let kept = judged(topology, &kept).unwrap();
         assert_eq!(kept, planned.min(searched), "{}", collectives[0].kind);
+    }
+
+    /// A held send goes without a timer only when its port's queue starts it exactly as
+    /// planned: right after the port's previous send, with every earlier send issued before
+    /// its data arrived.
+    #[test]
+    fn a_held_send_needs_no_timer_only_when_its_queue_starts_it_as_planned() {
+        let ns = Time::from_ns;
+        let span = |at, ready, port| Span {
+            at: ns(at),
+            ready: ns(ready),
+            port,
+            busy: ns(10),
+        };
+        let spans = [
+            span(0, 0, 1),   // not held
+            span(10, 5, 1),  // right after the first, which was issued at 0
+            span(20, 12, 1), // right after the second, issued at 5
+            span(35, 15, 1), // the plan leaves the port idle from 30: timed
+            span(45, 3, 1),  // right after, but the one before is issued (timer) at 35
+            span(5, 1, 2),   // held, first on its port: timed
+        ];
+        assert_eq!(timers(&spans), [false, false, false, true, true, true]);
     }
 
     /// Anything but one whole-network collective on switches alone, or a forced unwinding, keeps

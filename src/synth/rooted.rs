@@ -86,7 +86,8 @@ pub(crate) fn synthesize(
         CollectiveKind::Gather => Emit::Mirrored { op: Op::Copy },
         _ => Emit::Forward { offset: Time::ZERO },
     };
-    emit(h, &mut b, &plan, &[0], |_, piece| piece, how);
+    // The plan times every send at its own size.
+    emit(h, &mut b, &plan, &[0], |_, piece| piece, how, true);
     Ok(Synthesis {
         schedules: vec![b.finish()],
         estimate: plan.finish,

@@ -135,11 +135,19 @@ fn build(h: &Hierarchy, c: &Collective, plan: &Plan) -> Result<crate::schedule::
     let mut offset = Time::ZERO;
     if c.kind.has_reduce_scatter() {
         let how = Emit::Mirrored { op: Op::Reduce };
-        emit(h, &mut b, plan, &ranks, piece_of, how);
+        emit(h, &mut b, plan, &ranks, piece_of, how, false);
         offset = plan.finish;
     }
     if c.kind.has_all_gather() {
-        emit(h, &mut b, plan, &ranks, piece_of, Emit::Forward { offset });
+        emit(
+            h,
+            &mut b,
+            plan,
+            &ranks,
+            piece_of,
+            Emit::Forward { offset },
+            false,
+        );
     }
     Ok(b.finish())
 }
