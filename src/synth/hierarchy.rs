@@ -11,7 +11,7 @@
 use super::{Method, SynthOptions};
 use crate::algorithms::builder::Builder;
 use crate::collective::{Collective, CollectiveKind};
-use crate::schedule::Op;
+use crate::schedule::{Op, TransferIndex};
 use crate::topology::{DimKind, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
@@ -263,12 +263,25 @@ pub(super) fn emit(
             .map(|&(_, at, ready, _, _)| at > ready)
             .collect(),
     };
+    // Per NPU, its latest timer and when it fires: the next one waits for it, so that the
+    // engine holds one pending timer an NPU instead of every timer from the start (about 6%
+    // of the 4 KB all-reduce on 1024 NPUs, in interleaved runs).
+    let mut last_timer: Vec<Option<(TransferIndex, Time)>> = vec![None; h.npus() as usize];
     for (&(hop, at, _, from, to), timed) in sends.iter().zip(timed) {
         let (from, to) = (coordinates(from), coordinates(to));
         for (&r, by) in translates.iter().zip(offsets.chunks_exact(dims)) {
             let piece = piece_of(r, hop.piece);
             let (src, dst) = (moved(&from, by), moved(&to, by));
-            let timer = timed.then(|| b.timer(src, at));
+            let timer = timed.then(|| {
+                let t = match last_timer[src as usize] {
+                    Some((before, fires)) if fires <= at => {
+                        b.wait(src, Time::from_ps(at.ps() - fires.ps()), &[before])
+                    }
+                    _ => b.timer(src, at),
+                };
+                last_timer[src as usize] = Some((t, at));
+                t
+            });
             let after: &[_] = match &timer {
                 Some(t) => std::slice::from_ref(t),
                 None => &[],
