@@ -6,11 +6,13 @@
 //! down-link from it. The plan list-schedules those ports as TACOS's greedy does its links:
 //! a port, once free, starts the best send its NPU has data for. Broadcast: the rarest piece the
 //! NPU holds that some member of the port's group lacks (so each piece leaves the root once while
-//! any is unsent, then spreads), to the member whose down-link frees first. Scatter: a piece one
-//! dimension nearer its destination, the one with the longest route still ahead first. A send
-//! starts no earlier than the receiver's down-link is free when the send reaches the switch, so
-//! no message ever queues, and with timers at the planned starts ([`emit`]) the simulation
-//! follows the plan exactly. Reduce and gather are broadcast and scatter mirrored in time, with
+//! any is unsent, then spreads), to the member whose down-link frees first; a second plan takes
+//! the piece rarest in the port's own group first. Scatter: a piece one dimension nearer its
+//! destination, the one with the longest route still ahead first; a second plan gives the root's
+//! ports quotas that empty them together. The sooner of each pair is kept. A send starts no
+//! earlier than the receiver's down-link is free when the send reaches the switch, so no message
+//! ever queues, and with timers at the planned starts where a port's queue would not start a send
+//! on time anyway ([`emit`]) the simulation follows the plan exactly. Reduce and gather are broadcast and scatter mirrored in time, with
 //! reductions for reduce. Planning costs a few operations a send, against the seconds the
 //! search spends unwinding the switches of a 1024-NPU hierarchy.
 
