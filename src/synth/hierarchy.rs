@@ -274,9 +274,7 @@ pub(super) fn emit(
             let (src, dst) = (moved(&from, by), moved(&to, by));
             let timer = timed.then(|| {
                 let t = match last_timer[src as usize] {
-                    Some((before, fires)) if fires <= at => {
-                        b.wait(src, Time::from_ps(at.ps() - fires.ps()), &[before])
-                    }
+                    Some((before, fires)) if fires <= at => b.wait(src, at - fires, &[before]),
                     _ => b.timer(src, at),
                 };
                 last_timer[src as usize] = Some((t, at));
@@ -386,6 +384,29 @@ pub(super) mod tests {
     use super::super::{judged, synthesize, synthesize_unwound, Unwound};
     use super::*;
     use crate::topology::parse_inline;
+
+    /// Two small hierarchies the planners' tests run on: two levels with a slow, far upper one; three with unequal sizes.
+    pub(in crate::synth) fn small_hierarchies() -> Vec<Topology> {
+        let gb = Bandwidth::gb_per_sec;
+        [
+            (
+                "dims:switch4,switch4",
+                vec![gb(200.0), gb(50.0)],
+                vec![700, 1700],
+            ),
+            (
+                "dims:switch4,switch2,switch3",
+                vec![gb(100.0), gb(50.0), gb(25.0)],
+                vec![500, 500, 1000],
+            ),
+        ]
+        .into_iter()
+        .map(|(spec, bw, lat)| {
+            let lat: Vec<Time> = lat.into_iter().map(Time::from_ns).collect();
+            parse_inline(spec, &bw, &lat).unwrap()
+        })
+        .collect()
+    }
 
     /// On a small hierarchy the synthesizer keeps the faster of the plan (simulated at
     /// `planned`) and the search over unwindings.

@@ -53,11 +53,11 @@ pub(crate) fn synthesize(
         }),
     };
     let ways = x_ways(c, options, most, sends)?;
-    let plan_at = |x: u32| {
+    let plan_with = |x: u32, rarest: Rarest| {
         let r = refined(c, x);
         let bytes = |p: u32| r.piece_bytes(p, p + 1);
         match spreads {
-            true => broadcast(h, root, r.piece_count(), bytes, Rarest::Anywhere),
+            true => broadcast(h, root, r.piece_count(), bytes, rarest),
             // Balancing the root's ports pays where bandwidth decides, sending the longest
             // routes first where latency does: both planned, the sooner kept.
             false => [true, false]
@@ -69,14 +69,12 @@ pub(crate) fn synthesize(
                 .expect("two plans"),
         }
     };
-    let (x, mut plan) = keep_while_faster(&ways, plan_at, |p| p.finish);
+    let (x, mut plan) = keep_while_faster(&ways, |x| plan_with(x, Rarest::Anywhere), |p| p.finish);
     if spreads {
         // Rarest in the port's own group first: slower where latency decides, faster where
         // the pipeline's drain does (hier_1024 at 64 MB: 0.615 -> 0.644 of the bound); one more
         // plan at the X kept, the sooner kept.
-        let r = refined(c, x);
-        let bytes = |p: u32| r.piece_bytes(p, p + 1);
-        let grouped = broadcast(h, root, r.piece_count(), bytes, Rarest::InGroup);
+        let grouped = plan_with(x, Rarest::InGroup);
         if grouped.finish < plan.finish {
             plan = grouped;
         }
@@ -453,34 +451,9 @@ fn root_quotas(h: &Hierarchy, counts: &[u64], bytes: u64) -> Vec<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hierarchy::tests::assert_the_faster_is_kept;
+    use super::super::hierarchy::tests::{assert_the_faster_is_kept, small_hierarchies};
     use super::super::judged;
     use super::*;
-    use crate::topology::{parse_inline, Topology};
-    use crate::units::Bandwidth;
-
-    /// Two small hierarchies: two levels with a slow, far upper one; three with unequal sizes.
-    fn hierarchies() -> Vec<Topology> {
-        let gb = Bandwidth::gb_per_sec;
-        [
-            (
-                "dims:switch4,switch4",
-                vec![gb(200.0), gb(50.0)],
-                vec![700, 1700],
-            ),
-            (
-                "dims:switch4,switch2,switch3",
-                vec![gb(100.0), gb(50.0), gb(25.0)],
-                vec![500, 500, 1000],
-            ),
-        ]
-        .into_iter()
-        .map(|(spec, bw, lat)| {
-            let lat: Vec<Time> = lat.into_iter().map(Time::from_ns).collect();
-            parse_inline(spec, &bw, &lat).unwrap()
-        })
-        .collect()
-    }
 
     /// On both hierarchies, for broadcast, reduce, scatter and gather rooted away from NPU 0,
     /// 1 KB to 64 MB: the schedule validates, the simulation follows the plan to the picosecond
@@ -489,7 +462,7 @@ mod tests {
     #[test]
     fn rooted_plans_are_followed_exactly() {
         use CollectiveKind::*;
-        for topology in hierarchies() {
+        for topology in small_hierarchies() {
             let npus = topology.active_npus();
             for kind in [Broadcast, Reduce, Scatter, Gather] {
                 for size in [1_000, 1_000_000, 64_000_000] {
@@ -514,7 +487,7 @@ mod tests {
     /// once, each scatter piece ends at its destination.
     #[test]
     fn plans_keep_one_send_per_port_and_deliver_every_piece() {
-        for topology in hierarchies() {
+        for topology in small_hierarchies() {
             let h = Hierarchy::of(&topology, &[], &SynthOptions::default());
             assert!(h.is_none(), "no collective, no plan");
             let c = Collective::new(
@@ -590,7 +563,7 @@ mod tests {
     /// finishes within one piece of the fluid split's time (every port busy to the same end).
     #[test]
     fn the_roots_quotas_balance_its_ports() {
-        let topology = &hierarchies()[1];
+        let topology = &small_hierarchies()[1];
         let npus = topology.active_npus();
         let c = Collective::new(CollectiveKind::Scatter, npus, 1 << 20, 1, None).unwrap();
         let h = Hierarchy::of(topology, &[c], &SynthOptions::default()).unwrap();

@@ -233,32 +233,19 @@ fn all_to_all(h: &Hierarchy, c: &Collective) -> Result<Synthesis, Error> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hierarchy::tests::{assert_the_faster_is_kept, small_hierarchies};
     use super::super::judged;
     use super::*;
     use crate::topology::parse_inline;
     use crate::units::Bandwidth;
 
-    /// On two switch hierarchies, for all-gather, reduce-scatter and all-reduce from 1 KB to 64
+    /// On the two small hierarchies, for all-gather, reduce-scatter and all-reduce from 1 KB to 64
     /// MB: the plan's schedule validates, the simulation follows the plan to the picosecond (so
     /// no two translates ever met in a port: they would have queued), and on these small
     /// networks the synthesizer keeps the faster of the plan and the search over unwindings.
     #[test]
     fn the_symmetric_plan_is_followed_exactly() {
-        let gb = Bandwidth::gb_per_sec;
-        for (spec, bw, lat) in [
-            (
-                "dims:switch4,switch4",
-                vec![gb(200.0), gb(50.0)],
-                vec![700, 1700],
-            ),
-            (
-                "dims:switch4,switch2,switch2",
-                vec![gb(100.0), gb(50.0), gb(25.0)],
-                vec![500, 500, 1000],
-            ),
-        ] {
-            let lat: Vec<Time> = lat.into_iter().map(Time::from_ns).collect();
-            let topology = parse_inline(spec, &bw, &lat).unwrap();
+        for topology in small_hierarchies() {
             let npus = topology.active_npus();
             for kind in [
                 CollectiveKind::AllGather,
@@ -270,13 +257,13 @@ mod tests {
                     let options = SynthOptions::default();
                     let h = Hierarchy::of(&topology, std::slice::from_ref(&c), &options).unwrap();
                     let plan = super::synthesize(&h, &c, &options).unwrap();
-                    assert!(plan.choice.symmetric, "{spec} {kind} {size}");
+                    assert!(plan.choice.symmetric, "{} {kind} {size}", topology.name());
                     let schedule = &plan.schedules[0];
                     let claim = schedule.collective.as_ref().unwrap();
                     crate::schedule::validate(schedule, claim, 7).unwrap();
                     let time = judged(&topology, &plan).unwrap();
-                    assert_eq!(time, plan.estimate, "{spec} {kind} {size}");
-                    super::super::hierarchy::tests::assert_the_faster_is_kept(&topology, c, time);
+                    assert_eq!(time, plan.estimate, "{} {kind} {size}", topology.name());
+                    assert_the_faster_is_kept(&topology, c, time);
                 }
             }
         }
@@ -304,6 +291,6 @@ mod tests {
         assert_eq!(schedule.len(), 16 * 15);
         crate::schedule::validate(schedule, &c, 5).unwrap();
         let time = judged(&topology, &plan).unwrap();
-        super::super::hierarchy::tests::assert_the_faster_is_kept(&topology, c, time);
+        assert_the_faster_is_kept(&topology, c, time);
     }
 }
