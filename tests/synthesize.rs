@@ -395,12 +395,39 @@ fn the_command_writes_the_schedule_and_rejects_bad_requests() {
             "--unwind-degree",
             "0",
         ],
+        // A switch is a hierarchy the planners take: they refuse it too.
+        vec![
+            "synthesize",
+            "-t",
+            "switch:8",
+            "-c",
+            "broadcast",
+            "-s",
+            "8MiB",
+            "--x-way",
+            "0",
+        ],
+        vec![
+            "synthesize",
+            "-t",
+            "switch:8",
+            "-c",
+            "all-reduce",
+            "-s",
+            "8MiB",
+            "--x-way",
+            "0",
+        ],
     ] {
         let out = collsim(&bad);
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("error: "), "{err}");
+        assert!(
+            !err.contains("internal error"),
+            "a panic, not a refusal: {err}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -496,6 +496,7 @@ pub fn synthesize_cached(
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
+    check_counts(options)?;
     let Some(h) = hierarchy::Hierarchy::of(topology, collectives, options) else {
         return synthesize_unwound(topology, unwound, collectives, options);
     };
@@ -536,6 +537,18 @@ impl Unwound {
     }
 }
 
+/// Refuses the counts a user may give that cannot be zero (the planners and the search both
+/// take them).
+fn check_counts(options: &SynthOptions) -> Result<(), Error> {
+    if options.trials == Some(0) {
+        return Err(Error::input("--trials must be at least 1"));
+    }
+    if options.x_way == Some(0) {
+        return Err(Error::input("--x-way must be at least 1"));
+    }
+    Ok(())
+}
+
 /// [`synthesize`] on networks already unwound from `topology` (all from that one topology).
 pub fn synthesize_unwound(
     topology: &Topology,
@@ -543,12 +556,7 @@ pub fn synthesize_unwound(
     collectives: &[Collective],
     options: &SynthOptions,
 ) -> Result<Synthesis, Error> {
-    if options.trials == Some(0) {
-        return Err(Error::input("--trials must be at least 1"));
-    }
-    if options.x_way == Some(0) {
-        return Err(Error::input("--x-way must be at least 1"));
-    }
+    check_counts(options)?;
     let unwindings: Vec<Unwinding> = match options.unwinding {
         Some(u) => vec![u],
         None if !topology.has_switches() => vec![Unwinding::Degree(1)],
