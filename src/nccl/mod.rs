@@ -476,9 +476,9 @@ impl Model {
             },
             None => {
                 // The largest piece a send carries (a tree's send carries every rank's share of
-                // a chunk).
+                // a chunk; NVLS's scatter posts one chunk of every head at once).
                 let per_send = match choice.algo {
-                    Algo::Tree => per_buffer / n as u64,
+                    Algo::Tree | Algo::Nvls | Algo::NvlsTree => per_buffer / n as u64,
                     _ => per_buffer,
                 };
                 Posts {
@@ -488,7 +488,10 @@ impl Model {
                 }
             }
         };
-        let (topology, switches) = self.network(choice, posts)?;
+        let func = Func::of(kind).unwrap_or(Func::AllReduce);
+        let correction =
+            tuning::tree_correction(&self.system, func, choice.algo, choice.proto, bytes);
+        let (topology, switches) = self.network(choice, posts, correction)?;
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
@@ -696,8 +699,15 @@ impl Model {
     }
 
     /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
-    /// (each box's NVSwitch) for NVLS.
-    fn network(&self, choice: Choice, posts: Posts) -> Result<(Topology, Vec<u32>), Error> {
+    /// (each box's NVSwitch) for NVLS. A tree's rates are taken down by `tree_correction`, the
+    /// share of its modelled bandwidth NCCL's maintainers find it delivers at the call's size
+    /// ([`tuning::tree_correction`]).
+    fn network(
+        &self,
+        choice: Choice,
+        posts: Posts,
+        tree_correction: f64,
+    ) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
         let (a, p) = (choice.algo as usize, choice.proto as usize);
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
@@ -714,10 +724,10 @@ impl Model {
                     * measured.rate_factor.get(p).unwrap_or(1.0)
             }
             _ => 1.0,
-        };
+        } * tree_correction;
         let intra_gbps = measured.intra_gbps.unwrap_or_else(|| s.nccl_intra_gbps());
         let intra = if nvls {
-            intra_gbps * NVLS_EFFICIENCY[s.arch.table_index()]
+            intra_gbps * NVLS_EFFICIENCY[s.arch.table_index()] * tree_correction
         } else {
             intra_gbps * scale
         };
@@ -748,11 +758,16 @@ impl Model {
         // fences and posts it before the next (src/device/prims_simple.h), so inside a box it
         // moves a slice of c us (at its share of the GPU's rate) in c + L, L NCCL's per-step
         // latency of the protocol. The GPU's sending side runs at c / (c + L) of its rate and
-        // the hop carries no latency of its own (it is in the c + L). NVLS's thread groups
-        // (reduce, store, network) post concurrently and keep their latency per hop; network
-        // hops are driven by the proxy with NCCL_STEPS in flight.
-        let posting =
-            choice.proto == Proto::Simple && matches!(choice.algo, Algo::Ring | Algo::Tree);
+        // the hop carries no latency of its own (it is in the c + L). NVLS and NVLSTree run
+        // Simple's primitives too: their scatter group posts one chunk of every head a loop,
+        // the reduce and gather groups theirs in step (src/device/all_reduce.h), so a GPU's
+        // slice is a loop's chunks. Network hops are driven by the proxy with NCCL_STEPS in
+        // flight.
+        let posting = choice.proto == Proto::Simple
+            && matches!(
+                choice.algo,
+                Algo::Ring | Algo::Tree | Algo::Nvls | Algo::NvlsTree
+            );
         let mut send_share = 1.0;
         if posting {
             let per_channel_gbps = intra / posts.channels.max(1) as f64;

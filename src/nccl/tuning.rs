@@ -5,7 +5,7 @@
 use super::constants::*;
 use super::graph::Graph;
 use super::{Algo, Func, Proto};
-use crate::topology::{CpuVendor, GpuSystem, Intra};
+use crate::topology::{CpuVendor, GpuArch, GpuSystem, Intra};
 
 /// Bandwidth (GB/s, algorithm bandwidth) and latency (us) of every (function, algorithm,
 /// protocol); a bandwidth of 0 marks a combination NCCL will not run.
@@ -250,6 +250,35 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
     .max(0.0)
 }
 
+/// The share of its modelled bandwidth a tree delivers at `bytes` (`treeCorrectionFactor` in
+/// `ncclTopoGetAlgoTime`, src/graph/tuning.cc: "Trees are not perfectly sticking to the model
+/// for medium sizes"): the all-reduce's Tree at 64 B to 256 MiB, and since NCCL 2.29 its
+/// NVLSTree at 64 B to 512 MiB on Blackwell boxes with x86 hosts; 1 elsewhere.
+pub fn tree_correction(
+    system: &GpuSystem,
+    func: Func,
+    algo: Algo,
+    proto: Proto,
+    bytes: u64,
+) -> f64 {
+    let log_size = log2i(bytes >> 6);
+    let sizes = match algo {
+        Algo::Tree => 0..23,
+        Algo::NvlsTree
+            if system.arch == GpuArch::Blackwell
+                && matches!(system.cpu, CpuVendor::Intel | CpuVendor::Amd) =>
+        {
+            0..24
+        }
+        _ => return 1.0,
+    };
+    if func == Func::AllReduce && sizes.contains(&log_size) {
+        TREE_CORRECTION[proto as usize][log_size as usize]
+    } else {
+        1.0
+    }
+}
+
 /// `ncclTopoGetAlgoTime` for one call of `bytes` (one pipelined operation), us; None where the
 /// combination does not run.
 pub fn algo_time(
@@ -267,10 +296,7 @@ pub fn algo_time(
     if bw <= 0.0 {
         return None;
     }
-    let log_size = log2i(bytes >> 6);
-    if algo == Algo::Tree && func == Func::AllReduce && (0..23).contains(&log_size) {
-        bw *= TREE_CORRECTION[p][log_size as usize];
-    }
+    bw *= tree_correction(system, func, algo, proto, bytes);
     let ranks = system.gpus() as u64;
     if algo == Algo::Ring
         && proto == Proto::Simple
@@ -342,6 +368,44 @@ mod tests {
         let lat =
             m.tables.latency[Func::AllReduce as usize][Algo::Ring as usize][Proto::Simple as usize];
         assert!((lat - (8.4 + 14.0 * 3.4)).abs() < 1e-9);
+    }
+
+    /// NCCL's tree correction: the Tree all-reduce at every GPU, NVLSTree only on Blackwell
+    /// with an x86 host (NCCL 2.29's rule), and only inside the table's sizes; 8 MiB is 64 B
+    /// times 2^17, where the Simple row's factor is 0.8.
+    #[test]
+    fn tree_correction_follows_nccls_conditions() {
+        let b200 = GpuSystem::parse("hgx-b200:2").unwrap().unwrap();
+        let h100 = GpuSystem::parse("hgx-h100:2").unwrap().unwrap();
+        let (ar, simple) = (Func::AllReduce, Proto::Simple);
+        let mib8 = 8 << 20;
+        assert_eq!(tree_correction(&h100, ar, Algo::Tree, simple, mib8), 0.8);
+        assert_eq!(
+            tree_correction(&b200, ar, Algo::NvlsTree, simple, mib8),
+            0.8
+        );
+        assert_eq!(
+            tree_correction(&h100, ar, Algo::NvlsTree, simple, mib8),
+            1.0
+        );
+        let arm = GpuSystem {
+            cpu: CpuVendor::Other,
+            ..b200.clone()
+        };
+        assert_eq!(tree_correction(&arm, ar, Algo::NvlsTree, simple, mib8), 1.0);
+        assert_eq!(tree_correction(&b200, ar, Algo::Ring, simple, mib8), 1.0);
+        assert_eq!(
+            tree_correction(&b200, Func::Broadcast, Algo::Tree, simple, mib8),
+            1.0
+        );
+        // 512 MiB (2^23 x 64 B): past the Tree's table, inside NVLSTree's.
+        let mib512 = 512 << 20;
+        assert_eq!(tree_correction(&b200, ar, Algo::Tree, simple, mib512), 1.0);
+        assert_eq!(
+            tree_correction(&b200, ar, Algo::NvlsTree, simple, mib512),
+            0.9
+        );
+        assert_eq!(tree_correction(&b200, ar, Algo::Tree, simple, 1 << 30), 1.0);
     }
 
     /// H100 NVLS all-reduce: 8 channels x 40 GB/s x 0.85 x 7/8 x 2 x 8/14 = 272 GB/s of algorithm
