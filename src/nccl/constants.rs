@@ -143,7 +143,8 @@ pub const MAX_CHANNELS: u32 = 64;
 /// `NCCL_MAX_NVLS_ARITY` (src/include/device.h).
 pub const MAX_NVLS_ARITY: u32 = 32;
 /// NVLS channels per communicator (src/transport/nvls.cc: `NVLS_NCHANNELS_SM90` 16,
-/// `NVLS_NCHANNELS_SM100` 32 across boxes, `NVLS_NCHANNELS_SM100_NVL` 24 inside one).
+/// `NVLS_NCHANNELS_SM100` 32 across boxes, `NVLS_NCHANNELS_SM100_NVL` 24 inside one), before
+/// [`super::nvls::NvlsTuning`] adjusts them.
 pub const NVLS_CHANNELS_SM90: u32 = 16;
 pub const NVLS_CHANNELS_SM100: u32 = 32;
 pub const NVLS_CHANNELS_SM100_NVL: u32 = 24;
@@ -174,8 +175,6 @@ pub fn step_data_bytes(proto: usize) -> u64 {
 /// `ncclProtoGrainSize` (src/include/device.h): the unit NCCL cuts a protocol's chunks in, bytes
 /// (LL 16; LL128 32 threads x 8 elements / 16 per line x 15 data elements x 8 B; Simple 512).
 pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];
-/// NVLS's default chunk (src/transport/nvls.cc, `NCCL_NVLS_CHUNKSIZE` 128 KiB).
-pub const NVLS_CHUNK_BYTES: u64 = 128 << 10;
 /// Peer-to-peer chunk sizes (src/init.cc): 512 KiB over NVLink, 128 KiB over the network.
 pub const P2P_NVLINK_CHUNK: u64 = 512 << 10;
 pub const P2P_NET_CHUNK: u64 = 128 << 10;

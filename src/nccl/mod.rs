@@ -24,6 +24,7 @@ pub mod calibrate;
 pub mod constants;
 pub mod graph;
 pub mod log;
+pub mod nvls;
 pub mod p2p;
 pub mod tuning;
 
@@ -36,6 +37,7 @@ use crate::units::{Bandwidth, Time};
 use crate::Error;
 use constants::*;
 use graph::Graph;
+use nvls::NvlsTuning;
 use p2p::{P2pChannels, P2pSend};
 use tuning::Tables;
 
@@ -252,7 +254,7 @@ pub struct Model {
     pub allowed: Allowed,
     /// Channels of the communicator (rings doubled by NCCL's connect step).
     pub comm_channels: u32,
-    pub nvls_channels: u32,
+    pub nvls: NvlsTuning,
     /// The channels' rings, as ranks in sending order (channel `c` runs ring `c` modulo their
     /// count).
     pub rings: Vec<Vec<u32>>,
@@ -348,18 +350,13 @@ impl Model {
         let ring = graphs[Algo::Ring as usize].channels;
         let tree = graphs[Algo::Tree as usize].channels;
         let comm_channels = (2 * ring.min(tree)).clamp(1, MAX_CHANNELS);
-        let nvls_channels = match system.arch {
-            crate::topology::GpuArch::Blackwell if system.boxes > 1 => NVLS_CHANNELS_SM100,
-            crate::topology::GpuArch::Blackwell => NVLS_CHANNELS_SM100_NVL,
-            _ => NVLS_CHANNELS_SM90,
-        };
         Model {
             system: system.clone(),
             graphs,
             tables,
             allowed,
             comm_channels,
-            nvls_channels,
+            nvls: NvlsTuning::of(system),
             rings: channel_rings(system),
             p2p: P2pChannels::of(system, comm_channels),
         }
@@ -418,7 +415,7 @@ impl Model {
         })?;
         let (channels, threads) = tuning::channels_and_threads(
             self.comm_channels,
-            self.nvls_channels,
+            self.nvls.channels,
             self.system.gpus(),
             algo,
             proto,
@@ -531,17 +528,21 @@ impl Model {
         let n = self.system.gpus() as u64;
         let channels = choice.channels.max(1);
         let step = BUFFER_BYTES[p] / STEPS;
+        let heads = self.system.gpus_per_box;
         let ring_like = matches!(
             kind,
             CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
         ) && choice.algo == Algo::Ring;
         let (chunk, slices) = match (choice.algo, choice.proto) {
-            (Algo::Nvls, _) => (self.nvls_chunk(bytes, channels), 1),
+            (Algo::Nvls, _) => (self.nvls.call_chunk(bytes, channels, heads), 1),
             // A loop moves one chunk a head, each a share of every rank's part: a piece is
             // the chunk over the boxes.
             (Algo::NvlsTree, _) => {
                 let boxes = self.system.boxes.max(1) as u64;
-                ((self.nvls_tree_chunk(bytes, channels) / boxes).max(1), 1)
+                (
+                    (self.nvls.tree_call_chunk(bytes, channels, heads) / boxes).max(1),
+                    1,
+                )
             }
             (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
             (Algo::Tree, Proto::LL128) => (self.tree_ll128_chunk(bytes, channels), 1),
@@ -586,41 +587,6 @@ impl Model {
             cut.channels -= 1;
         }
         cut
-    }
-
-    /// NVLS's chunk for a call (src/enqueue.cc `calcCollChunking`): 128 KiB, halved down to 16
-    /// KiB as the call shrinks against channels x heads x chunk.
-    fn nvls_chunk(&self, bytes: u64, channels: u32) -> u64 {
-        let ops = channels as u64 * self.system.gpus_per_box as u64;
-        let mut chunk = NVLS_CHUNK_BYTES;
-        if bytes < 64 * ops * chunk && chunk > 65536 {
-            chunk = 65536;
-        }
-        if bytes < 8 * ops * chunk && chunk > 32768 {
-            chunk = 32768;
-        }
-        if bytes < 2 * ops * chunk && chunk > 16384 {
-            chunk = 16384;
-        }
-        chunk
-    }
-
-    /// NVLSTree's chunk a head (src/enqueue.cc `calcCollChunking`, NCCL 2.25 on): NVLS's 128
-    /// KiB, 64 KiB from four boxes (`NCCL_NVLSTREE_MAX_CHUNKSIZE`'s default), halved to 64 and
-    /// 32 KiB below 4 and 1 times channels x heads x chunk.
-    fn nvls_tree_chunk(&self, bytes: u64, channels: u32) -> u64 {
-        let ops = channels as u64 * self.system.gpus_per_box as u64;
-        let mut chunk = NVLS_CHUNK_BYTES;
-        if self.system.boxes >= 4 {
-            chunk = chunk.min(65536);
-        }
-        if bytes < 4 * ops * chunk && chunk > 65536 {
-            chunk = 65536;
-        }
-        if bytes < ops * chunk && chunk > 32768 {
-            chunk = 32768;
-        }
-        chunk
     }
 
     /// Tree LL128's chunk (src/enqueue.cc `computeCollChunkInfo`): LL128's step of data, halved
