@@ -400,8 +400,8 @@ enum Ddp {
 }
 
 /// TFLOP/s per GPU of `model` on `topology` with the Megatron-LM 2021 software's settings
-/// (standard attention, gradients accumulated by a kernel of their own, full recomputation,
-/// `ddp` reducing them) in `layout`: tensor, pipeline and data parallelism, global batch and
+/// (standard attention, gradients accumulated by a kernel of their own, FP16 as the paper's
+/// scripts train, full recomputation, `ddp` reducing them) in `layout`: tensor, pipeline and data parallelism, global batch and
 /// micro-batch.
 fn megatron_2021_tflops(model_file: &str, topology: &str, layout: [&str; 5], ddp: Ddp) -> f64 {
     let [tp, pp, dp, batch, micro_batch] = layout;
@@ -420,6 +420,8 @@ fn megatron_2021_tflops(model_file: &str, topology: &str, layout: [&str; 5], ddp
         },
         "--grad-accumulation",
         "separate",
+        "--precision",
+        "fp16",
         "--recompute",
         "full",
         "--topology",

@@ -85,6 +85,10 @@ pub struct LlmArgs {
     /// kernel of its own, PyTorch autograd: Megatron-LM 2021, DDP, FSDP)
     #[arg(long, default_value = "fused", requires = "model")]
     pub grad_accumulation: String,
+    /// Training precision: bf16, or fp16 with loss scaling (the optimizer also unscales the
+    /// gradients and checks them for overflow: Megatron-LM's --fp16)
+    #[arg(long, default_value = "bf16", requires = "model")]
+    pub precision: String,
     /// Collectives inside one box that run alone on its links (the tensor-parallel group's):
     /// nccl (the NCCL model's time for the call, on GPU systems such as dgx-a100:N) or engine
     /// (the --algorithm's schedule on the network)
@@ -184,6 +188,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
                 "fused",
                 "separate",
             )?,
+            fp16: either("precision", &a.precision, "fp16", "bf16")?,
             scatter_gather: !a.no_scatter_gather,
         },
     };

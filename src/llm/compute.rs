@@ -310,11 +310,27 @@ pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
     }
 }
 
-/// The optimizer step over `params` weights held by this GPU: mixed-precision Adam reads the
-/// FP32 gradient, master weight and two moments and writes them and the half-precision
-/// weight (30 bytes a weight).
-pub fn optimizer_time(gpu: &Gpu, params: f64) -> f64 {
-    gpu.stream(30.0 * params)
+/// Bytes the optimizer step moves a weight, as Megatron-LM's mixed-precision optimizer runs it
+/// (`Float16OptimizerWithFloat16Params`, megatron/optimizer/optimizer.py, and its distributed
+/// successor): Adam over FP32 state (apex's multi-tensor FusedAdam reads the gradient, master
+/// weight and two moments and writes the last three: 28), the gradients' global norm for
+/// clipping (read: 4; `--clip-grad` is 1.0 by default) and the master weights copied to the
+/// half-precision model (read 4, write 2). Gradients summed in half precision (`half_gradients`)
+/// are copied to FP32 first (read 2, write 4); FP16 training (`fp16`) then unscales them and
+/// checks them for overflow in place (read 4, write 4: `_unscale_main_grads_and_check_for_nan`).
+pub fn optimizer_bytes(half_gradients: bool, fp16: bool) -> f64 {
+    let adam = 28.0;
+    let norm = 4.0;
+    let to_model = 6.0;
+    let to_fp32 = if half_gradients { 6.0 } else { 0.0 };
+    let unscale = if fp16 { 8.0 } else { 0.0 };
+    adam + norm + to_model + to_fp32 + unscale
+}
+
+/// The optimizer step over `params` weights held by this GPU, moving `bytes_per_weight`
+/// ([`optimizer_bytes`]).
+pub fn optimizer_time(gpu: &Gpu, params: f64, bytes_per_weight: f64) -> f64 {
+    gpu.stream(bytes_per_weight * params)
 }
 
 /// Adding one micro-batch's weight gradients to those of the micro-batches before it, when a

@@ -182,6 +182,9 @@ pub struct Layout {
     /// (Megatron-core's gradient_accumulation_fusion), or by a kernel of their own after it
     /// (PyTorch autograd's accumulation: Megatron-LM 2021, DDP, FSDP).
     pub fused_grad_accumulation: bool,
+    /// FP16 training (loss scaling: the optimizer unscales the gradients and checks them for
+    /// overflow) rather than BF16.
+    pub fp16: bool,
     /// Megatron's scatter/gather between pipeline stages: each tensor rank sends its share of
     /// the activations and the next stage all-gathers them in its tensor group, instead of every
     /// tensor rank sending them whole (`--no-scatter-gather-tensors-in-pipeline`).
@@ -284,6 +287,12 @@ impl Placement {
 }
 
 impl Layout {
+    /// Bytes the optimizer step moves a weight in this layout's precision and gradient
+    /// accumulation (summed by a kernel of their own, the gradients are half precision).
+    pub fn optimizer_bytes(&self) -> f64 {
+        compute::optimizer_bytes(!self.fused_grad_accumulation, self.fp16)
+    }
+
     pub fn gpus(&self) -> u64 {
         // Saturating: absurd sizes from the command line compare unequal instead of wrapping.
         self.tp
@@ -775,6 +784,7 @@ mod tests {
                 attention: Attention::Flash,
                 overlap_grad_reduce: true,
                 fused_grad_accumulation: true,
+                fp16: false,
                 scatter_gather: true,
                 placement: Placement::default(),
                 first_stage_layers: None,
@@ -828,7 +838,9 @@ mod tests {
 
     /// Separate gradient accumulation adds, for every micro-batch after the first, one pass
     /// over the rank's weights (the layers' and the embedding's): two half-precision gradients
-    /// read and their sum written, at the memory rate.
+    /// read and their sum written, at the memory rate; and the optimizer then copies the
+    /// half-precision sums to FP32 (2 bytes read, 4 written a weight). FP16 adds the
+    /// optimizer's unscaling and overflow check (4 read, 4 written).
     #[test]
     fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch() {
         let topology = TopologyOptions::new("ring:2").build().unwrap();
@@ -845,12 +857,23 @@ mod tests {
         let layer = model.attention_params() + model.mlp_params() + 4 * model.hidden;
         let weights = (4 * layer + model.vocab * model.hidden) as f64;
         let a100 = Gpu::parse("a100").unwrap();
+        let rate = a100.memory_bandwidth * 0.9;
         // 8 sequences over 2 ranks: 4 micro-batches, 3 of them added to the first.
-        let expected = 3.0 * (3.0 * 2.0 * weights) / (a100.memory_bandwidth * 0.9);
+        let expected = (3.0 * (3.0 * 2.0 * weights) + 6.0 * weights) / rate;
         let added = (separate - fused).as_secs_f64();
         assert!(
             (added / expected - 1.0).abs() < 1e-6,
             "{added} s added, {expected} s expected"
+        );
+        p.layout.fp16 = true;
+        let fp16 = simulate(&p, &topology, &options(), &mut ())
+            .unwrap()
+            .step_time;
+        let unscaled = (fp16 - separate).as_secs_f64();
+        let expected = 8.0 * weights / rate;
+        assert!(
+            (unscaled / expected - 1.0).abs() < 1e-6,
+            "{unscaled} s added, {expected} s expected"
         );
     }
 

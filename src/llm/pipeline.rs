@@ -562,6 +562,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         duration: seconds(optimizer_time(
                             &plan.gpu,
                             optimized as f64 / shard as f64,
+                            plan.layout.optimizer_bytes(),
                         )),
                         forward: false,
                     },

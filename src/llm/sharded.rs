@@ -151,7 +151,11 @@ pub fn program(plan: &Plan) -> Program {
             b.then(
                 "optimizer",
                 Task::Compute {
-                    duration: seconds(optimizer_time(&plan.gpu, shard_params)),
+                    duration: seconds(optimizer_time(
+                        &plan.gpu,
+                        shard_params,
+                        plan.layout.optimizer_bytes(),
+                    )),
                     forward: false,
                 },
                 &last,
