@@ -485,9 +485,10 @@ impl Model {
                 }
             }
         };
-        let func = Func::of(kind).unwrap_or(Func::AllReduce);
-        let correction =
-            tuning::tree_correction(&self.system, func, choice.algo, choice.proto, bytes);
+        // (Point-to-point sends have no NCCL function and no correction.)
+        let correction = Func::of(kind).map_or(1.0, |func| {
+            tuning::tree_correction(&self.system, func, choice.algo, choice.proto, bytes)
+        });
         let (topology, switches) = self.network(choice, posts, correction)?;
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
