@@ -381,7 +381,7 @@ pub(super) fn keep_while_faster<P>(
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::{judged, synthesize, synthesize_unwound, Unwound};
+    use super::super::{judged, synthesize, synthesize_unwound, Synthesis, Unwound};
     use super::*;
     use crate::topology::parse_inline;
 
@@ -406,6 +406,27 @@ pub(super) mod tests {
             parse_inline(spec, &bw, &lat).unwrap()
         })
         .collect()
+    }
+
+    /// The plan `planner` makes of `c` on a small hierarchy, checked: it validates, the
+    /// simulation follows it to the picosecond, and the synthesizer keeps the faster of it and
+    /// the search over unwindings.
+    pub(in crate::synth) fn assert_followed_exactly(
+        topology: &Topology,
+        c: Collective,
+        planner: fn(&Hierarchy, &Collective, &SynthOptions) -> Result<Synthesis, Error>,
+    ) -> Synthesis {
+        let options = SynthOptions::default();
+        let h = Hierarchy::of(topology, std::slice::from_ref(&c), &options).unwrap();
+        let plan = planner(&h, &c, &options).unwrap();
+        let schedule = &plan.schedules[0];
+        let claim = schedule.collective.as_ref().unwrap();
+        crate::schedule::validate(schedule, claim, 7).unwrap();
+        let time = judged(topology, &plan).unwrap();
+        let what = format!("{} {} {}", topology.name(), c.kind, c.size);
+        assert_eq!(time, plan.estimate, "{what}");
+        assert_the_faster_is_kept(topology, c, time);
+        plan
     }
 
     /// On a small hierarchy the synthesizer keeps the faster of the plan (simulated at

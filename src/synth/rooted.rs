@@ -451,8 +451,7 @@ fn root_quotas(h: &Hierarchy, counts: &[u64], bytes: u64) -> Vec<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hierarchy::tests::{assert_the_faster_is_kept, small_hierarchies};
-    use super::super::judged;
+    use super::super::hierarchy::tests::{assert_followed_exactly, small_hierarchies};
     use super::*;
 
     /// On both hierarchies, for broadcast, reduce, scatter and gather rooted away from NPU 0,
@@ -467,16 +466,8 @@ mod tests {
             for kind in [Broadcast, Reduce, Scatter, Gather] {
                 for size in [1_000, 1_000_000, 64_000_000] {
                     let c = Collective::new(kind, npus.clone(), size, 1, Some(5)).unwrap();
-                    let options = SynthOptions::default();
-                    let h = Hierarchy::of(&topology, std::slice::from_ref(&c), &options).unwrap();
-                    let plan = synthesize(&h, &c, &options).unwrap();
-                    assert!(plan.choice.from_root);
-                    let schedule = &plan.schedules[0];
-                    let claim = schedule.collective.as_ref().unwrap();
-                    crate::schedule::validate(schedule, claim, 7).unwrap();
-                    let time = judged(&topology, &plan).unwrap();
-                    assert_eq!(time, plan.estimate, "{} {kind} {size}", topology.name());
-                    assert_the_faster_is_kept(&topology, c, time);
+                    let plan = assert_followed_exactly(&topology, c, synthesize);
+                    assert!(plan.choice.from_root, "{} {kind} {size}", topology.name());
                 }
             }
         }

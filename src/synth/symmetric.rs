@@ -233,7 +233,9 @@ fn all_to_all(h: &Hierarchy, c: &Collective) -> Result<Synthesis, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hierarchy::tests::{assert_the_faster_is_kept, small_hierarchies};
+    use super::super::hierarchy::tests::{
+        assert_followed_exactly, assert_the_faster_is_kept, small_hierarchies,
+    };
     use super::super::judged;
     use super::*;
     use crate::topology::parse_inline;
@@ -254,16 +256,8 @@ mod tests {
             ] {
                 for size in [1_000, 1_000_000, 64_000_000] {
                     let c = Collective::new(kind, npus.clone(), size, 1, None).unwrap();
-                    let options = SynthOptions::default();
-                    let h = Hierarchy::of(&topology, std::slice::from_ref(&c), &options).unwrap();
-                    let plan = super::synthesize(&h, &c, &options).unwrap();
+                    let plan = assert_followed_exactly(&topology, c, super::synthesize);
                     assert!(plan.choice.symmetric, "{} {kind} {size}", topology.name());
-                    let schedule = &plan.schedules[0];
-                    let claim = schedule.collective.as_ref().unwrap();
-                    crate::schedule::validate(schedule, claim, 7).unwrap();
-                    let time = judged(&topology, &plan).unwrap();
-                    assert_eq!(time, plan.estimate, "{} {kind} {size}", topology.name());
-                    assert_the_faster_is_kept(&topology, c, time);
                 }
             }
         }
