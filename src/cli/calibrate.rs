@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::nccl_tests::{NcclSystemArgs, TableFormat};
-use crate::nccl::calibrate::{fit, Fit, Measurement, Residual, KINDS};
+use crate::nccl::calibrate::{fit, read_calls, Fit, Measurement, Residual, Setting, KINDS};
 use crate::nccl::{log, Launch, Model};
 use crate::topology::system_file;
 use crate::Error;
@@ -16,7 +16,9 @@ use crate::Error;
 #[derive(Args, Debug)]
 pub struct CalibrateArgs {
     /// Measured nccl-tests logs of the system (nccl-tests' own output, or Markdown tables of
-    /// size, time, algbw, busbw)
+    /// size, time, algbw, busbw), or tables of measured calls (FILE.csv: columns
+    /// op,gpus,nccl_algo,nccl_proto,size,time_us; the last three may be empty) for calls run on
+    /// part of a box or with NCCL_ALGO / NCCL_PROTO set
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     #[command(flatten)]
@@ -69,6 +71,18 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     }
     let mut measured = Vec::new();
     for path in &args.logs {
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+        {
+            let calls = read_calls(path)?;
+            measured.extend(
+                calls
+                    .into_iter()
+                    .filter(|m| wanted.as_ref().is_none_or(|w| w.contains(&m.op))),
+            );
+            continue;
+        }
         let named = log::ops(path)?;
         let ops: Vec<&str> = match &wanted {
             Some(w) => w.clone(),
@@ -93,6 +107,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
                     size: row.size,
                     time_us: row.time_us,
                     source: format!("{}:{}", path.display(), row.line),
+                    setting: Setting::default(),
                 });
             }
         }
@@ -119,8 +134,8 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     let text = system_file::render(&system, &fitted.calibration, &notes);
     crate::write_replacing(&args.out, &text)?;
     let report = match args.format {
-        TableFormat::Csv => render_csv(&fitted),
-        TableFormat::Table => render_table(&fitted, &notes),
+        TableFormat::Csv => render_csv(&fitted, system.gpus()),
+        TableFormat::Table => render_table(&fitted, &notes, system.gpus()),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(report.as_bytes())
@@ -128,12 +143,19 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         .map_err(|e| Error::io("stdout", e))
 }
 
-/// Relative errors from 1 MiB up: (mean, worst, within 10%, sizes).
+/// Whether the summary covers calls from 1 MiB up (else every call: latency measurements).
+fn from_one_mib(fit: &Fit) -> bool {
+    fit.residuals.iter().any(|r| r.measurement.size >= 1 << 20)
+}
+
+/// Relative errors from 1 MiB up, or of every call if none is that large: (mean, worst, within
+/// 10%, calls).
 fn summary(fit: &Fit, after: bool) -> (f64, f64, usize, usize) {
+    let floor = if from_one_mib(fit) { 1 << 20 } else { 0 };
     let errors: Vec<f64> = fit
         .residuals
         .iter()
-        .filter(|r| r.measurement.size >= 1 << 20)
+        .filter(|r| r.measurement.size >= floor)
         .map(|r| {
             let t = if after { r.after_us } else { r.before_us };
             (t / r.measurement.time_us - 1.0).abs()
@@ -152,7 +174,7 @@ fn provenance(args: &CalibrateArgs, fit: &Fit, launch: Launch) -> Vec<String> {
     let (mean_a, worst_a, within, _) = summary(fit, true);
     let mut notes = vec![
         format!(
-            "collsim calibrate on {} ({} sizes{}), --topology {} -g {}",
+            "collsim calibrate on {} ({} calls{}), --topology {} -g {}",
             logs.join(", "),
             fit.residuals.len(),
             args.op
@@ -163,8 +185,13 @@ fn provenance(args: &CalibrateArgs, fit: &Fit, launch: Launch) -> Vec<String> {
             launch.gpus_per_thread
         ),
         format!(
-            "time error from 1 MiB up over {n} sizes: before mean {:.1}% worst {:.1}%, after mean \
+            "time error {} over {n} calls: before mean {:.1}% worst {:.1}%, after mean \
              {:.1}% worst {:.1}% ({within} within 10%)",
+            if from_one_mib(fit) {
+                "from 1 MiB up"
+            } else {
+                "of every call"
+            },
             100.0 * mean_b,
             100.0 * worst_b,
             100.0 * mean_a,
@@ -186,15 +213,21 @@ fn algorithm(r: &Residual) -> &'static str {
     }
 }
 
-fn render_csv(fit: &Fit) -> String {
+/// GPUs the call ran on: its own `gpus`, else the system's.
+fn gpus(r: &Residual, system_gpus: u32) -> u32 {
+    r.measurement.setting.gpus.unwrap_or(system_gpus)
+}
+
+fn render_csv(fit: &Fit, system_gpus: u32) -> String {
     let mut s = String::from(
-        "op,size,measured_us,before_us,before_error,after_us,after_error,algorithm,protocol,source\n",
+        "op,gpus,size,measured_us,before_us,before_error,after_us,after_error,algorithm,protocol,source\n",
     );
     for r in &fit.residuals {
         let m = &r.measurement;
         s.push_str(&format!(
-            "{},{},{},{:.3},{:.4},{:.3},{:.4},{},{},{}\n",
+            "{},{},{},{},{:.3},{:.4},{:.3},{:.4},{},{},{}\n",
             m.op,
+            gpus(r, system_gpus),
             m.size,
             m.time_us,
             r.before_us,
@@ -209,7 +242,7 @@ fn render_csv(fit: &Fit) -> String {
     s
 }
 
-fn render_table(fit: &Fit, notes: &[String]) -> String {
+fn render_table(fit: &Fit, notes: &[String], system_gpus: u32) -> String {
     let mut s = String::new();
     for note in notes.iter().take(2) {
         s.push_str(&format!("# {note}\n"));
@@ -223,13 +256,14 @@ fn render_table(fit: &Fit, notes: &[String]) -> String {
         ));
     }
     s.push_str(
-        "#  op                    size   measured     before   error      after   error  algorithm  protocol\n",
+        "#  op             gpus         size   measured     before   error      after   error  algorithm  protocol\n",
     );
     for r in &fit.residuals {
         let m = &r.measurement;
         s.push_str(&format!(
-            "   {:<14} {:>12} {:>10.2} {:>10.2} {:>+6.1}% {:>10.2} {:>+6.1}%  {:>9}  {:>8}\n",
+            "   {:<14} {:>4} {:>12} {:>10.2} {:>10.2} {:>+6.1}% {:>10.2} {:>+6.1}%  {:>9}  {:>8}\n",
             m.op,
+            gpus(r, system_gpus),
             m.size,
             m.time_us,
             r.before_us,

@@ -13,7 +13,7 @@ use argmin::solver::neldermead::NelderMead;
 use rayon::prelude::*;
 
 use super::constants::FIXED_OVERHEAD_US;
-use super::{Algo, Launch, Model, Proto};
+use super::{log, Algo, Launch, Model, Proto};
 use crate::collective::CollectiveKind;
 use crate::topology::{Calibration, Intra};
 use crate::Error;
@@ -29,6 +29,111 @@ pub struct Measurement {
     pub time_us: f64,
     /// Where it was read (`file:line`).
     pub source: String,
+    /// How the call was run, where not on the whole system at NCCL's own choice.
+    pub setting: Setting,
+}
+
+/// How a measured call was run: on the first `gpus` GPUs of the box (`--gpus`), with NCCL_ALGO
+/// and NCCL_PROTO set (in their syntax). Calls run several ways calibrate one model: per-hop
+/// latencies show only across GPU counts, each protocol's only where it was run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Setting {
+    pub gpus: Option<u32>,
+    pub nccl_algo: Option<String>,
+    pub nccl_proto: Option<String>,
+}
+
+impl Setting {
+    /// The model of `base` run this way.
+    fn model(&self, base: &Model) -> Result<Model, Error> {
+        if *self == Setting::default() {
+            return Ok(base.clone());
+        }
+        let mut system = base.system.clone();
+        if let Some(g) = self.gpus {
+            system.use_first_gpus(g)?;
+        }
+        let mut allowed = base.allowed.clone();
+        if let Some(a) = &self.nccl_algo {
+            allowed.set_algos(a)?;
+        }
+        if let Some(p) = &self.nccl_proto {
+            allowed.set_protos(p)?;
+        }
+        Ok(Model::with_allowed(&system, allowed))
+    }
+}
+
+/// One row of a measured-calls table (see [`read_calls`]).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallRow {
+    op: String,
+    gpus: Option<u32>,
+    nccl_algo: Option<String>,
+    nccl_proto: Option<String>,
+    size: u64,
+    time_us: f64,
+}
+
+/// Reads a table of measured calls (CSV columns `op,gpus,nccl_algo,nccl_proto,size,time_us`;
+/// `gpus`, `nccl_algo` and `nccl_proto` may be empty for the whole system at NCCL's choice; lines
+/// starting with `#` are comments): the
+/// measurements nccl-tests logs cannot hold together, such as one protocol's latency over GPU
+/// counts. Errors name the file and line.
+pub fn read_calls(path: &std::path::Path) -> Result<Vec<Measurement>, Error> {
+    let file = path.display().to_string();
+    let text = crate::read_text(path, "cannot read measured calls")?;
+    // The file's line of each record (the reader's own count skips comment lines).
+    let lines: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|(i, _)| i + 1)
+        .collect();
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .from_reader(text.as_bytes());
+    let headers = reader
+        .headers()
+        .map_err(|e| Error::input(format!("{file}: cannot read measured calls: {e}")))?
+        .clone();
+    let mut measured = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let line = lines.get(i + 1).copied().unwrap_or(0);
+        let record = record.map_err(|e| Error::input(format!("{file}:{line}: {e}")))?;
+        let at = |why: String| Error::input(format!("{file}:{line}: {why}"));
+        let row: CallRow = record
+            .deserialize(Some(&headers))
+            .map_err(|e| at(e.to_string()))?;
+        let op = log::OPS.iter().find(|o| **o == row.op).ok_or_else(|| {
+            at(format!(
+                "op '{}': expected one of {}",
+                row.op,
+                log::OPS.join(", ")
+            ))
+        })?;
+        if !(row.time_us.is_finite() && row.time_us > 0.0) || row.size == 0 {
+            return Err(at("size and time_us must be positive".into()));
+        }
+        let setting = Setting {
+            gpus: row.gpus,
+            nccl_algo: row.nccl_algo.filter(|s| !s.is_empty()),
+            nccl_proto: row.nccl_proto.filter(|s| !s.is_empty()),
+        };
+        measured.push(Measurement {
+            op,
+            kind: log::kind(op)?,
+            size: row.size,
+            time_us: row.time_us,
+            source: format!("{file}:{line}"),
+            setting,
+        });
+    }
+    if measured.is_empty() {
+        return Err(Error::input(format!("{file}: no measured calls")));
+    }
+    Ok(measured)
 }
 
 /// A figure calibration may move.
@@ -178,6 +283,9 @@ fn free_figures(model: &Model, choices: &[(Algo, Proto, u64)]) -> Vec<Figure> {
 #[derive(Clone)]
 struct Problem<'a> {
     model: &'a Model,
+    /// The model of each way the calls were run, and the one of each measurement.
+    models: &'a [Model],
+    model_of: &'a [usize],
     launch: Launch,
     measured: &'a [Measurement],
     figures: &'a [Figure],
@@ -199,14 +307,22 @@ impl Problem<'_> {
 
     /// Predicted times (us) of every measurement under `calibration`.
     fn predict(&self, calibration: &Calibration) -> Result<Vec<f64>, Error> {
-        let mut model = self.model.clone();
-        model.system.calibration = calibration.clone();
+        let models: Vec<Model> = self
+            .models
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                m.system.calibration = calibration.clone();
+                m
+            })
+            .collect();
         let done = self.evaluations.fetch_add(1, Ordering::Relaxed) + 1;
         (self.progress)(done);
         self.measured
             .par_iter()
-            .map(|m| {
-                model
+            .zip(self.model_of)
+            .map(|(m, &i)| {
+                models[i]
                     .predict(m.kind, m.size, 0, self.launch)
                     .map(|p| p.time.as_ns_f64() / 1e3)
             })
@@ -252,9 +368,27 @@ pub fn fit(
     if measured.is_empty() {
         return Err(Error::input("calibrate: no measured sizes to fit"));
     }
+    let mut settings: Vec<&Setting> = Vec::new();
+    let mut models = Vec::new();
+    let mut model_of = Vec::with_capacity(measured.len());
     let mut choices = Vec::with_capacity(measured.len());
     for m in measured {
-        let c = model.choose(m.kind, m.size)?;
+        let i = match settings.iter().position(|s| **s == m.setting) {
+            Some(i) => i,
+            None => {
+                let run = m
+                    .setting
+                    .model(model)
+                    .map_err(|e| Error::input(format!("{}: {e}", m.source)))?;
+                settings.push(&m.setting);
+                models.push(run);
+                models.len() - 1
+            }
+        };
+        model_of.push(i);
+        let c = models[i]
+            .choose(m.kind, m.size)
+            .map_err(|e| Error::input(format!("{}: {e}", m.source)))?;
         choices.push((c.algo, c.proto, m.size));
     }
     let mut figures = free_figures(model, &choices);
@@ -268,6 +402,8 @@ pub fn fit(
     let starts: Vec<f64> = figures.iter().map(|f| f.start(model)).collect();
     let problem = Problem {
         model,
+        models: &models,
+        model_of: &model_of,
         launch,
         measured,
         figures: &figures,
@@ -384,6 +520,7 @@ mod tests {
                     size,
                     time_us: t.time.as_ns_f64() / 1e3,
                     source: format!("synthetic:{log2}"),
+                    setting: Setting::default(),
                 }
             })
             .collect();
