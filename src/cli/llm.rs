@@ -89,6 +89,10 @@ pub struct LlmArgs {
     /// gradients and checks them for overflow: Megatron-LM's --fp16)
     #[arg(long, default_value = "bf16", requires = "model")]
     pub precision: String,
+    /// BF16 training accumulates and reduces its gradients in BF16 (Megatron's
+    /// --grad-reduce-in-bf16), not FP32 as Megatron does by default
+    #[arg(long, requires = "model")]
+    pub grad_reduce_in_bf16: bool,
     /// Collectives inside one box that run alone on its links (the tensor-parallel group's):
     /// nccl (the NCCL model's time for the call, on GPU systems such as dgx-a100:N) or engine
     /// (the --algorithm's schedule on the network)
@@ -157,6 +161,12 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             Error::input("train --model needs --global-batch (sequences per iteration)")
         })?,
     )?;
+    if a.grad_reduce_in_bf16 && a.precision == "fp16" {
+        return Err(Error::input(
+            "--grad-reduce-in-bf16: FP16 training reduces its gradients in FP16 already; it \
+             goes with --precision bf16",
+        ));
+    }
     let layer_times = match &a.layer_times {
         Some(path) => Some(llm::compute::LayerTimes::load(path)?),
         None => None,
@@ -189,6 +199,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
                 "separate",
             )?,
             fp16: either("precision", &a.precision, "fp16", "bf16")?,
+            grad_reduce_in_bf16: a.grad_reduce_in_bf16,
             scatter_gather: !a.no_scatter_gather,
         },
     };

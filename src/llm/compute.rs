@@ -315,9 +315,10 @@ pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
 /// successor): Adam over FP32 state (apex's multi-tensor FusedAdam reads the gradient, master
 /// weight and two moments and writes the last three: 28), the gradients' global norm for
 /// clipping (read: 4; `--clip-grad` is 1.0 by default) and the master weights copied to the
-/// half-precision model (read 4, write 2). Gradients summed in half precision (`half_gradients`)
-/// are copied to FP32 first (read 2, write 4); FP16 training (`fp16`) then unscales them and
-/// checks them for overflow in place (read 4, write 4: `_unscale_main_grads_and_check_for_nan`).
+/// half-precision model (read 4, write 2). Gradients accumulated in half precision
+/// (`half_gradients`, [`gradient_bytes`]) are copied to FP32 first (read 2, write 4); FP16
+/// training (`fp16`) then unscales them and checks them for overflow in place (read 4, write 4:
+/// `_unscale_main_grads_and_check_for_nan`).
 pub fn optimizer_bytes(half_gradients: bool, fp16: bool) -> f64 {
     let adam = 28.0;
     let norm = 4.0;
@@ -327,6 +328,20 @@ pub fn optimizer_bytes(half_gradients: bool, fp16: bool) -> f64 {
     adam + norm + to_model + to_fp32 + unscale
 }
 
+/// Bytes of a weight's gradient as Megatron accumulates it over micro-batches and reduces it
+/// over the data-parallel group: FP32 in BF16 training ("bfloat16 requires gradient
+/// accumulation and all-reduce to be done in fp32", megatron/training/arguments.py, which sets
+/// `accumulate_allreduce_grads_in_fp32`) unless `--grad-reduce-in-bf16` asks for BF16
+/// (`bf16_reduce`); the half-precision parameters' own type in FP16 training (that flag's
+/// default off, Megatron-LM 2021 as the paper ran it).
+pub fn gradient_bytes(fp16: bool, bf16_reduce: bool) -> u64 {
+    if fp16 || bf16_reduce {
+        2
+    } else {
+        4
+    }
+}
+
 /// The optimizer step over `params` weights held by this GPU, moving `bytes_per_weight`
 /// ([`optimizer_bytes`]).
 pub fn optimizer_time(gpu: &Gpu, params: f64, bytes_per_weight: f64) -> f64 {
@@ -334,11 +349,12 @@ pub fn optimizer_time(gpu: &Gpu, params: f64, bytes_per_weight: f64) -> f64 {
 }
 
 /// Adding one micro-batch's weight gradients to those of the micro-batches before it, when a
-/// kernel of its own does it (PyTorch autograd's accumulation, as Megatron-LM 2021, DDP and FSDP
-/// run it): the new and the accumulated half-precision gradient read, the sum written, for the
-/// `params` weights this GPU holds.
-pub fn gradient_accumulation_time(gpu: &Gpu, params: f64) -> f64 {
-    gpu.stream(3.0 * HALF * params)
+/// kernel of its own does it (PyTorch autograd's accumulation, or Megatron's hook adding
+/// `param.grad` into `main_grad`, as Megatron-LM 2021, DDP and FSDP run it): the new
+/// half-precision gradient and the accumulated one (of `accumulated_bytes`, [`gradient_bytes`])
+/// read, the sum written, for the `params` weights this GPU holds.
+pub fn gradient_accumulation_time(gpu: &Gpu, params: f64, accumulated_bytes: u64) -> f64 {
+    gpu.stream((HALF + 2.0 * accumulated_bytes as f64) * params)
 }
 
 #[cfg(test)]

@@ -185,6 +185,9 @@ pub struct Layout {
     /// FP16 training (loss scaling: the optimizer unscales the gradients and checks them for
     /// overflow) rather than BF16.
     pub fp16: bool,
+    /// BF16 training's gradients accumulated and reduced in BF16 (Megatron's
+    /// `--grad-reduce-in-bf16`) rather than FP32.
+    pub grad_reduce_in_bf16: bool,
     /// Megatron's scatter/gather between pipeline stages: each tensor rank sends its share of
     /// the activations and the next stage all-gathers them in its tensor group, instead of every
     /// tensor rank sending them whole (`--no-scatter-gather-tensors-in-pipeline`).
@@ -287,10 +290,15 @@ impl Placement {
 }
 
 impl Layout {
-    /// Bytes the optimizer step moves a weight in this layout's precision and gradient
-    /// accumulation (summed by a kernel of their own, the gradients are half precision).
+    /// Bytes the optimizer step moves a weight in this layout's precision.
     pub fn optimizer_bytes(&self) -> f64 {
-        compute::optimizer_bytes(!self.fused_grad_accumulation, self.fp16)
+        compute::optimizer_bytes(self.gradient_bytes() == 2, self.fp16)
+    }
+
+    /// Bytes of a weight's gradient as it is accumulated and reduced over the data-parallel
+    /// group ([`compute::gradient_bytes`]).
+    pub fn gradient_bytes(&self) -> u64 {
+        compute::gradient_bytes(self.fp16, self.grad_reduce_in_bf16)
     }
 
     pub fn gpus(&self) -> u64 {
@@ -785,6 +793,7 @@ mod tests {
                 overlap_grad_reduce: true,
                 fused_grad_accumulation: true,
                 fp16: false,
+                grad_reduce_in_bf16: false,
                 scatter_gather: true,
                 placement: Placement::default(),
                 first_stage_layers: None,
@@ -837,16 +846,18 @@ mod tests {
     }
 
     /// Separate gradient accumulation adds, for every micro-batch after the first, one pass
-    /// over the rank's weights (the layers' and the embedding's): two half-precision gradients
-    /// read and their sum written, at the memory rate; and the optimizer then copies the
-    /// half-precision sums to FP32 (2 bytes read, 4 written a weight). FP16 adds the
-    /// optimizer's unscaling and overflow check (4 read, 4 written).
+    /// over the rank's weights (the layers' and the embedding's) at the memory rate: the new
+    /// half-precision gradient read and the accumulated one read and written, FP32 in BF16
+    /// training (2 + 4 + 4 bytes a weight). FP16 accumulates in half precision (2 + 2 + 2) and
+    /// its optimizer then copies the sums to FP32 (2 read, 4 written) and unscales and checks
+    /// them for overflow (4 read, 4 written).
     #[test]
     fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch() {
         let topology = TopologyOptions::new("ring:2").build().unwrap();
         let model = tiny(4, 1);
-        let mut p = plan(model.clone(), 1, 1, 2, 8);
-        p.layout.overlap_grad_reduce = false;
+        // Two tensor-parallel ranks and no data parallelism: no gradient crosses the network,
+        // so the precision changes the step by the memory passes alone.
+        let mut p = plan(model.clone(), 2, 1, 1, 4);
         let fused = simulate(&p, &topology, &options(), &mut ())
             .unwrap()
             .step_time;
@@ -854,12 +865,13 @@ mod tests {
         let separate = simulate(&p, &topology, &options(), &mut ())
             .unwrap()
             .step_time;
-        let layer = model.attention_params() + model.mlp_params() + 4 * model.hidden;
-        let weights = (4 * layer + model.vocab * model.hidden) as f64;
+        // A rank holds half of each layer's matrices, its norms whole, half the embedding.
+        let layer = (model.attention_params() + model.mlp_params()) / 2 + 4 * model.hidden;
+        let weights = (4 * layer + model.vocab * model.hidden / 2) as f64;
         let a100 = Gpu::parse("a100").unwrap();
         let rate = a100.memory_bandwidth * 0.9;
-        // 8 sequences over 2 ranks: 4 micro-batches, 3 of them added to the first.
-        let expected = (3.0 * (3.0 * 2.0 * weights) + 6.0 * weights) / rate;
+        // 4 sequences, micro-batch 1: 4 micro-batches, 3 of them added to the first.
+        let expected = 3.0 * 10.0 * weights / rate;
         let added = (separate - fused).as_secs_f64();
         assert!(
             (added / expected - 1.0).abs() < 1e-6,
@@ -870,11 +882,95 @@ mod tests {
             .unwrap()
             .step_time;
         let unscaled = (fp16 - separate).as_secs_f64();
-        let expected = 8.0 * weights / rate;
+        let expected = (3.0 * (6.0 - 10.0) + 6.0 + 8.0) * weights / rate;
         assert!(
             (unscaled / expected - 1.0).abs() < 1e-6,
             "{unscaled} s added, {expected} s expected"
         );
+    }
+
+    /// Bytes of the data-parallel collectives of rank 0's program, by kind.
+    fn data_parallel_bytes(p: &Plan, kind: CollectiveKind) -> u64 {
+        pipeline::program(p).ranks[0]
+            .iter()
+            .filter_map(|n| match &n.task {
+                crate::workload::Task::Collective {
+                    kind: k,
+                    bytes,
+                    group: crate::workload::CommGroup::Data,
+                    ..
+                } if *k == kind => Some(*bytes),
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// Megatron reduces BF16 training's gradients in FP32 (4 bytes a weight) unless told to
+    /// reduce them in BF16, FP16 training's in FP16; the distributed optimizer gathers the
+    /// weights in half precision either way. A rank holds 4 layers and the embedding.
+    #[test]
+    fn gradients_are_reduced_at_megatrons_width() {
+        let model = tiny(4, 1);
+        let weights = 4 * (model.attention_params() + model.mlp_params() + 4 * model.hidden)
+            + model.vocab * model.hidden;
+        let mut p = plan(model, 1, 1, 2, 8);
+        p.layout.zero = ZeroStage::Optimizer;
+        for (fp16, bf16_reduce, width) in [(false, false, 4), (false, true, 2), (true, false, 2)] {
+            p.layout.fp16 = fp16;
+            p.layout.grad_reduce_in_bf16 = bf16_reduce;
+            let reduced = data_parallel_bytes(&p, CollectiveKind::ReduceScatter);
+            assert_eq!(
+                reduced,
+                width * weights,
+                "fp16 {fp16}, bf16 reduce {bf16_reduce}"
+            );
+            let gathered = data_parallel_bytes(&p, CollectiveKind::AllGather);
+            assert_eq!(gathered, 2 * weights);
+        }
+    }
+
+    /// With the distributed optimizer and overlapped reduction, the weights' gathers open the
+    /// step and each layer's first forward waits for its own bucket only (Megatron-core's
+    /// --overlap-param-gather): on a slow network the step is shorter than gathering after
+    /// the optimizer. Without overlapped reduction the gathers follow the optimizer.
+    #[test]
+    fn weights_are_gathered_while_the_first_forward_runs() {
+        let topology = TopologyOptions::new("ring:2")
+            .with_links("1GB/s", "1us")
+            .build()
+            .unwrap();
+        let mut p = plan(tiny(8, 1), 1, 1, 2, 8);
+        p.layout.zero = ZeroStage::Optimizer;
+        let first_forward_waits = |p: &Plan| {
+            let nodes = &pipeline::program(p).ranks[0];
+            let gathers: Vec<u64> = nodes
+                .iter()
+                .filter(|n| n.name == "weights")
+                .map(|n| n.id)
+                .collect();
+            let waiting = nodes
+                .iter()
+                .filter(|n| {
+                    n.name == "F0.0" && n.deps.iter().any(|&d| gathers.contains(&(d as u64)))
+                })
+                .count();
+            (gathers.len(), waiting)
+        };
+        let (gathers, waiting) = first_forward_waits(&p);
+        assert!(gathers >= 2, "{gathers} buckets");
+        assert_eq!(
+            waiting, 8,
+            "every layer of the first forward waits for its bucket"
+        );
+        let ahead = simulate(&p, &topology, &options(), &mut ())
+            .unwrap()
+            .step_time;
+        p.layout.overlap_grad_reduce = false;
+        assert_eq!(first_forward_waits(&p).1, 0);
+        let after = simulate(&p, &topology, &options(), &mut ())
+            .unwrap()
+            .step_time;
+        assert!(ahead < after, "{ahead} against {after}");
     }
 
     /// A tensor group whose links another communication uses is not timed alone: on a ring,

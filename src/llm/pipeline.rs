@@ -1,7 +1,8 @@
 //! The per-rank programs of one training iteration of a Megatron-style layout: tensor
 //! parallelism inside each pipeline stage, 1F1B pipelining (interleaved over virtual stages when
 //! asked), data parallelism with gradient buckets reduced as the last backward pass produces
-//! them, expert parallelism's all-to-alls, and the optimizer step.
+//! them (and, with the distributed optimizer, the weights gathered as the first forward passes
+//! need them), expert parallelism's all-to-alls, and the optimizer step.
 //!
 //! Ranks are numbered as Megatron numbers them: tensor-parallel rank fastest, then
 //! data-parallel, then pipeline (rank = t + T (d + D p)); rank r runs on the r-th GPU, so a
@@ -115,6 +116,46 @@ impl RankBuilder {
         self.last = Some(id);
         id
     }
+}
+
+/// The gathers of a step's weights in the order its forward passes need them, on the
+/// data-parallel stream: the layers of `chunks` model chunks (`layers(c)`: each layer's weights
+/// in chunk `c`) in buckets of at least `bucket` weights, a chunk's last bucket ending with it.
+/// Returns, per chunk and layer, the gather holding that layer.
+fn weight_gathers(
+    b: &mut RankBuilder,
+    dp_name: &str,
+    chunks: u64,
+    bucket: u64,
+    layers: impl Fn(u64) -> Vec<u64>,
+) -> Vec<Vec<u32>> {
+    let mut previous: Option<u32> = None;
+    let mut per_chunk = Vec::with_capacity(chunks as usize);
+    for c in 0..chunks {
+        let params = layers(c);
+        let mut of_layer = vec![0; params.len()];
+        let (mut since, mut from) = (0u64, 0usize);
+        for (j, p) in params.iter().enumerate() {
+            since += p;
+            if since >= bucket || j + 1 == params.len() {
+                let id = b.add(
+                    "weights",
+                    collective(
+                        CollectiveKind::AllGather,
+                        since * 2,
+                        dp_name,
+                        CommGroup::Data,
+                    ),
+                    previous.into_iter().collect(),
+                );
+                of_layer[from..=j].fill(id);
+                previous = Some(id);
+                (since, from) = (0, j + 1);
+            }
+        }
+        per_chunk.push(of_layer);
+    }
+    per_chunk
 }
 
 pub(super) fn collective(
@@ -294,18 +335,27 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let layer_params = (model.attention_params() + model.experts / l.ep * model.mlp_params()) / tp
         + 4 * model.hidden;
     let embedding_params = model.vocab * model.hidden / tp;
+    // Gradients are accumulated and reduced at this width a weight; weights travel in half
+    // precision.
+    let grad_bytes = l.gradient_bytes();
     // A micro-batch's weight gradients added to the step's by a kernel of their own (not when
     // fused into the product, nor when measured layer times already hold it).
     let accumulation = |params: u64| {
         if l.fused_grad_accumulation || plan.layer_times.is_some() {
             0.0
         } else {
-            gradient_accumulation_time(&plan.gpu, params as f64)
+            gradient_accumulation_time(&plan.gpu, params as f64, grad_bytes)
         }
     };
     let (layer_accumulation, embedding_accumulation) =
         (accumulation(layer_params), accumulation(embedding_params));
-    let bucket = bucket_params(dp) * 2;
+    let bucket = bucket_params(dp) * grad_bytes;
+    // Megatron-core's overlapped parameter gather (the distributed optimizer with
+    // `--overlap-param-gather`, which needs `--overlap-grad-reduce`): the updated weights are
+    // gathered bucket by bucket while the next step's first forward passes run, each layer
+    // waiting for its own bucket. One step of that steady state opens with the gathers on the
+    // data-parallel stream and ends at its optimizer.
+    let gather_weights_ahead = l.zero != ZeroStage::None && dp > 1 && l.overlap_grad_reduce;
     let rank_of = |t: u64, d: u64, s: u64| (t + tp * (d + dp * s)) as u32;
     let mut ranks = Vec::with_capacity((tp * pp * dp) as usize);
     let mut serial = std::collections::BTreeSet::new();
@@ -334,6 +384,24 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                 let mut grads: Vec<u32> = Vec::new();
                 let mut params_since_bucket = 0u64;
                 let mut dp_buckets: Vec<u64> = Vec::new();
+                // The gather of each chunk's layers' weights, when the step opens with them.
+                let layer_gathers: Vec<Vec<u32>> = if gather_weights_ahead {
+                    let params = |c: u64, j: u64| {
+                        layer_params
+                            + if s == 0 && c == 0 && j == 0 {
+                                embedding_params
+                            } else {
+                                0
+                            }
+                    };
+                    weight_gathers(&mut b, &dp_name, v, bucket_params(dp), |c| {
+                        (0..chunk_layers[(c * pp + s) as usize])
+                            .map(|j| params(c, j))
+                            .collect()
+                    })
+                } else {
+                    Vec::new()
+                };
                 for (i, step) in order.iter().enumerate() {
                     let c = step.chunk;
                     let layers_per_chunk = chunk_layers[(c * pp + s) as usize];
@@ -437,15 +505,41 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         && dp > 1
                         && l.overlap_grad_reduce;
                     if !in_pieces {
-                        b.then(
-                            &name,
-                            Task::Compute {
-                                duration: seconds(layers_per_chunk as f64 * layer_secs + extra),
-                                forward: step.forward,
-                            },
-                            &ready,
-                        );
-                        comm.emit(&mut b, layers_per_chunk);
+                        if gather_weights_ahead
+                            && step.forward
+                            && step.micro_batch == 0
+                            && layers_per_chunk > 0
+                        {
+                            // Layer by layer, each after its weights' gather.
+                            for (j, &gather) in layer_gathers[c as usize].iter().enumerate() {
+                                let end = j as u64 + 1 == layers_per_chunk;
+                                let mut deps = vec![gather];
+                                if j == 0 {
+                                    deps.extend_from_slice(&ready);
+                                }
+                                b.then(
+                                    &name,
+                                    Task::Compute {
+                                        duration: seconds(
+                                            layer_secs + if end { extra } else { 0.0 },
+                                        ),
+                                        forward: true,
+                                    },
+                                    &deps,
+                                );
+                                comm.emit(&mut b, 1);
+                            }
+                        } else {
+                            b.then(
+                                &name,
+                                Task::Compute {
+                                    duration: seconds(layers_per_chunk as f64 * layer_secs + extra),
+                                    forward: step.forward,
+                                },
+                                &ready,
+                            );
+                            comm.emit(&mut b, layers_per_chunk);
+                        }
                         if first && step.forward && tp > 1 {
                             // The vocabulary-parallel embedding's all-reduce.
                             b.then(
@@ -472,10 +566,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                 if j == 0 { &ready } else { &[] },
                             );
                             comm.emit(&mut b, 1);
-                            params_since_bucket += layer_params * 2;
+                            params_since_bucket += layer_params * grad_bytes;
                             let chunk_done = j + 1 == layers_per_chunk;
                             if chunk_done && first {
-                                params_since_bucket += embedding_params * 2;
+                                params_since_bucket += embedding_params * grad_bytes;
                             }
                             if params_since_bucket >= bucket || chunk_done {
                                 let kind = if plan.layout.zero == ZeroStage::None {
@@ -526,11 +620,11 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                     // Every gradient in one call once the backward passes are done.
                     let g = b.then(
                         "gradients",
-                        collective(reduce, stage_params * 2, &dp_name, CommGroup::Data),
+                        collective(reduce, stage_params * grad_bytes, &dp_name, CommGroup::Data),
                         &[],
                     );
                     grads.push(g);
-                    dp_buckets.push(stage_params * 2);
+                    dp_buckets.push(stage_params * grad_bytes);
                 }
                 // Tied embeddings: the first and last stages sum their embedding gradients.
                 if pp > 1 && model.tied_embeddings && (s == 0 || s == pp - 1) {
@@ -538,7 +632,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         "embedding-gradients",
                         collective(
                             CollectiveKind::AllReduce,
-                            embedding_params * 2,
+                            embedding_params * grad_bytes,
                             &format!("emb{t}.{d}"),
                             CommGroup::Pipeline,
                         ),
@@ -568,12 +662,18 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                     },
                     &grads,
                 );
-                if plan.layout.zero != ZeroStage::None && dp > 1 {
-                    // The distributed optimizer gathers the updated weights.
+                if plan.layout.zero != ZeroStage::None && dp > 1 && !gather_weights_ahead {
+                    // The distributed optimizer gathers the updated half-precision weights.
                     for bytes in dp_buckets {
+                        let weights = bytes / grad_bytes * 2;
                         b.then(
                             "weights",
-                            collective(CollectiveKind::AllGather, bytes, &dp_name, CommGroup::Data),
+                            collective(
+                                CollectiveKind::AllGather,
+                                weights,
+                                &dp_name,
+                                CommGroup::Data,
+                            ),
                             &[],
                         );
                     }

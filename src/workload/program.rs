@@ -332,6 +332,28 @@ pub fn execute(
                 });
             }
         }
+        // Communication the stream ends with, after its last compute (a distributed
+        // optimizer's gathers after its step), is exposed too: charged to the last to finish.
+        if sum.total > free {
+            let tail = sum.total - free;
+            let last = (0..nodes.len())
+                .filter(|&i| nodes[i].task.is_communication())
+                .max_by_key(|&i| completed[ends[i] as usize]);
+            match last.map(|i| &nodes[i].task) {
+                Some(task) => {
+                    sum.exposed_comm = sum.exposed_comm + tail;
+                    add_to(&mut row.exposed_by_kind, task.kind_name(), tail);
+                    add_to(&mut row.exposed_by_group, task.group_name(), tail);
+                    match task {
+                        Task::Collective { group, .. } if group.is_model_parallel() => {
+                            sum.exposed_model_parallel = sum.exposed_model_parallel + tail
+                        }
+                        _ => sum.exposed_data_parallel = sum.exposed_data_parallel + tail,
+                    }
+                }
+                None => row.idle = row.idle + tail,
+            }
+        }
         ranks.push(row);
     }
     let slowest = (0..ranks.len())
@@ -1225,6 +1247,51 @@ mod tests {
         let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
         assert_eq!(run.breakdown.total, Time::from_ns(7000));
         assert_eq!(run.breakdown.exposed_comm, Time::ZERO);
+    }
+
+    /// A rank's time is its compute, exposed communication, bubble and idle time, also when it
+    /// ends with communication after its last compute: a 1 MiB all-reduce over a 1 GB/s ring of
+    /// two (1 MiB each way, 1 us a hop) after 3 us of compute is exposed whole.
+    #[test]
+    fn communication_after_the_last_compute_is_exposed() {
+        let t = TopologyOptions::new("ring:2")
+            .with_links("1GB/s", "1us")
+            .build()
+            .unwrap();
+        let rank = vec![
+            node(
+                0,
+                Task::Compute {
+                    duration: Time::from_ns(3000),
+                    forward: false,
+                },
+                vec![],
+            ),
+            node(
+                1,
+                Task::Collective {
+                    kind: CollectiveKind::AllGather,
+                    bytes: 1 << 21,
+                    communicator: "dp".into(),
+                    group: CommGroup::Data,
+                    times: 1,
+                },
+                vec![0],
+            ),
+        ];
+        let program = Program {
+            name: "p".into(),
+            ranks: vec![rank.clone(), rank],
+            ..Program::default()
+        };
+        let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
+        for r in &run.ranks {
+            let b = &r.breakdown;
+            let parts = b.forward_compute + b.backward_compute + b.exposed_comm + r.bubble + r.idle;
+            assert_eq!(parts, b.total, "rank {}", r.rank);
+            assert!(b.exposed_data_parallel > Time::from_ns(1_000_000));
+            assert_eq!(r.exposed_by_group, vec![("data", b.exposed_comm)]);
+        }
     }
 
     /// A collective that names no communicator runs on every rank: a rank without it is named.
