@@ -402,6 +402,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                 } else {
                     Vec::new()
                 };
+                let last_gather = layer_gathers.iter().flatten().max().copied();
                 for (i, step) in order.iter().enumerate() {
                     let c = step.chunk;
                     let layers_per_chunk = chunk_layers[(c * pp + s) as usize];
@@ -577,9 +578,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                 } else {
                                     CollectiveKind::ReduceScatter
                                 };
-                                // NCCL runs a communicator's calls in the order issued.
-                                let deps: Vec<u32> =
-                                    b.last.into_iter().chain(grads.last().copied()).collect();
+                                // NCCL runs a communicator's calls in the order issued (the
+                                // step's weight gathers first).
+                                let before = grads.last().or(last_gather.as_ref()).copied();
+                                let deps: Vec<u32> = b.last.into_iter().chain(before).collect();
                                 let g = b.add(
                                     "gradients",
                                     collective(
