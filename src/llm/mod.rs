@@ -548,25 +548,31 @@ impl Plan {
         (self.stage_layers()[0] * layer + m.vocab * m.hidden / l.tp) as f64
     }
 
-    /// Weights (2 bytes), gradients (2) and Adam's FP32 master weights and moments (12), the
-    /// last sharded over the data-parallel group by ZeRO-1, the gradients too by ZeRO-2.
+    /// Bytes of weights, gradients and optimizer state a GPU holds, as Megatron-LM's
+    /// distributed-optimizer guide counts them a weight (docs/user-guide/features/
+    /// dist_optimizer.md): the half-precision weight (2), its main gradient (4 in FP32, 2 in
+    /// half precision: [`Layout::gradient_bytes`]) and the optimizer's FP32 main weight and two
+    /// moments (12), plus an FP32 copy of half-precision gradients (4): 18 or 20, and 6 + 12/d
+    /// or 4 + 16/d with the optimizer's part sharded over the d data-parallel ranks (ZeRO-1);
+    /// ZeRO-2 shards the gradients too. ZeRO-3 (DeepSpeed, FSDP) shards all of the ZeRO paper's
+    /// 2 + 2 + 12 and holds two layers gathered whole (the one computing and the one
+    /// prefetched).
     fn state_bytes(&self) -> f64 {
         let l = &self.layout;
         let dp = l.dp as f64;
-        let (grads, optimizer) = match l.zero {
-            ZeroStage::None => (2.0, 12.0),
-            ZeroStage::Optimizer => (2.0, 12.0 / dp),
-            ZeroStage::Gradients | ZeroStage::Parameters => (2.0 / dp, 12.0 / dp),
+        let grads = l.gradient_bytes() as f64;
+        let optimizer = 12.0 + if grads < 4.0 { 4.0 } else { 0.0 };
+        let per_weight = match l.zero {
+            ZeroStage::None => 2.0 + grads + optimizer,
+            ZeroStage::Optimizer => 2.0 + grads + optimizer / dp,
+            ZeroStage::Gradients => 2.0 + (grads + optimizer) / dp,
+            ZeroStage::Parameters => {
+                let m = &self.model;
+                let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
+                return self.params_per_gpu() * (2.0 + 2.0 + 12.0) / dp + 2.0 * 2.0 * layer as f64;
+            }
         };
-        if l.zero == ZeroStage::Parameters {
-            // The shard of everything, and two layers gathered whole (the one computing and the
-            // one prefetched).
-            let m = &self.model;
-            let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
-            return self.params_per_gpu() * (2.0 + grads + optimizer) / dp
-                + 2.0 * 2.0 * layer as f64;
-        }
-        self.params_per_gpu() * (2.0 + grads + optimizer)
+        self.params_per_gpu() * per_weight
     }
 
     /// Activations the first stage holds at its peak, per Korthikanti et al. (MLSys'23): a
@@ -903,6 +909,33 @@ mod tests {
                 _ => None,
             })
             .sum()
+    }
+
+    /// Weights, gradients and optimizer state per weight as Megatron-LM's guide tabulates
+    /// them: 20 bytes with FP16 gradients, 18 with FP32 ones; the distributed optimizer 4 +
+    /// 16/d and 6 + 12/d; ZeRO-3 the ZeRO paper's 16, all sharded, and two layers whole.
+    #[test]
+    fn state_memory_follows_megatrons_bytes_per_weight() {
+        let model = tiny(4, 1);
+        let mut p = plan(model.clone(), 1, 1, 4, 8);
+        let weights = p.params_per_gpu();
+        for (fp16, zero, per_weight) in [
+            (true, ZeroStage::None, 20.0),
+            (false, ZeroStage::None, 18.0),
+            (true, ZeroStage::Optimizer, 4.0 + 16.0 / 4.0),
+            (false, ZeroStage::Optimizer, 6.0 + 12.0 / 4.0),
+            (false, ZeroStage::Gradients, 2.0 + 16.0 / 4.0),
+        ] {
+            p.layout.fp16 = fp16;
+            p.layout.zero = zero;
+            assert!(
+                (p.state_bytes() / (weights * per_weight) - 1.0).abs() < 1e-12,
+                "fp16 {fp16}, {zero:?}"
+            );
+        }
+        p.layout.zero = ZeroStage::Parameters;
+        let layer = (model.attention_params() + model.mlp_params()) as f64;
+        assert!((p.state_bytes() - (weights * 16.0 / 4.0 + 4.0 * layer)).abs() < 1.0);
     }
 
     /// Megatron reduces BF16 training's gradients in FP32 (4 bytes a weight) unless told to
