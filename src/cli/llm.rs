@@ -51,6 +51,13 @@ pub struct LlmArgs {
     /// Layers of the last pipeline stage (--decoder-last-pipeline-num-layers)
     #[arg(long, requires = "model")]
     pub last_stage_layers: Option<u64>,
+    /// Count the embedding as a layer when splitting the layers over the pipeline's chunks: the
+    /// first chunk holds one layer fewer (Megatron-core's flag of that name)
+    #[arg(long, requires = "model")]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss as a layer: the last chunk holds one layer fewer (Megatron-core's flag)
+    #[arg(long, requires = "model")]
+    pub account_for_loss_in_pipeline_split: bool,
     /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too), 3 (weights too, gathered
     /// per layer: ZeRO-3/FSDP, without pipeline parallelism)
     #[arg(long, default_value_t = 0, requires = "model")]
@@ -191,6 +198,8 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             placement: llm::Placement::parse(&a.placement)?,
             first_stage_layers: a.first_stage_layers,
             last_stage_layers: a.last_stage_layers,
+            embedding_in_split: a.account_for_embedding_in_pipeline_split,
+            loss_in_split: a.account_for_loss_in_pipeline_split,
             overlap_grad_reduce: either("grad-reduce", &a.grad_reduce, "overlapped", "after")?,
             fused_grad_accumulation: either(
                 "grad-accumulation",

@@ -198,6 +198,12 @@ pub struct Layout {
     /// (Megatron's uneven split); None: every stage the same.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    /// The embedding and the loss each counted as a layer when the layers are split over the
+    /// pipeline's chunks, so that the first chunk of the first stage and the last chunk of the
+    /// last stage hold one layer fewer (Megatron-core's
+    /// `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`).
+    pub embedding_in_split: bool,
+    pub loss_in_split: bool,
 }
 
 /// The order in which the parallel dimensions fill the GPUs, the first fastest: Megatron's
@@ -402,7 +408,7 @@ impl Plan {
                 l.tp, m.ffn, m.vocab
             ));
         }
-        if let Err(why) = self.stage_split() {
+        if let Err(why) = self.chunk_split() {
             return fail(why);
         }
         if l.global_batch.saturating_mul(m.seq) > 1 << 40 {
@@ -524,20 +530,61 @@ impl Plan {
         Ok(stages)
     }
 
-    /// Layers held by each pipeline stage (all its virtual chunks), of a plan that passed
-    /// [`Plan::check`] (see [`Plan::stage_split`]).
-    pub fn stage_layers(&self) -> Vec<u64> {
-        let pp = self.layout.pp;
-        self.stage_split()
-            .unwrap_or_else(|_| vec![self.model.layers / pp; pp as usize])
+    /// Layers of each model chunk in model order (chunk `c x pp + s` is virtual chunk `c` of
+    /// stage `s`): its stage's layers over the stage's chunks ([`Plan::stage_split`]), or, with
+    /// the embedding and loss counted as layers, every chunk the same but the first and last
+    /// one layer short. Err names the constraint a split breaks.
+    fn chunk_split(&self) -> Result<Vec<u64>, String> {
+        let (m, l) = (&self.model, &self.layout);
+        let (pp, v) = (l.pp, l.virtual_stages);
+        if !(l.embedding_in_split || l.loss_in_split) {
+            let stages = self.stage_split()?;
+            return Ok((0..pp * v).map(|j| stages[(j % pp) as usize] / v).collect());
+        }
+        if l.first_stage_layers.is_some() || l.last_stage_layers.is_some() {
+            return Err(
+                "--account-for-embedding/loss-in-pipeline-split and --first-stage-layers \
+                 / --last-stage-layers are two ways to split unevenly: give one"
+                    .into(),
+            );
+        }
+        let counted = m.layers + l.embedding_in_split as u64 + l.loss_in_split as u64;
+        if !counted.is_multiple_of(pp * v) {
+            return Err(format!(
+                "{} layers, with the embedding or loss counted as layers {counted}, cannot be \
+                 split into --pp {pp} x --virtual-stages {v} equal chunks",
+                m.layers
+            ));
+        }
+        let mut chunks = vec![counted / (pp * v); (pp * v) as usize];
+        chunks[0] -= l.embedding_in_split as u64;
+        *chunks.last_mut().expect("pp x v >= 1") -= l.loss_in_split as u64;
+        if chunks.contains(&0) {
+            return Err(format!(
+                "{} layers over --pp {pp} x --virtual-stages {v} leave the first or last chunk \
+                 with no layer once the embedding and loss count as layers",
+                m.layers
+            ));
+        }
+        Ok(chunks)
     }
 
-    /// Layers of each model chunk, in model order (chunk `c x pp + s` is virtual chunk `c` of
-    /// stage `s`): its stage's layers over the stage's chunks.
+    /// Layers of each model chunk of a plan that passed [`Plan::check`].
     pub fn chunk_layers(&self) -> Vec<u64> {
         let (pp, v) = (self.layout.pp, self.layout.virtual_stages);
-        let stages = self.stage_layers();
-        (0..pp * v).map(|j| stages[(j % pp) as usize] / v).collect()
+        self.chunk_split()
+            .unwrap_or_else(|_| vec![self.model.layers / (pp * v); (pp * v) as usize])
+    }
+
+    /// Layers held by each pipeline stage (all its virtual chunks), of a plan that passed
+    /// [`Plan::check`].
+    pub fn stage_layers(&self) -> Vec<u64> {
+        let pp = self.layout.pp as usize;
+        let mut stages = vec![0; pp];
+        for (j, n) in self.chunk_layers().into_iter().enumerate() {
+            stages[j % pp] += n;
+        }
+        stages
     }
 
     /// Weights held by a GPU of the first stage (which also holds the embedding).
@@ -804,6 +851,8 @@ mod tests {
                 placement: Placement::default(),
                 first_stage_layers: None,
                 last_stage_layers: None,
+                embedding_in_split: false,
+                loss_in_split: false,
             },
         }
     }
@@ -1068,6 +1117,39 @@ mod tests {
         p.layout.virtual_stages = 1;
         p.layout.first_stage_layers = Some(7);
         p.layout.last_stage_layers = Some(7);
+        let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+        assert!(outcome.step_time > Time::ZERO);
+    }
+
+    /// Megatron-core's split counting the embedding and the loss as layers: 126 layers and the
+    /// two counted make 128, four a chunk over 16 stages of two chunks, the first chunk of the
+    /// first stage and the last of the last holding three (Llama 3 405B's 7, 8 x 14, 7, but
+    /// interleaved). It refuses to be combined with the given first and last stages, and
+    /// counts that do not divide.
+    #[test]
+    fn embedding_and_loss_count_as_layers_in_the_split() {
+        let mut model = tiny(126, 1);
+        model.heads = 16;
+        let mut p = plan(model, 1, 16, 1, 32);
+        p.layout.virtual_stages = 2;
+        p.layout.embedding_in_split = true;
+        p.layout.loss_in_split = true;
+        assert!(p.check(16).is_ok());
+        let chunks = p.chunk_layers();
+        assert_eq!((chunks[0], chunks[31]), (3, 3));
+        assert!(chunks[1..31].iter().all(|&n| n == 4));
+        let stages = p.stage_layers();
+        assert_eq!((stages[0], stages[15]), (7, 7));
+        assert!(stages[1..15].iter().all(|&n| n == 8));
+        // Only the embedding counted: 127 layers do not divide over 32 chunks.
+        p.layout.loss_in_split = false;
+        assert!(p.check(16).unwrap_err().to_string().contains("127"));
+        p.layout.loss_in_split = true;
+        p.layout.first_stage_layers = Some(7);
+        assert!(p.check(16).unwrap_err().to_string().contains("give one"));
+        // The iteration runs with the short chunks.
+        p.layout.first_stage_layers = None;
+        let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
         let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
         assert!(outcome.step_time > Time::ZERO);
     }
