@@ -485,3 +485,75 @@ fn megatron_table_1_small_rows_near_the_paper() {
         );
     }
 }
+
+/// Megatron-LM's own H100 benchmark (NVIDIA/Megatron-LM README, "Performance Benchmarking",
+/// `images/model_table.png`: Megatron-core, sequence 4,096, vocabulary 131,072, data
+/// parallelism 48, the distributed optimizer with overlapped reduction and gathers): collsim
+/// with micro-batch 1, no recomputation, sequence parallelism, interleaving searched and
+/// Megatron's default FP32 gradients keeps at least the 6 of the 9 rows within 15% it had when
+/// the table was first run (results/README.md); the 462B row (6144 GPUs) takes about a minute.
+#[test]
+#[ignore = "nine layouts up to 6144 GPUs, about 2 minutes: `cargo test --release --test llm -- --ignored megatron_lm_h100`"]
+fn megatron_lm_h100_benchmark_table() {
+    // (file, TP, PP, global batch, measured TFLOP/s per GPU)
+    let rows = [
+        ("mcore_1.7b.yaml", 1, 1, 192, 408.8),
+        ("mcore_7.1b.yaml", 2, 1, 192, 465.9),
+        ("mcore_16b.yaml", 4, 1, 192, 489.1),
+        ("mcore_32b.yaml", 8, 1, 192, 459.6),
+        ("mcore_70b.yaml", 8, 2, 384, 419.7),
+        ("mcore_119b.yaml", 8, 4, 768, 420.5),
+        ("mcore_177b.yaml", 8, 6, 1152, 432.8),
+        ("mcore_314b.yaml", 8, 8, 1536, 474.4),
+        ("mcore_462b.yaml", 8, 16, 3072, 459.9),
+    ];
+    let mut within = 0;
+    for (file, tp, pp, batch, measured) in rows {
+        let boxes = (tp * pp * 48 / 8).to_string();
+        let (tp, pp, batch) = (tp.to_string(), pp.to_string(), batch.to_string());
+        let topology = format!("hgx-h100:{boxes}");
+        let path = model(file);
+        let mut args = vec![
+            "train",
+            "--model",
+            &path,
+            "--gpu",
+            "h100",
+            "--tp",
+            &tp,
+            "--pp",
+            &pp,
+            "--dp",
+            "48",
+            "--global-batch",
+            &batch,
+            "--topology",
+            &topology,
+            "--zero",
+            "1",
+            "--recompute",
+            "none",
+            "--micro-batch",
+            "1",
+            "--format",
+            "csv",
+        ];
+        if tp != "1" {
+            args.push("--sequence-parallel");
+        }
+        let out = stdout_of(&args);
+        let last = out.lines().last().unwrap();
+        let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
+        let i = header.iter().position(|h| *h == "tflops_per_gpu").unwrap();
+        let predicted: f64 = last.split(',').nth(i).unwrap().parse().unwrap();
+        let error = predicted / measured - 1.0;
+        eprintln!(
+            "{file}: {predicted:.1} against {measured} ({:+.1}%)",
+            100.0 * error
+        );
+        if error.abs() <= 0.15 {
+            within += 1;
+        }
+    }
+    assert!(within >= 6, "{within} of 9 within 15%");
+}
