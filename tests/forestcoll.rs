@@ -2,8 +2,10 @@
 //! simulation, random networks with switches give valid trees and schedules, and bad requests are
 //! refused.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use collsim::algorithms::{forestcoll, Algorithm};
 use collsim::bound::cut_bound;
@@ -13,6 +15,7 @@ use collsim::forest::{self, Forest, ForestRequest, Ratio};
 use collsim::schedule::validate;
 use collsim::sim::{simulate, SimOptions};
 use collsim::topology::{Topology, TopologyOptions};
+use common::{collsim, refused};
 use proptest::prelude::*;
 
 fn config(name: &str) -> String {
@@ -487,21 +490,6 @@ fn plans_are_deterministic() {
     let a = forest::plan(&t, &request).unwrap();
     let b = forest::plan(&t, &request).unwrap();
     assert_eq!(a.trees, b.trees);
-}
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
-}
-
-fn refused(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("error: "), "{err}");
-    err
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::nccl_tests::{NcclSystemArgs, TableFormat};
-use crate::nccl::calibrate::{fit, read_calls, Fit, Measurement, Residual, Setting, KINDS};
-use crate::nccl::{log, Launch, Model};
+use crate::nccl::calibrate::{fit, read_calls, Fit, Measurement, Residual, KINDS};
+use crate::nccl::{log, Launch, Model, Setting};
 use crate::topology::system_file;
 use crate::Error;
 

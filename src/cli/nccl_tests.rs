@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 
 use crate::collective::CollectiveKind;
-use crate::nccl::{log, Allowed, Launch, Model, Prediction};
+use crate::nccl::{log, Allowed, Launch, Model, Prediction, Setting};
 use crate::report::{save_figure, LinePlot, OutputDir, Series};
 use crate::topology::GpuSystem;
 use crate::units::{format_bytes_approx, parse_bytes};
@@ -119,16 +119,13 @@ impl NcclSystemArgs {
         if self.sharp {
             system.sharp = true;
         }
-        if let Some(n) = self.gpus {
-            system.use_first_gpus(n)?;
-        }
         let mut allowed = Allowed::default();
-        if let Some(a) = &self.nccl_algo {
-            allowed.set_algos(a)?;
-        }
-        if let Some(p) = &self.nccl_proto {
-            allowed.set_protos(p)?;
-        }
+        let setting = Setting {
+            gpus: self.gpus,
+            nccl_algo: self.nccl_algo.clone(),
+            nccl_proto: self.nccl_proto.clone(),
+        };
+        setting.apply(&mut system, &mut allowed)?;
         let gpus = system.gpus();
         let gpus_per_thread = match (self.gpus_per_thread, log) {
             (Some(g), _) => g,

@@ -338,6 +338,12 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     // Gradients are accumulated and reduced at this width a weight; weights travel in half
     // precision.
     let grad_bytes = l.gradient_bytes();
+    // Data parallelism sums the gradients everywhere, or leaves each rank its shard (ZeRO).
+    let reduce = if l.zero == ZeroStage::None {
+        CollectiveKind::AllReduce
+    } else {
+        CollectiveKind::ReduceScatter
+    };
     // A micro-batch's weight gradients added to the step's by a kernel of their own (not when
     // fused into the product, nor when measured layer times already hold it).
     let accumulation = |params: u64| {
@@ -573,11 +579,6 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                 params_since_bucket += embedding_params * grad_bytes;
                             }
                             if params_since_bucket >= bucket || chunk_done {
-                                let kind = if plan.layout.zero == ZeroStage::None {
-                                    CollectiveKind::AllReduce
-                                } else {
-                                    CollectiveKind::ReduceScatter
-                                };
                                 // NCCL runs a communicator's calls in the order issued (the
                                 // step's weight gathers first).
                                 let before = grads.last().or(last_gather.as_ref()).copied();
@@ -585,7 +586,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                 let g = b.add(
                                     "gradients",
                                     collective(
-                                        kind,
+                                        reduce,
                                         params_since_bucket,
                                         &dp_name,
                                         CommGroup::Data,
@@ -613,11 +614,6 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                 }
                 let stage_params = stage_layers[s as usize] * layer_params
                     + if s == 0 { embedding_params } else { 0 };
-                let reduce = if plan.layout.zero == ZeroStage::None {
-                    CollectiveKind::AllReduce
-                } else {
-                    CollectiveKind::ReduceScatter
-                };
                 if !l.overlap_grad_reduce && dp > 1 {
                     // Every gradient in one call once the backward passes are done.
                     let g = b.then(

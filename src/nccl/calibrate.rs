@@ -13,7 +13,7 @@ use argmin::solver::neldermead::NelderMead;
 use rayon::prelude::*;
 
 use super::constants::FIXED_OVERHEAD_US;
-use super::{log, Algo, Launch, Model, Proto};
+use super::{log, Algo, Launch, Model, Proto, Setting};
 use crate::collective::CollectiveKind;
 use crate::topology::{Calibration, Intra};
 use crate::Error;
@@ -31,37 +31,6 @@ pub struct Measurement {
     pub source: String,
     /// How the call was run, where not on the whole system at NCCL's own choice.
     pub setting: Setting,
-}
-
-/// How a measured call was run: on the first `gpus` GPUs of the box (`--gpus`), with NCCL_ALGO
-/// and NCCL_PROTO set (in their syntax). Calls run several ways calibrate one model: per-hop
-/// latencies show only across GPU counts, each protocol's only where it was run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Setting {
-    pub gpus: Option<u32>,
-    pub nccl_algo: Option<String>,
-    pub nccl_proto: Option<String>,
-}
-
-impl Setting {
-    /// The model of `base` run this way.
-    fn model(&self, base: &Model) -> Result<Model, Error> {
-        if *self == Setting::default() {
-            return Ok(base.clone());
-        }
-        let mut system = base.system.clone();
-        if let Some(g) = self.gpus {
-            system.use_first_gpus(g)?;
-        }
-        let mut allowed = base.allowed.clone();
-        if let Some(a) = &self.nccl_algo {
-            allowed.set_algos(a)?;
-        }
-        if let Some(p) = &self.nccl_proto {
-            allowed.set_protos(p)?;
-        }
-        Ok(Model::with_allowed(&system, allowed))
-    }
 }
 
 /// One row of a measured-calls table (see [`read_calls`]).

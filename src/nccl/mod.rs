@@ -209,6 +209,43 @@ impl Allowed {
     }
 }
 
+/// How a call is run: on the first `gpus` GPUs of the box (`--gpus`), with NCCL_ALGO and
+/// NCCL_PROTO set (in their syntax); nothing set is the whole system at NCCL's own choice. Calls
+/// run several ways calibrate one model: per-hop latencies show only across GPU counts, each
+/// protocol's only where it was run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Setting {
+    pub gpus: Option<u32>,
+    pub nccl_algo: Option<String>,
+    pub nccl_proto: Option<String>,
+}
+
+impl Setting {
+    /// Narrows `system` and `allowed` to this setting; errors name the flag.
+    pub fn apply(&self, system: &mut GpuSystem, allowed: &mut Allowed) -> Result<(), Error> {
+        if let Some(g) = self.gpus {
+            system.use_first_gpus(g)?;
+        }
+        if let Some(a) = &self.nccl_algo {
+            allowed.set_algos(a)?;
+        }
+        if let Some(p) = &self.nccl_proto {
+            allowed.set_protos(p)?;
+        }
+        Ok(())
+    }
+
+    /// The model of `base` run this way.
+    pub fn model(&self, base: &Model) -> Result<Model, Error> {
+        if *self == Setting::default() {
+            return Ok(base.clone());
+        }
+        let (mut system, mut allowed) = (base.system.clone(), base.allowed.clone());
+        self.apply(&mut system, &mut allowed)?;
+        Ok(Model::with_allowed(&system, allowed))
+    }
+}
+
 /// `a,b` enables those names only; `^a,b` all but those.
 fn parse_list(text: &str, flag: &str, names: &[&str]) -> Result<Vec<bool>, Error> {
     let (except, list) = match text.strip_prefix('^') {

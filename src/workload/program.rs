@@ -241,14 +241,7 @@ pub fn execute(
                 match binding {
                     Some(&d) => {
                         let task = &nodes[d as usize].task;
-                        sum.exposed_comm = sum.exposed_comm + stall;
-                        add_to(&mut row.exposed_by_kind, task.kind_name(), stall);
-                        match task {
-                            Task::Collective { group, .. } if group.is_model_parallel() => {
-                                sum.exposed_model_parallel = sum.exposed_model_parallel + stall
-                            }
-                            _ => sum.exposed_data_parallel = sum.exposed_data_parallel + stall,
-                        }
+                        charge_exposed(sum, &mut row.exposed_by_kind, task, stall);
                         // By group: the stall is split along the chain of communication it
                         // waited for (each its part after the one before it ended), and the
                         // part of a wait for a message before the message left its sender is
@@ -341,15 +334,8 @@ pub fn execute(
                 .max_by_key(|&i| completed[ends[i] as usize]);
             match last.map(|i| &nodes[i].task) {
                 Some(task) => {
-                    sum.exposed_comm = sum.exposed_comm + tail;
-                    add_to(&mut row.exposed_by_kind, task.kind_name(), tail);
+                    charge_exposed(sum, &mut row.exposed_by_kind, task, tail);
                     add_to(&mut row.exposed_by_group, task.group_name(), tail);
-                    match task {
-                        Task::Collective { group, .. } if group.is_model_parallel() => {
-                            sum.exposed_model_parallel = sum.exposed_model_parallel + tail
-                        }
-                        _ => sum.exposed_data_parallel = sum.exposed_data_parallel + tail,
-                    }
                 }
                 None => row.idle = row.idle + tail,
             }
@@ -382,6 +368,24 @@ pub fn execute(
 }
 
 /// Adds `time` to `key`'s entry of `list`, appending the key when first seen.
+/// Charges `stall`, a wait of the compute stream for `task`, as exposed communication: to the
+/// total, `task`'s kind and its data- or model-parallel side.
+fn charge_exposed(
+    sum: &mut Breakdown,
+    by_kind: &mut Vec<(&'static str, Time)>,
+    task: &Task,
+    stall: Time,
+) {
+    sum.exposed_comm = sum.exposed_comm + stall;
+    add_to(by_kind, task.kind_name(), stall);
+    match task {
+        Task::Collective { group, .. } if group.is_model_parallel() => {
+            sum.exposed_model_parallel = sum.exposed_model_parallel + stall
+        }
+        _ => sum.exposed_data_parallel = sum.exposed_data_parallel + stall,
+    }
+}
+
 fn add_to(list: &mut Vec<(&'static str, Time)>, key: &'static str, time: Time) {
     match list.iter_mut().find(|(k, _)| *k == key) {
         Some((_, t)) => *t = *t + time,
@@ -1250,7 +1254,7 @@ mod tests {
     }
 
     /// A rank's time is its compute, exposed communication, bubble and idle time, also when it
-    /// ends with communication after its last compute: a 1 MiB all-reduce over a 1 GB/s ring of
+    /// ends with communication after its last compute: a 2 MiB all-gather over a 1 GB/s ring of
     /// two (1 MiB each way, 1 us a hop) after 3 us of compute is exposed whole.
     #[test]
     fn communication_after_the_last_compute_is_exposed() {

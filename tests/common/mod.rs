@@ -21,6 +21,16 @@ pub fn scratch(prefix: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// Asserts that a run was refused as bad input: exit 2 and exactly one line on stderr, an
+/// `error:` line; returns it.
+pub fn refused(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    err
+}
+
 /// Runs the collsim binary with `args`, asserts it succeeded (showing its stderr if not) and
 /// returns what it printed.
 pub fn stdout_of(args: &[&str]) -> String {
