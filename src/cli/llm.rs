@@ -75,6 +75,11 @@ pub struct LlmArgs {
     /// Sequence parallelism in the tensor group (all-gathers and reduce-scatters)
     #[arg(long, requires = "model")]
     pub sequence_parallel: bool,
+    /// The tensor group's collectives overlapped with the products that make or use their
+    /// tensors, as Megatron-core's --tp-comm-overlap runs them (Transformer Engine's
+    /// userbuffers); needs --sequence-parallel
+    #[arg(long, requires = "sequence_parallel")]
+    pub tp_comm_overlap: bool,
     /// Every tensor rank sends its stage's activations whole to the next stage, without
     /// Megatron's scatter/gather (its --no-scatter-gather-tensors-in-pipeline)
     #[arg(long, requires = "model")]
@@ -194,6 +199,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             zero: ZeroStage::parse(a.zero)?,
             recompute: Recompute::parse(&a.recompute)?,
             sequence_parallel: a.sequence_parallel,
+            tp_comm_overlap: a.tp_comm_overlap,
             attention: Attention::parse(&a.attention)?,
             placement: llm::Placement::parse(&a.placement)?,
             first_stage_layers: a.first_stage_layers,

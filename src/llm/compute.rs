@@ -104,6 +104,18 @@ impl Gpu {
         Gpu::parse(name).expect("a preset")
     }
 
+    /// This GPU as a product sees it with `sms` of its SMs running a communication kernel
+    /// beside it: fewer tiles a wave, and the achievable rate in proportion (memory
+    /// bandwidth unchanged).
+    pub fn reserving(&self, sms: u32) -> Gpu {
+        let left = self.sms.saturating_sub(sms).max(1);
+        Gpu {
+            matmul_flops: self.matmul_flops * left as f64 / self.sms as f64,
+            sms: left,
+            ..self.clone()
+        }
+    }
+
     /// Seconds of work of `flops` at the achievable matmul rate that moves `bytes`.
     fn matmul_rate(&self, flops: f64, bytes: f64) -> f64 {
         (flops / self.matmul_flops).max(bytes / (self.memory_bandwidth * MEMORY_EFFICIENCY))
@@ -208,19 +220,62 @@ fn forward_and_backward(gpu: &Gpu, products: &[Product]) -> (f64, f64) {
     (forward, backward)
 }
 
-/// One layer's work on one GPU for one micro-batch, in seconds.
-struct LayerWork {
-    /// The forward: matrix products, attention core, element-wise work.
-    matmul: f64,
-    core: f64,
-    elementwise: f64,
-    /// The backward's matrix products (every forward product's two gradients) and attention
-    /// core; its element-wise work moves twice the forward's bytes.
-    backward_matmul: f64,
-    backward_core: f64,
+/// Seconds of one linear layer's three products on one GPU for one micro-batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinearTime {
+    pub forward: f64,
+    /// The gradient of its input.
+    pub input_gradient: f64,
+    /// The gradient of its weight.
+    pub weight_gradient: f64,
 }
 
-fn layer_work(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerWork {
+impl LinearTime {
+    fn of(gpu: &Gpu, p: Product) -> LinearTime {
+        let [input, weight] = gradients(p);
+        LinearTime {
+            forward: gpu.matmul(p),
+            input_gradient: gpu.matmul(input),
+            weight_gradient: gpu.matmul(weight),
+        }
+    }
+}
+
+/// One layer's work on one GPU for one micro-batch, in seconds, part by part: what tensor
+/// parallelism's overlap of products with communication needs to know.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerParts {
+    /// The four linear layers in forward order: query-key-value, attention output, MLP up (and
+    /// gate), MLP down.
+    pub linear: [LinearTime; 4],
+    /// The same products with `reserved` SMs left to a communication kernel beside them.
+    pub linear_reserved: [LinearTime; 4],
+    /// The attention core (forward; backward).
+    pub core: (f64, f64),
+    /// Element-wise work (forward; the backward moves twice its bytes).
+    pub elementwise: f64,
+}
+
+impl LayerParts {
+    /// The forward: every product, the attention core and the element-wise work.
+    pub fn forward(&self) -> f64 {
+        self.linear.iter().map(|l| l.forward).sum::<f64>() + self.core.0 + self.elementwise
+    }
+
+    /// The backward, without what is recomputed before it.
+    pub fn backward(&self) -> f64 {
+        self.linear
+            .iter()
+            .map(|l| l.input_gradient + l.weight_gradient)
+            .sum::<f64>()
+            + self.core.1
+            + 2.0 * self.elementwise
+    }
+}
+
+/// One layer's work, split by part, with `reserved` SMs of the GPU taken by communication
+/// kernels for the `linear_reserved` products.
+pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> LayerParts {
     let t = w.tp as f64;
     let b = w.micro_batch as f64;
     let (s, h) = (model.seq as f64, model.hidden as f64);
@@ -233,17 +288,15 @@ fn layer_work(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerWork {
     let up = if model.gated_mlp { 2.0 } else { 1.0 };
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
     let expert_tokens = tokens * model.top_k as f64;
-    let (matmul, backward_matmul) = forward_and_backward(
-        gpu,
-        &[
-            product(1.0, tokens, qkv_out, h),
-            product(1.0, tokens, h, h / t),
-            product(1.0, expert_tokens, up * ffn / t, h),
-            product(1.0, expert_tokens, h, ffn / t),
-        ],
-    );
+    let products = [
+        product(1.0, tokens, qkv_out, h),
+        product(1.0, tokens, h, h / t),
+        product(1.0, expert_tokens, up * ffn / t, h),
+        product(1.0, expert_tokens, h, ffn / t),
+    ];
+    let rest = gpu.reserving(reserved);
     let scores = b * heads * queries * s;
-    let (core, backward_core) = match w.attention {
+    let core = match w.attention {
         Attention::Standard => {
             // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
             // them and a one-byte mask; their backward moves twice as much.
@@ -269,12 +322,11 @@ fn layer_work(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerWork {
     // over the MLP's width (read the up projection(s), write the result).
     let replicated = if w.sequence_parallel { 11.0 / t } else { 11.0 };
     let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
-    LayerWork {
-        matmul,
+    LayerParts {
+        linear: products.map(|p| LinearTime::of(gpu, p)),
+        linear_reserved: products.map(|p| LinearTime::of(&rest, p)),
         core,
         elementwise: gpu.stream(elementwise),
-        backward_matmul,
-        backward_core,
     }
 }
 
@@ -283,16 +335,16 @@ fn layer_work(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerWork {
 /// twice its element-wise bytes; full recomputation runs the forward again first, selective the
 /// attention core only.
 pub fn layer_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
-    let work = layer_work(model, gpu, w);
-    let forward = work.matmul + work.core + work.elementwise;
+    let parts = layer_parts(model, gpu, w, 0);
+    let forward = parts.forward();
     let recomputed = match w.recompute {
         Recompute::Full => forward,
-        Recompute::Selective => work.core,
+        Recompute::Selective => parts.core.0,
         Recompute::None => 0.0,
     };
     LayerTime {
         forward,
-        backward: work.backward_matmul + work.backward_core + 2.0 * work.elementwise + recomputed,
+        backward: parts.backward() + recomputed,
     }
 }
 

@@ -15,23 +15,23 @@
 //! computes the same amount, so once they meet at the first collective they stay in step, and
 //! running the step's compute before its collectives ends it at the same time as interleaving
 //! them would. The last backward step of each model chunk runs layer by layer so that each
-//! gradient bucket is reduced as soon as its layers are done.
+//! gradient bucket is reduced as soon as its layers are done. With `--tp-comm-overlap` the
+//! tensor group's collectives run inside the step instead, beside the products (`pass.rs`).
 
 use super::compute::{
-    gradient_accumulation_time, head_time, layer_time, optimizer_time, LayerTime, Work,
+    gradient_accumulation_time, head_time, layer_parts, layer_time, optimizer_time, LayerTime, Work,
 };
+use super::pass::{
+    backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, COMMUNICATION_SMS,
+};
+use super::rank::{collective, seconds, RankBuilder};
 use super::{Plan, ZeroStage};
 use crate::collective::CollectiveKind;
-use crate::units::Time;
-use crate::workload::{CommGroup, Node, Program, Task};
+use crate::workload::{CommGroup, Program, Task};
 
 /// Megatron's default gradient bucket: max(40M, 1M x data-parallel size) parameters.
 fn bucket_params(dp: u64) -> u64 {
     (40_000_000u64).max(1_000_000 * dp)
-}
-
-pub(super) fn seconds(s: f64) -> Time {
-    Time::from_ps((s * 1e12).round() as u64)
 }
 
 /// One step of a stage's schedule.
@@ -71,51 +71,6 @@ pub fn stage_order(stage: u64, p: u64, m: u64, v: u64) -> Vec<Step> {
     }
     order.extend((total - warmup..total).map(&backward));
     order
-}
-
-/// Builds one rank's node list.
-pub(super) struct RankBuilder {
-    pub(super) nodes: Vec<Node>,
-    /// Whether nodes keep their names (only the ranks a timeline shows need them: names cost
-    /// memory on thousands of ranks).
-    pub(super) named: bool,
-    /// The last node on the rank's stream.
-    pub(super) last: Option<u32>,
-}
-
-impl RankBuilder {
-    /// A step's name, made only on the ranks that keep names.
-    pub(super) fn label(&self, make: impl FnOnce() -> String) -> String {
-        if self.named {
-            make()
-        } else {
-            String::new()
-        }
-    }
-
-    pub(super) fn add(&mut self, name: &str, task: Task, deps: Vec<u32>) -> u32 {
-        let id = self.nodes.len() as u32;
-        self.nodes.push(Node {
-            id: id as u64,
-            name: if self.named {
-                name.to_string()
-            } else {
-                String::new()
-            },
-            task,
-            deps,
-        });
-        id
-    }
-
-    /// Adds a node on the stream: after the stream's last node and `extra`.
-    pub(super) fn then(&mut self, name: &str, task: Task, extra: &[u32]) -> u32 {
-        let mut deps: Vec<u32> = self.last.into_iter().collect();
-        deps.extend_from_slice(extra);
-        let id = self.add(name, task, deps);
-        self.last = Some(id);
-        id
-    }
 }
 
 /// The gathers of a step's weights in the order its forward passes need them, on the
@@ -158,78 +113,6 @@ fn weight_gathers(
     per_chunk
 }
 
-pub(super) fn collective(
-    kind: CollectiveKind,
-    bytes: u64,
-    communicator: &str,
-    group: CommGroup,
-) -> Task {
-    repeated(kind, bytes, communicator, group, 1)
-}
-
-/// A collective run `times` times in a row.
-pub(super) fn repeated(
-    kind: CollectiveKind,
-    bytes: u64,
-    communicator: &str,
-    group: CommGroup,
-    times: u32,
-) -> Task {
-    Task::Collective {
-        kind,
-        bytes,
-        communicator: communicator.to_string(),
-        group,
-        times,
-    }
-}
-
-/// The communication of `layers` layers' pass on a rank's stream, after their compute: per
-/// layer, collectives of each kind in the tensor group, all-gathers (forward) and
-/// reduce-scatters (backward) of keys and values in the context group, and all-to-alls in the
-/// expert group. Running each kind's collectives back to back ends the step when running them
-/// in layer order would, since each runs alone on its links at a time set by its size.
-pub(super) struct LayerComm<'a> {
-    pub(super) tp: &'a [(CollectiveKind, u32)],
-    pub(super) tp_bytes: u64,
-    pub(super) tp_name: &'a str,
-    pub(super) cp: &'a [(CollectiveKind, u32)],
-    pub(super) cp_bytes: u64,
-    pub(super) cp_name: &'a str,
-    pub(super) ep: u32,
-    pub(super) ep_bytes: u64,
-    pub(super) ep_name: &'a str,
-}
-
-impl LayerComm<'_> {
-    pub(super) fn emit(&self, b: &mut RankBuilder, layers: u64) {
-        let groups = [
-            (self.tp, self.tp_bytes, self.tp_name, CommGroup::Tensor),
-            (self.cp, self.cp_bytes, self.cp_name, CommGroup::Context),
-        ];
-        for (counts, bytes, name, group) in groups {
-            for &(kind, per_layer) in counts {
-                let times = per_layer * layers as u32;
-                b.then(group.name(), repeated(kind, bytes, name, group, times), &[]);
-            }
-        }
-        if self.ep > 0 {
-            let times = self.ep * layers as u32;
-            b.then(
-                "expert",
-                repeated(
-                    CollectiveKind::AllToAll,
-                    self.ep_bytes,
-                    self.ep_name,
-                    CommGroup::Expert,
-                    times,
-                ),
-                &[],
-            );
-        }
-    }
-}
-
 /// The context-parallel collectives of one layer's forward and backward: keys and values
 /// gathered before attention, their gradients reduce-scattered after its backward (gathered
 /// again for a recomputed forward); none without context parallelism.
@@ -245,17 +128,23 @@ pub(super) fn context_collectives(plan: &Plan) -> (Counts, Counts) {
     (vec![(CollectiveKind::AllGather, 1)], backward)
 }
 
-/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's.
-pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
+/// What a layer's work depends on besides the model and the GPU.
+fn work(plan: &Plan) -> Work {
     let l = &plan.layout;
-    let work = Work {
+    Work {
         tp: l.tp,
         cp: l.cp,
         micro_batch: l.micro_batch,
         sequence_parallel: l.sequence_parallel,
         recompute: l.recompute,
         attention: l.attention,
-    };
+    }
+}
+
+/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's.
+pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
+    let l = &plan.layout;
+    let work = work(plan);
     let layer = match &plan.layer_times {
         Some(times) => times
             .get(l.tp, l.micro_batch)
@@ -265,13 +154,28 @@ pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
     (layer, head_time(&plan.model, &plan.gpu, &work))
 }
 
+/// A layer's forward and backward split at their tensor-parallel collectives, when they are
+/// overlapped with the products (`--tp-comm-overlap` with more than one tensor rank).
+pub(super) fn overlap_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
+    let l = &plan.layout;
+    if !l.tp_comm_overlap || l.tp == 1 {
+        return None;
+    }
+    let parts = layer_parts(&plan.model, &plan.gpu, &work(plan), COMMUNICATION_SMS);
+    Some((
+        forward_pieces(&parts, l.tp),
+        backward_pieces(&parts, l.tp, l.recompute),
+    ))
+}
+
 /// Collectives of one layer's pass: how many of each kind.
 pub(super) type Counts = Vec<(CollectiveKind, u32)>;
 
-/// The tensor-parallel collectives of one layer's forward and backward, by kind.
+/// The tensor-parallel collectives that follow one layer's forward and backward, by kind (none
+/// when they run inside its pieces, [`overlap_pieces`]).
 pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
     let l = &plan.layout;
-    let forward: Counts = if l.tp == 1 {
+    let forward: Counts = if l.tp == 1 || l.tp_comm_overlap {
         Vec::new()
     } else if l.sequence_parallel {
         vec![
@@ -325,6 +229,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
         activation
     };
     let (tp_forward, tp_backward) = tensor_collectives(plan);
+    let pieces = overlap_pieces(plan);
     let recompute_comm = l.recompute == super::Recompute::Full;
     let (ep_forward, ep_backward) = match (moe, recompute_comm) {
         (false, _) => (0, 0),
@@ -479,15 +384,26 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                     };
                     // The first micro-batch's gradients start the sum; later ones are added.
                     let accumulating = !step.forward && step.micro_batch > 0;
-                    let layer_secs = if step.forward {
-                        layer.forward
-                    } else {
-                        layer.backward
-                            + if accumulating {
-                                layer_accumulation
+                    let pass = LayerPass {
+                        forward: step.forward,
+                        secs: if step.forward {
+                            layer.forward
+                        } else {
+                            layer.backward
+                        },
+                        added: if accumulating {
+                            layer_accumulation
+                        } else {
+                            0.0
+                        },
+                        comm,
+                        pieces: pieces.as_ref().map(|(forward, backward)| {
+                            if step.forward {
+                                forward.as_slice()
                             } else {
-                                0.0
+                                backward.as_slice()
                             }
+                        }),
                     };
                     let mut extra = 0.0;
                     if last {
@@ -524,28 +440,11 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                 if j == 0 {
                                     deps.extend_from_slice(&ready);
                                 }
-                                b.then(
-                                    &name,
-                                    Task::Compute {
-                                        duration: seconds(
-                                            layer_secs + if end { extra } else { 0.0 },
-                                        ),
-                                        forward: true,
-                                    },
-                                    &deps,
-                                );
-                                comm.emit(&mut b, 1);
+                                let extra = if end { extra } else { 0.0 };
+                                pass.emit(&mut b, &name, 1, extra, &deps);
                             }
                         } else {
-                            b.then(
-                                &name,
-                                Task::Compute {
-                                    duration: seconds(layers_per_chunk as f64 * layer_secs + extra),
-                                    forward: step.forward,
-                                },
-                                &ready,
-                            );
-                            comm.emit(&mut b, layers_per_chunk);
+                            pass.emit(&mut b, &name, layers_per_chunk, extra, &ready);
                         }
                         if first && step.forward && tp > 1 {
                             // The vocabulary-parallel embedding's all-reduce.
@@ -563,16 +462,12 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                     } else {
                         // Layer by layer, reducing each bucket of gradients when it is full.
                         for j in 0..layers_per_chunk {
-                            let secs = layer_secs + if j == 0 { extra } else { 0.0 };
-                            b.then(
-                                &name,
-                                Task::Compute {
-                                    duration: seconds(secs),
-                                    forward: false,
-                                },
-                                if j == 0 { &ready } else { &[] },
-                            );
-                            comm.emit(&mut b, 1);
+                            let (extra, deps) = if j == 0 {
+                                (extra, ready.as_slice())
+                            } else {
+                                (0.0, &[][..])
+                            };
+                            pass.emit(&mut b, &name, 1, extra, deps);
                             params_since_bucket += layer_params * grad_bytes;
                             let chunk_done = j + 1 == layers_per_chunk;
                             if chunk_done && first {

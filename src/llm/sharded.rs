@@ -6,7 +6,9 @@
 //! two layers gathered at once), so gathering overlaps compute as far as the network allows.
 
 use super::compute::optimizer_time;
-use super::pipeline::{repeated, seconds, step_times, tensor_collectives, LayerComm, RankBuilder};
+use super::pass::{LayerComm, LayerPass};
+use super::pipeline::{overlap_pieces, step_times, tensor_collectives};
+use super::rank::{repeated, seconds, RankBuilder};
 use super::Plan;
 use crate::collective::CollectiveKind;
 use crate::workload::{CommGroup, Program, Task};
@@ -19,6 +21,7 @@ pub fn program(plan: &Plan) -> Program {
     let layers = model.layers as usize;
     let (layer, head) = step_times(plan);
     let (tp_forward, tp_backward) = tensor_collectives(plan);
+    let pieces = overlap_pieces(plan);
     let activation = l.micro_batch * model.seq * model.hidden * 2;
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
@@ -77,6 +80,20 @@ pub fn program(plan: &Plan) -> Program {
                     tp: &tp_backward,
                     ..forward_comm
                 };
+                let forward_pass = LayerPass {
+                    forward: true,
+                    secs: layer.forward,
+                    added: 0.0,
+                    comm: forward_comm,
+                    pieces: pieces.as_ref().map(|(forward, _)| forward.as_slice()),
+                };
+                let backward_pass = LayerPass {
+                    forward: false,
+                    secs: layer.backward,
+                    added: 0.0,
+                    comm: backward_comm,
+                    pieces: pieces.as_ref().map(|(_, backward)| backward.as_slice()),
+                };
                 let mut gathered = vec![0u32; layers];
                 let mut done = vec![0u32; layers];
                 gathered[0] = issue(
@@ -99,15 +116,8 @@ pub fn program(plan: &Plan) -> Program {
                         );
                     }
                     let extra = if j + 1 == layers { head.forward } else { 0.0 };
-                    b.then(
-                        &b.label(|| format!("F{mb}.{j}")),
-                        Task::Compute {
-                            duration: seconds(layer.forward + extra),
-                            forward: true,
-                        },
-                        &[gathered[j]],
-                    );
-                    forward_comm.emit(&mut b, 1);
+                    let name = b.label(|| format!("F{mb}.{j}"));
+                    forward_pass.emit(&mut b, &name, 1, extra, &[gathered[j]]);
                     done[j] = b.last.expect("just added");
                 }
                 gathered[layers - 1] = issue(
@@ -128,15 +138,8 @@ pub fn program(plan: &Plan) -> Program {
                         );
                     }
                     let extra = if j + 1 == layers { head.backward } else { 0.0 };
-                    b.then(
-                        &b.label(|| format!("B{mb}.{j}")),
-                        Task::Compute {
-                            duration: seconds(layer.backward + extra),
-                            forward: false,
-                        },
-                        &[gathered[j]],
-                    );
-                    backward_comm.emit(&mut b, 1);
+                    let name = b.label(|| format!("B{mb}.{j}"));
+                    backward_pass.emit(&mut b, &name, 1, extra, &[gathered[j]]);
                     let computed = b.last;
                     issue(
                         &mut b,

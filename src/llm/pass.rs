@@ -1,0 +1,340 @@
+//! A pass of a stage's layers on a rank's stream: their compute and the communication each
+//! layer needs, either after the compute (the tensor group's collectives one after another, as
+//! Megatron runs them by default) or overlapped with the products that make or use their tensors
+//! (Megatron-core's `--tp-comm-overlap`: Transformer Engine's userbuffers).
+//!
+//! The overlap as Transformer Engine sets it up by default (`initialize_ub`,
+//! transformer_engine/pytorch/module/base.py), with sequence parallelism (which Megatron-core
+//! requires for it): the inputs of the query-key-value and MLP-up products and the output
+//! gradients of the attention-output and MLP-down products are all-gathered by a ring exchange
+//! (as many chunks as tensor ranks, the local one first, each product chunk computed while the
+//! next arrives, on copy engines: all SMs left to the product); the outputs of the attention-output
+//! and MLP-down products are reduce-scattered by the pipeline method (the product in 4 splits,
+//! each split's reduce-scatter beside the next split); in the backward, the query-key-value and
+//! MLP-up products' inputs are all-gathered beside their input gradients and those gradients
+//! reduce-scattered beside their weight gradients (the bulk method). The pipeline and bulk
+//! methods' kernels take 16 SMs from the product beside them (`num_sm` 16, `set_sm_margin`).
+//! What a layer's pieces take is the same for every layer of a stage, so `layers` layers run as
+//! each piece `layers` times over: the sum of the layers' times, as when run one by one.
+
+use super::compute::LayerParts;
+use super::model::Recompute;
+use super::rank::{repeated, seconds, RankBuilder};
+use crate::collective::CollectiveKind;
+use crate::workload::{CommGroup, Task};
+
+/// SMs the pipeline and bulk methods' communication kernels take from the product beside them.
+pub const COMMUNICATION_SMS: u32 = 16;
+
+/// Splits of a product whose output the pipeline method reduce-scatters split by split.
+const SPLITS: u64 = 4;
+
+/// One piece of a layer's pass under the tensor-parallel overlap, in seconds of compute.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Piece {
+    /// Compute alone.
+    Compute(f64),
+    /// A product whose input arrives by a ring exchange in `chunks` chunks, its own first, each
+    /// computed while the next arrives.
+    GatherInto { product: f64, chunks: u64 },
+    /// A product in splits, each split's output reduce-scattered while the next is computed.
+    ScatterFrom(f64),
+    /// A product beside a whole collective of another tensor.
+    Beside(f64, CollectiveKind),
+}
+
+/// The forward of one layer under the overlap, in order, with `tp` tensor ranks.
+pub fn forward_pieces(parts: &LayerParts, tp: u64) -> Vec<Piece> {
+    let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
+    vec![
+        Piece::GatherInto {
+            product: linear[0].forward,
+            chunks: tp,
+        },
+        Piece::Compute(parts.core.0 + parts.elementwise),
+        Piece::ScatterFrom(reserved[1].forward),
+        Piece::GatherInto {
+            product: linear[2].forward,
+            chunks: tp,
+        },
+        Piece::ScatterFrom(reserved[3].forward),
+    ]
+}
+
+/// The backward of one layer under the overlap, in order: what `recompute` runs again, then
+/// each product's gradients from the MLP's down projection back to the query-key-value one.
+pub fn backward_pieces(parts: &LayerParts, tp: u64, recompute: Recompute) -> Vec<Piece> {
+    let mut pieces = match recompute {
+        Recompute::Full => forward_pieces(parts, tp),
+        Recompute::Selective => vec![Piece::Compute(parts.core.0)],
+        Recompute::None => Vec::new(),
+    };
+    let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
+    let gathered_gradient = |i: usize| {
+        [
+            Piece::GatherInto {
+                product: linear[i].input_gradient,
+                chunks: tp,
+            },
+            Piece::Compute(linear[i].weight_gradient),
+        ]
+    };
+    let regathered_input = |i: usize| {
+        [
+            Piece::Beside(reserved[i].input_gradient, CollectiveKind::AllGather),
+            Piece::Beside(reserved[i].weight_gradient, CollectiveKind::ReduceScatter),
+        ]
+    };
+    pieces.extend(gathered_gradient(3));
+    pieces.extend(regathered_input(2));
+    pieces.push(Piece::Compute(parts.core.1 + 2.0 * parts.elementwise));
+    pieces.extend(gathered_gradient(1));
+    pieces.extend(regathered_input(0));
+    pieces
+}
+
+/// The communication of `layers` layers' pass on a rank's stream, after their compute: per
+/// layer, collectives of each kind in the tensor group, all-gathers (forward) and
+/// reduce-scatters (backward) of keys and values in the context group, and all-to-alls in the
+/// expert group. Running each kind's collectives back to back ends the step when running them
+/// in layer order would, since each runs alone on its links at a time set by its size.
+pub(super) struct LayerComm<'a> {
+    pub(super) tp: &'a [(CollectiveKind, u32)],
+    pub(super) tp_bytes: u64,
+    pub(super) tp_name: &'a str,
+    pub(super) cp: &'a [(CollectiveKind, u32)],
+    pub(super) cp_bytes: u64,
+    pub(super) cp_name: &'a str,
+    pub(super) ep: u32,
+    pub(super) ep_bytes: u64,
+    pub(super) ep_name: &'a str,
+}
+
+impl LayerComm<'_> {
+    pub(super) fn emit(&self, b: &mut RankBuilder, layers: u64) {
+        let groups = [
+            (self.tp, self.tp_bytes, self.tp_name, CommGroup::Tensor),
+            (self.cp, self.cp_bytes, self.cp_name, CommGroup::Context),
+        ];
+        for (counts, bytes, name, group) in groups {
+            for &(kind, per_layer) in counts {
+                let times = per_layer * layers as u32;
+                b.then(group.name(), repeated(kind, bytes, name, group, times), &[]);
+            }
+        }
+        if self.ep > 0 {
+            let times = self.ep * layers as u32;
+            b.then(
+                "expert",
+                repeated(
+                    CollectiveKind::AllToAll,
+                    self.ep_bytes,
+                    self.ep_name,
+                    CommGroup::Expert,
+                    times,
+                ),
+                &[],
+            );
+        }
+    }
+}
+
+/// One pass (forward or backward) of a stage's layers on a rank.
+pub(super) struct LayerPass<'a> {
+    pub(super) forward: bool,
+    /// Seconds of one layer's compute.
+    pub(super) secs: f64,
+    /// Seconds of compute a layer adds besides (a weight gradient's sum into the step's).
+    pub(super) added: f64,
+    pub(super) comm: LayerComm<'a>,
+    /// Under the tensor-parallel overlap, the layer's pieces; `comm` then holds no
+    /// tensor-group collectives.
+    pub(super) pieces: Option<&'a [Piece]>,
+}
+
+impl LayerPass<'_> {
+    /// `layers` layers on `b`'s stream after its last node and `deps`, then `extra` seconds
+    /// of compute (the logit layer, the embedding's gradient sum), then the context and
+    /// expert groups' communication.
+    pub(super) fn emit(
+        &self,
+        b: &mut RankBuilder,
+        name: &str,
+        layers: u64,
+        extra: f64,
+        deps: &[u32],
+    ) {
+        let compute = layers as f64 * (self.secs + self.added) + extra;
+        match self.pieces {
+            None => {
+                b.then(name, self.compute(compute), deps);
+            }
+            Some(pieces) => {
+                let tail = layers as f64 * self.added + extra;
+                self.emit_pieces(b, name, pieces, layers, tail, deps);
+            }
+        }
+        self.comm.emit(b, layers);
+    }
+
+    fn compute(&self, secs: f64) -> Task {
+        Task::Compute {
+            duration: seconds(secs),
+            forward: self.forward,
+        }
+    }
+
+    /// `layers` times each of `pieces`, then `tail` seconds of compute.
+    fn emit_pieces(
+        &self,
+        b: &mut RankBuilder,
+        name: &str,
+        pieces: &[Piece],
+        layers: u64,
+        tail: f64,
+        deps: &[u32],
+    ) {
+        let l = layers as f64;
+        let bytes = self.comm.tp_bytes;
+        let tensor = |b: &mut RankBuilder, kind, bytes, deps| {
+            let task = repeated(
+                kind,
+                bytes,
+                self.comm.tp_name,
+                CommGroup::Tensor,
+                layers as u32,
+            );
+            b.add(CommGroup::Tensor.name(), task, deps)
+        };
+        // Compute not yet on the stream, and what it waits for.
+        let mut pending = 0.0;
+        let mut after: Vec<u32> = b.last.into_iter().chain(deps.iter().copied()).collect();
+        let flush = |b: &mut RankBuilder, pending: &mut f64, after: &mut Vec<u32>| {
+            if *pending > 0.0 {
+                let id = b.add(name, self.compute(*pending), std::mem::take(after));
+                *after = vec![id];
+                *pending = 0.0;
+            }
+        };
+        for &piece in pieces {
+            match piece {
+                Piece::Compute(secs) => pending += l * secs,
+                Piece::GatherInto { product, chunks } => {
+                    flush(b, &mut pending, &mut after);
+                    let share = 1.0 / chunks as f64;
+                    let c = b.add(
+                        name,
+                        self.compute(l * product * (1.0 - share)),
+                        after.clone(),
+                    );
+                    let gather = tensor(b, CollectiveKind::AllGather, bytes, after);
+                    after = vec![c, gather];
+                    pending = l * product * share;
+                }
+                Piece::ScatterFrom(product) => {
+                    let split = 1.0 / SPLITS as f64;
+                    pending += l * product * split;
+                    flush(b, &mut pending, &mut after);
+                    let c = b.add(
+                        name,
+                        self.compute(l * product * (1.0 - split)),
+                        after.clone(),
+                    );
+                    let ahead = bytes / SPLITS * (SPLITS - 1);
+                    let scatter = tensor(b, CollectiveKind::ReduceScatter, ahead, after);
+                    let last = tensor(
+                        b,
+                        CollectiveKind::ReduceScatter,
+                        bytes - ahead,
+                        vec![c, scatter],
+                    );
+                    after = vec![last];
+                }
+                Piece::Beside(product, kind) => {
+                    flush(b, &mut pending, &mut after);
+                    let c = b.add(name, self.compute(l * product), after.clone());
+                    let other = tensor(b, kind, bytes, after);
+                    after = vec![c, other];
+                }
+            }
+        }
+        // The pass ends with compute (a product's weight gradient and its collective both
+        // done), so the next compute's wait is charged to the collective it waited for.
+        pending += tail;
+        if pending > 0.0 || after.len() > 1 {
+            b.last = Some(b.add(name, self.compute(pending), after));
+        } else {
+            b.last = after.first().copied();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::compute::{layer_parts, Work};
+    use crate::llm::{Attention, Gpu, LlmModel};
+
+    /// Seconds of compute a piece holds.
+    fn compute(piece: &Piece) -> f64 {
+        match *piece {
+            Piece::Compute(secs) | Piece::ScatterFrom(secs) | Piece::Beside(secs, _) => secs,
+            Piece::GatherInto { product, .. } => product,
+        }
+    }
+
+    /// With no SMs taken by communication kernels, a layer's pieces hold exactly its compute:
+    /// the forward's, and the backward's after what each recomputation runs again.
+    #[test]
+    fn pieces_hold_the_layers_compute() {
+        let model = LlmModel {
+            name: "check".into(),
+            layers: 4,
+            hidden: 2048,
+            heads: 16,
+            kv_heads: 8,
+            ffn: 8192,
+            seq: 2048,
+            vocab: 32000,
+            experts: 1,
+            top_k: 1,
+            gated_mlp: true,
+            tied_embeddings: false,
+            learned_positions: false,
+        };
+        let work = Work {
+            tp: 4,
+            cp: 1,
+            micro_batch: 2,
+            sequence_parallel: true,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+        };
+        let parts = layer_parts(&model, &Gpu::parse("h100").unwrap(), &work, 0);
+        assert_eq!(parts.linear, parts.linear_reserved);
+        let sum = |pieces: Vec<Piece>| pieces.iter().map(compute).sum::<f64>();
+        let close = |a: f64, b: f64| assert!((a / b - 1.0).abs() < 1e-12, "{a} against {b}");
+        close(sum(forward_pieces(&parts, 4)), parts.forward());
+        let backward = parts.backward();
+        close(sum(backward_pieces(&parts, 4, Recompute::None)), backward);
+        close(
+            sum(backward_pieces(&parts, 4, Recompute::Selective)),
+            backward + parts.core.0,
+        );
+        close(
+            sum(backward_pieces(&parts, 4, Recompute::Full)),
+            backward + parts.forward(),
+        );
+    }
+
+    /// A product beside a communication kernel's 16 SMs runs on the rest: 132 - 16 SMs of an
+    /// H100 at that share of its rate, so a product of whole waves on both takes 132 / 116 as
+    /// long.
+    #[test]
+    fn reserved_sms_slow_the_product_beside_them() {
+        let h100 = Gpu::parse("h100").unwrap();
+        let rest = h100.reserving(COMMUNICATION_SMS);
+        assert_eq!(rest.sms, 116);
+        assert!((rest.matmul_flops / h100.matmul_flops - 116.0 / 132.0).abs() < 1e-12);
+    }
+}

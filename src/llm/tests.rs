@@ -1,0 +1,619 @@
+//! Tests of the language-model workloads: layouts, programs and their execution.
+
+use super::*;
+use crate::algorithms::Algorithm;
+use crate::topology::TopologyOptions;
+use crate::workload::Program;
+
+fn tiny(layers: u64, experts: u64) -> LlmModel {
+    LlmModel {
+        name: "tiny".into(),
+        layers,
+        hidden: 1024,
+        heads: 16,
+        kv_heads: 16,
+        ffn: 4096,
+        seq: 1024,
+        vocab: 1024,
+        experts,
+        top_k: experts.min(2),
+        gated_mlp: false,
+        tied_embeddings: true,
+        learned_positions: true,
+    }
+}
+
+fn plan(model: LlmModel, tp: u64, pp: u64, dp: u64, batch: u64) -> Plan {
+    Plan {
+        model,
+        gpu: Gpu::parse("a100").unwrap(),
+        layer_times: None,
+        layout: Layout {
+            tp,
+            pp,
+            dp,
+            ep: 1,
+            cp: 1,
+            virtual_stages: 1,
+            micro_batch: 1,
+            global_batch: batch,
+            zero: ZeroStage::None,
+            recompute: Recompute::Full,
+            sequence_parallel: false,
+            tp_comm_overlap: false,
+            attention: Attention::Flash,
+            overlap_grad_reduce: true,
+            fused_grad_accumulation: true,
+            fp16: false,
+            grad_reduce_in_bf16: false,
+            scatter_gather: true,
+            placement: Placement::default(),
+            first_stage_layers: None,
+            last_stage_layers: None,
+            embedding_in_split: false,
+            loss_in_split: false,
+        },
+    }
+}
+
+fn options() -> TrainOptions {
+    TrainOptions {
+        validate: false,
+        ..TrainOptions::new(Algorithm::Ring)
+    }
+}
+
+/// The shortcut (tensor-parallel collectives timed alone) is exact: the same iteration with
+/// every collective simulated transfer by transfer ends at the same picosecond, with the
+/// same exposure per dimension, on a layout with tensor, pipeline and data parallelism.
+#[test]
+fn collectives_timed_alone_give_the_full_simulations_times() {
+    let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+    for (tp, pp, dp, v, sp) in [(8, 2, 2, 1, false), (8, 4, 1, 2, true), (8, 1, 4, 1, true)] {
+        let mut p = plan(tiny(8, 1), tp, pp, dp, 16);
+        p.layout.virtual_stages = v;
+        p.layout.sequence_parallel = sp;
+        let program = pipeline::program(&p);
+        let npus = topology.active_npus();
+        let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+        let tensor_groups = fast.timed_alone.iter().filter(|c| c.starts_with("tp"));
+        assert_eq!(
+            tensor_groups.count() as u64,
+            pp * dp,
+            "every tensor group is alone"
+        );
+        let full_program = Program {
+            serial_communicators: Default::default(),
+            ..program
+        };
+        let full = program::execute(&topology, &full_program, &npus, &options(), &mut ()).unwrap();
+        assert!(full.timed_alone.is_empty());
+        assert_eq!(fast.link_bytes, full.link_bytes);
+        assert_eq!(fast.link_busy, full.link_busy);
+        for (a, b) in fast.ranks.iter().zip(&full.ranks) {
+            assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
+            assert_eq!(a.exposed_by_group, b.exposed_by_group, "rank {}", a.rank);
+            assert_eq!(a.bubble, b.bubble, "rank {}", a.rank);
+        }
+    }
+}
+
+/// Separate gradient accumulation adds, for every micro-batch after the first, one pass
+/// over the rank's weights (the layers' and the embedding's) at the memory rate: the new
+/// half-precision gradient read and the accumulated one read and written, FP32 in BF16
+/// training (2 + 4 + 4 bytes a weight). FP16 accumulates in half precision (2 + 2 + 2) and
+/// its optimizer then copies the sums to FP32 (2 read, 4 written) and unscales and checks
+/// them for overflow (4 read, 4 written).
+#[test]
+fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch() {
+    let topology = TopologyOptions::new("ring:2").build().unwrap();
+    let model = tiny(4, 1);
+    // Two tensor-parallel ranks and no data parallelism: no gradient crosses the network,
+    // so the precision changes the step by the memory passes alone.
+    let mut p = plan(model.clone(), 2, 1, 1, 4);
+    let fused = simulate(&p, &topology, &options(), &mut ())
+        .unwrap()
+        .step_time;
+    p.layout.fused_grad_accumulation = false;
+    let separate = simulate(&p, &topology, &options(), &mut ())
+        .unwrap()
+        .step_time;
+    // A rank holds half of each layer's matrices, its norms whole, half the embedding.
+    let layer = (model.attention_params() + model.mlp_params()) / 2 + 4 * model.hidden;
+    let weights = (4 * layer + model.vocab * model.hidden / 2) as f64;
+    let a100 = Gpu::parse("a100").unwrap();
+    let rate = a100.memory_bandwidth * 0.9;
+    // 4 sequences, micro-batch 1: 4 micro-batches, 3 of them added to the first.
+    let expected = 3.0 * 10.0 * weights / rate;
+    let added = (separate - fused).as_secs_f64();
+    assert!(
+        (added / expected - 1.0).abs() < 1e-6,
+        "{added} s added, {expected} s expected"
+    );
+    p.layout.fp16 = true;
+    let fp16 = simulate(&p, &topology, &options(), &mut ())
+        .unwrap()
+        .step_time;
+    let unscaled = (fp16 - separate).as_secs_f64();
+    let expected = (3.0 * (6.0 - 10.0) + 6.0 + 8.0) * weights / rate;
+    assert!(
+        (unscaled / expected - 1.0).abs() < 1e-6,
+        "{unscaled} s added, {expected} s expected"
+    );
+}
+
+/// Bytes of the tensor group's collectives of rank 0's program, by kind, every repeat
+/// counted.
+fn tensor_bytes(program: &Program, kind: CollectiveKind) -> u64 {
+    program.ranks[0]
+        .iter()
+        .filter_map(|n| match &n.task {
+            crate::workload::Task::Collective {
+                kind: k,
+                bytes,
+                group: crate::workload::CommGroup::Tensor,
+                times,
+                ..
+            } if *k == kind => Some(*bytes * *times as u64),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Seconds of compute in rank 0's program.
+fn compute_secs(program: &Program) -> f64 {
+    program.ranks[0]
+        .iter()
+        .map(|n| match n.task {
+            crate::workload::Task::Compute { duration, .. } => duration.as_secs_f64(),
+            _ => 0.0,
+        })
+        .sum()
+}
+
+/// Megatron-core's --tp-comm-overlap as Transformer Engine runs it moves a layer pass's
+/// activations in 6 all-gathers and 4 reduce-scatters a micro-batch (sequence parallelism's
+/// 2 + 2 forward, and a backward that gathers its gradients' and its inputs again: 4 + 2),
+/// computes the layer plus what the 16 SMs of its pipelined and bulk collectives' kernels
+/// cost the products beside them, and hides the collectives behind the products: less
+/// exposed tensor communication and a shorter step than running them after the compute.
+#[test]
+fn overlapped_tensor_collectives_hide_behind_the_products() {
+    let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
+    // Products long enough to hide a collective behind (a 13B-size layer).
+    let model = LlmModel {
+        hidden: 5120,
+        heads: 40,
+        kv_heads: 40,
+        ffn: 20480,
+        seq: 2048,
+        ..tiny(4, 1)
+    };
+    let mut p = plan(model.clone(), 8, 1, 1, 4);
+    p.layout.sequence_parallel = true;
+    p.layout.recompute = Recompute::None;
+    let after = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    let after_program = pipeline::program(&p);
+    p.layout.tp_comm_overlap = true;
+    let overlapped = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    let program = pipeline::program(&p);
+    // 4 layers x 4 micro-batches of one sequence.
+    let passes = 16;
+    let activation = model.seq * model.hidden * 2;
+    assert_eq!(
+        tensor_bytes(&program, CollectiveKind::AllGather),
+        passes * 6 * activation
+    );
+    assert_eq!(
+        tensor_bytes(&program, CollectiveKind::ReduceScatter),
+        passes * 4 * activation
+    );
+    let work = compute::Work {
+        tp: 8,
+        cp: 1,
+        micro_batch: 1,
+        sequence_parallel: true,
+        recompute: Recompute::None,
+        attention: Attention::Flash,
+    };
+    let full = compute::layer_parts(&model, &p.gpu, &work, 0);
+    let rest = compute::layer_parts(&model, &p.gpu, &work, 16);
+    let (f, r) = (&full.linear, &rest.linear_reserved);
+    let both = |l: &compute::LinearTime| l.input_gradient + l.weight_gradient;
+    let margin = r[1].forward - f[1].forward + r[3].forward - f[3].forward + both(&r[0])
+        - both(&f[0])
+        + both(&r[2])
+        - both(&f[2]);
+    assert!(margin > 0.0);
+    let added = compute_secs(&program) - compute_secs(&after_program);
+    let expected = passes as f64 * margin;
+    assert!(
+        (added - expected).abs() < 1e-9 * 200.0,
+        "{added} s added, {expected} s expected"
+    );
+    let tensor = |o: &Outcome| o.exposed[0].1;
+    assert!(
+        tensor(&overlapped) < tensor(&after),
+        "{:?} against {:?}",
+        tensor(&overlapped),
+        tensor(&after)
+    );
+    assert!(overlapped.step_time < after.step_time);
+}
+
+/// Bytes of the data-parallel collectives of rank 0's program, by kind.
+fn data_parallel_bytes(p: &Plan, kind: CollectiveKind) -> u64 {
+    pipeline::program(p).ranks[0]
+        .iter()
+        .filter_map(|n| match &n.task {
+            crate::workload::Task::Collective {
+                kind: k,
+                bytes,
+                group: crate::workload::CommGroup::Data,
+                ..
+            } if *k == kind => Some(*bytes),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Weights, gradients and optimizer state per weight as Megatron-LM's guide tabulates
+/// them: 20 bytes with FP16 gradients, 18 with FP32 ones; the distributed optimizer 4 +
+/// 16/d and 6 + 12/d; ZeRO-3 the ZeRO paper's 16, all sharded, and two layers whole.
+#[test]
+fn state_memory_follows_megatrons_bytes_per_weight() {
+    let model = tiny(4, 1);
+    let mut p = plan(model.clone(), 1, 1, 4, 8);
+    let weights = p.params_per_gpu();
+    for (fp16, zero, per_weight) in [
+        (true, ZeroStage::None, 20.0),
+        (false, ZeroStage::None, 18.0),
+        (true, ZeroStage::Optimizer, 4.0 + 16.0 / 4.0),
+        (false, ZeroStage::Optimizer, 6.0 + 12.0 / 4.0),
+        (false, ZeroStage::Gradients, 2.0 + 16.0 / 4.0),
+    ] {
+        p.layout.fp16 = fp16;
+        p.layout.zero = zero;
+        assert!(
+            (p.state_bytes() / (weights * per_weight) - 1.0).abs() < 1e-12,
+            "fp16 {fp16}, {zero:?}"
+        );
+    }
+    p.layout.zero = ZeroStage::Parameters;
+    let layer = (model.attention_params() + model.mlp_params()) as f64;
+    assert!((p.state_bytes() - (weights * 16.0 / 4.0 + 4.0 * layer)).abs() < 1.0);
+}
+
+/// Megatron reduces BF16 training's gradients in FP32 (4 bytes a weight) unless told to
+/// reduce them in BF16, FP16 training's in FP16; the distributed optimizer gathers the
+/// weights in half precision either way. A rank holds 4 layers and the embedding.
+#[test]
+fn gradients_are_reduced_at_megatrons_width() {
+    let model = tiny(4, 1);
+    let weights = 4 * (model.attention_params() + model.mlp_params() + 4 * model.hidden)
+        + model.vocab * model.hidden;
+    let mut p = plan(model, 1, 1, 2, 8);
+    p.layout.zero = ZeroStage::Optimizer;
+    for (fp16, bf16_reduce, width) in [(false, false, 4), (false, true, 2), (true, false, 2)] {
+        p.layout.fp16 = fp16;
+        p.layout.grad_reduce_in_bf16 = bf16_reduce;
+        let reduced = data_parallel_bytes(&p, CollectiveKind::ReduceScatter);
+        assert_eq!(
+            reduced,
+            width * weights,
+            "fp16 {fp16}, bf16 reduce {bf16_reduce}"
+        );
+        let gathered = data_parallel_bytes(&p, CollectiveKind::AllGather);
+        assert_eq!(gathered, 2 * weights);
+    }
+}
+
+/// With the distributed optimizer and overlapped reduction, the weights' gathers open the
+/// step and each layer's first forward waits for its own bucket only (Megatron-core's
+/// --overlap-param-gather): on a slow network the step is shorter than gathering after
+/// the optimizer. Without overlapped reduction the gathers follow the optimizer.
+#[test]
+fn weights_are_gathered_while_the_first_forward_runs() {
+    let topology = TopologyOptions::new("ring:2")
+        .with_links("1GB/s", "1us")
+        .build()
+        .unwrap();
+    let mut p = plan(tiny(8, 1), 1, 1, 2, 8);
+    p.layout.zero = ZeroStage::Optimizer;
+    let first_forward_waits = |p: &Plan| {
+        let nodes = &pipeline::program(p).ranks[0];
+        let gathers: Vec<u64> = nodes
+            .iter()
+            .filter(|n| n.name == "weights")
+            .map(|n| n.id)
+            .collect();
+        let waiting = nodes
+            .iter()
+            .filter(|n| n.name == "F0.0" && n.deps.iter().any(|&d| gathers.contains(&(d as u64))))
+            .count();
+        (gathers.len(), waiting)
+    };
+    let (gathers, waiting) = first_forward_waits(&p);
+    assert!(gathers >= 2, "{gathers} buckets");
+    assert_eq!(
+        waiting, 8,
+        "every layer of the first forward waits for its bucket"
+    );
+    let ahead = simulate(&p, &topology, &options(), &mut ())
+        .unwrap()
+        .step_time;
+    p.layout.overlap_grad_reduce = false;
+    assert_eq!(first_forward_waits(&p).1, 0);
+    let after = simulate(&p, &topology, &options(), &mut ())
+        .unwrap()
+        .step_time;
+    assert!(ahead < after, "{ahead} against {after}");
+}
+
+/// A tensor group whose links another communication uses is not timed alone: on a ring,
+/// or with the data-parallel peers in the same box (their ring crosses the tensor group's
+/// NVSwitch links).
+#[test]
+fn shared_links_are_simulated() {
+    for (spec, tp, dp) in [("ring:8", 2, 4), ("dgx-a100:2", 4, 4)] {
+        let topology = TopologyOptions::new(spec).build().unwrap();
+        let p = plan(tiny(4, 1), tp, 1, dp, 8);
+        let program = pipeline::program(&p);
+        let npus = topology.active_npus();
+        let run = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+        assert!(run.timed_alone.is_empty(), "{spec}: {:?}", run.timed_alone);
+    }
+}
+
+/// A long iteration can say how far it is: every task of every rank is counted once as it
+/// is laid out on the network.
+#[test]
+fn laying_out_counts_every_task() {
+    let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+    let p = plan(tiny(4, 1), 4, 2, 2, 8);
+    let steps = std::sync::Arc::new(crate::report::Steps::default());
+    let options = TrainOptions {
+        progress: Some(steps.clone()),
+        ..options()
+    };
+    simulate(&p, &topology, &options, &mut ()).unwrap();
+    let tasks: u64 = pipeline::program(&p)
+        .ranks
+        .iter()
+        .map(|r| r.len() as u64)
+        .sum();
+    assert!(tasks > 0);
+    assert_eq!(steps.done(), tasks);
+}
+
+/// Llama 3 405B's split: 126 layers on 16 stages, 7 on the first and last; with two
+/// virtual stages each middle stage's 8 layers are two chunks of 4.
+#[test]
+fn uneven_stages_split_as_megatron_does() {
+    let mut model = tiny(126, 1);
+    model.heads = 16;
+    let mut p = plan(model, 1, 16, 1, 32);
+    p.layout.first_stage_layers = Some(7);
+    p.layout.last_stage_layers = Some(7);
+    assert!(p.check(16).is_ok());
+    let layers = p.chunk_layers();
+    assert_eq!(layers.len(), 16);
+    assert_eq!((layers[0], layers[15]), (7, 7));
+    assert!(layers[1..15].iter().all(|&n| n == 8));
+    assert_eq!(layers.iter().sum::<u64>(), 126);
+    p.layout.virtual_stages = 2;
+    p.layout.first_stage_layers = Some(6);
+    p.layout.last_stage_layers = Some(8);
+    assert!(p.check(16).is_ok());
+    assert_eq!(p.chunk_layers().iter().sum::<u64>(), 126);
+    assert_eq!(p.stage_layers()[0], 6);
+    // The iteration runs, every chunk's layers computed once each way.
+    let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+    p.layout.virtual_stages = 1;
+    p.layout.first_stage_layers = Some(7);
+    p.layout.last_stage_layers = Some(7);
+    let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    assert!(outcome.step_time > Time::ZERO);
+}
+
+/// Megatron-core's split counting the embedding and the loss as layers: 126 layers and the
+/// two counted make 128, four a chunk over 16 stages of two chunks, the first chunk of the
+/// first stage and the last of the last holding three (Llama 3 405B's 7, 8 x 14, 7, but
+/// interleaved). It refuses to be combined with the given first and last stages, and
+/// counts that do not divide.
+#[test]
+fn embedding_and_loss_count_as_layers_in_the_split() {
+    let mut model = tiny(126, 1);
+    model.heads = 16;
+    let mut p = plan(model, 1, 16, 1, 32);
+    p.layout.virtual_stages = 2;
+    p.layout.embedding_in_split = true;
+    p.layout.loss_in_split = true;
+    assert!(p.check(16).is_ok());
+    let chunks = p.chunk_layers();
+    assert_eq!((chunks[0], chunks[31]), (3, 3));
+    assert!(chunks[1..31].iter().all(|&n| n == 4));
+    let stages = p.stage_layers();
+    assert_eq!((stages[0], stages[15]), (7, 7));
+    assert!(stages[1..15].iter().all(|&n| n == 8));
+    // Only the embedding counted: 127 layers do not divide over 32 chunks.
+    p.layout.loss_in_split = false;
+    assert!(p.check(16).unwrap_err().to_string().contains("127"));
+    p.layout.loss_in_split = true;
+    p.layout.first_stage_layers = Some(7);
+    assert!(p.check(16).unwrap_err().to_string().contains("give one"));
+    // The iteration runs with the short chunks.
+    p.layout.first_stage_layers = None;
+    let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+    let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    assert!(outcome.step_time > Time::ZERO);
+}
+
+/// With pipeline stages of equal work and negligible messages, the first stage idles for
+/// (p - 1) forward-backward steps of m + p - 1: 1F1B's bubble.
+#[test]
+fn the_bubble_is_one_f_one_bs() {
+    let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
+    let mut model = tiny(8, 1);
+    model.vocab = 16;
+    let (p, m) = (4, 12);
+    let outcome = simulate(&plan(model, 1, p, 2, 2 * m), &topology, &options(), &mut ()).unwrap();
+    let expected = (p - 1) as f64 / (m + p - 1) as f64;
+    assert!(
+        (outcome.bubble_fraction / expected - 1.0).abs() < 0.03,
+        "{} vs {expected}",
+        outcome.bubble_fraction
+    );
+}
+
+/// Exposure by dimension and the bubble split the stalls the breakdown charges to
+/// communication, nothing lost or counted twice.
+#[test]
+fn exposure_by_dimension_adds_up() {
+    let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+    let mut p = plan(tiny(8, 1), 4, 2, 4, 16);
+    p.layout.virtual_stages = 2;
+    let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    for r in &outcome.execution.ranks {
+        let by_group = r
+            .exposed_by_group
+            .iter()
+            .fold(Time::ZERO, |a, (_, t)| a + *t);
+        assert_eq!(
+            by_group + r.bubble,
+            r.breakdown.exposed_comm,
+            "rank {}",
+            r.rank
+        );
+    }
+}
+
+/// Experts' all-to-alls inside a box are faster than across boxes: the exposed
+/// expert-parallel time grows when expert parallelism leaves the box.
+#[test]
+fn expert_parallelism_across_boxes_costs_more() {
+    let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+    let run = |ep| {
+        let mut p = plan(tiny(2, 16), 1, 1, 16, 16);
+        p.layout.ep = ep;
+        simulate(&p, &topology, &options(), &mut ()).unwrap()
+    };
+    let (inside, across) = (run(8), run(16));
+    let expert = |o: &Outcome| o.exposed[3].1;
+    assert!(expert(&inside) > Time::ZERO);
+    assert!(expert(&across) > expert(&inside));
+}
+
+/// ZeRO-3 gathers every layer's weights before its forward and its backward and reduces
+/// its gradients after, every micro-batch, on one data-parallel stream; it needs less
+/// memory than ZeRO-1, and it refuses pipeline parallelism.
+#[test]
+fn zero_3_gathers_each_layer_twice_and_reduces_it_once_per_micro_batch() {
+    let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
+    let mut p = plan(tiny(6, 1), 1, 1, 16, 32);
+    p.layout.zero = ZeroStage::Parameters;
+    let program = pipeline::program(&p);
+    let count = |kind: CollectiveKind| {
+        program.ranks[0]
+            .iter()
+            .filter(|n| matches!(n.task, crate::workload::Task::Collective { kind: k, .. } if k == kind))
+            .count()
+    };
+    let (m, l) = (2, 6);
+    assert_eq!(count(CollectiveKind::AllGather), 2 * m * l);
+    assert_eq!(count(CollectiveKind::ReduceScatter), m * l);
+    let three = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    assert!(three.step_time > Time::ZERO);
+    let mut one = p.clone();
+    one.layout.zero = ZeroStage::Optimizer;
+    assert!(p.memory_per_gpu() < one.memory_per_gpu());
+    let mut piped = p.clone();
+    piped.layout.pp = 2;
+    piped.layout.dp = 8;
+    assert!(piped
+        .check(16)
+        .unwrap_err()
+        .to_string()
+        .contains("--zero 3"));
+}
+
+/// Context parallelism splits each sequence: keys and values are gathered in the context
+/// group every layer (exposed as context), each rank computes its share, and the shortcut
+/// stays exact with context groups sharing the tensor groups' links.
+#[test]
+fn context_parallelism_gathers_keys_and_values() {
+    let topology = TopologyOptions::new("dgx-a100:4").build().unwrap();
+    let mut p = plan(tiny(4, 1), 4, 2, 2, 16);
+    p.layout.cp = 2;
+    assert_eq!(p.layout.gpus(), 32);
+    let outcome = simulate(&p, &topology, &options(), &mut ()).unwrap();
+    assert!(outcome.exposed[4].1 > Time::ZERO, "{:?}", outcome.exposed);
+    let program = pipeline::program(&p);
+    let npus = topology.active_npus();
+    let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+    let full = Program {
+        serial_communicators: Default::default(),
+        ..program
+    };
+    let full = program::execute(&topology, &full, &npus, &options(), &mut ()).unwrap();
+    for (a, b) in fast.ranks.iter().zip(&full.ranks) {
+        assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
+    }
+    // Half the tokens a rank: less compute than the same micro-batch without the split.
+    let mut whole = p.clone();
+    (whole.layout.cp, whole.layout.dp) = (1, 4);
+    let (split, unsplit) = (pipeline::step_times(&p).0, pipeline::step_times(&whole).0);
+    assert!(
+        split.forward < 0.6 * unsplit.forward,
+        "{split:?} {unsplit:?}"
+    );
+    let mut odd = p.clone();
+    odd.model.seq = 1026;
+    assert!(odd.check(32).unwrap_err().to_string().contains("--cp 2"));
+}
+
+/// Megatron's placement puts rank r on the r-th GPU; any other order is a permutation of
+/// the GPUs, with the first dimension named on consecutive GPUs.
+#[test]
+fn placements_permute_the_gpus() {
+    let mut p = plan(tiny(4, 1), 2, 2, 4, 16);
+    let gpus: Vec<NodeId> = (100..116).collect();
+    assert_eq!(Placement::default().gpus_of_ranks(&p.layout, &gpus), gpus);
+    p.layout.placement = Placement::parse("dp,tp,pp").unwrap();
+    let placed = p.layout.placement.gpus_of_ranks(&p.layout, &gpus);
+    let mut sorted = placed.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, gpus);
+    // Ranks 0 and 1 (a tensor pair) sit dp = 4 GPUs apart; ranks 0 and 2 (data peers) adjacent.
+    assert_eq!((placed[0], placed[1], placed[2]), (100, 104, 101));
+    assert_eq!(p.layout.placement.name(), "dp,tp,pp");
+    assert!(Placement::parse("tp,tp,pp").is_err() && Placement::parse("tp,dp").is_err());
+}
+
+/// Layouts Megatron refuses are refused here, naming the constraint.
+#[test]
+fn bad_layouts_are_refused_by_name() {
+    let model = tiny(6, 1);
+    let refuse = |p: Plan, gpus: u64, words: &str| {
+        let e = p.check(gpus).unwrap_err().to_string();
+        assert!(e.contains(words), "{e}");
+    };
+    refuse(plan(model.clone(), 2, 2, 2, 8), 16, "= 8 GPUs");
+    refuse(plan(model.clone(), 3, 1, 1, 8), 3, "tensor parallelism");
+    refuse(plan(model.clone(), 1, 4, 1, 8), 4, "6 layers");
+    // An uneven split only when asked, and only one that gives every stage whole chunks.
+    let mut uneven = plan(model.clone(), 1, 4, 1, 8);
+    uneven.layout.first_stage_layers = Some(1);
+    refuse(uneven.clone(), 4, "5 layers left");
+    uneven.layout.last_stage_layers = Some(1);
+    assert!(uneven.check(4).is_ok());
+    assert_eq!(uneven.chunk_layers(), [1, 2, 2, 1]);
+    uneven.layout.virtual_stages = 2;
+    refuse(uneven, 4, "stage 0 would hold 1 layers");
+    refuse(plan(model.clone(), 1, 1, 4, 6), 4, "--global-batch 6");
+    let mut huge = plan(model, 1, 1, 1, 8);
+    huge.model.hidden = 65536;
+    huge.model.heads = 64;
+    huge.model.ffn = 4 * 65536;
+    refuse(huge, 1, "more than the A100's 80 GB");
+}
