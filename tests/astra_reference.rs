@@ -2,6 +2,8 @@
 //! every case of `tests/data/astra/congestion_aware_reference.csv` (finish time) and every arrival
 //! of the per-chunk and per-hop files.
 
+mod common;
+
 use std::collections::HashMap;
 
 use collsim::algorithms::{self, Algorithm};
@@ -45,13 +47,10 @@ fn cases() -> Vec<Case> {
 }
 
 /// Writes the case as an ASTRA-sim network YAML, so the test also exercises that reader. Each
-/// call writes a file of its own: tests running at once may build the same case.
+/// call writes a folder of its own: tests running at once may build the same case.
 fn astra_topology(case: &Case) -> Topology {
-    static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("collsim-astra-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let nth = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = dir.join(format!("{}-{nth}.yml", case.name));
+    let dir = common::scratch("collsim-astra", &case.name);
+    let path = dir.join(format!("{}.yml", case.name));
     std::fs::write(
         &path,
         format!(

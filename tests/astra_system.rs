@@ -1,6 +1,8 @@
 //! ASTRA-sim's system layer (`train --system`): its regression test and every case of
 //! tests/data/astra_system/references.csv (ASTRA-sim's own output) reproduced to the nanosecond.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -135,8 +137,7 @@ fn matches_every_case(file: &str, least: usize) {
 
 #[test]
 fn keys_and_flags_that_would_not_take_effect_are_refused() {
-    let dir = std::env::temp_dir().join(format!("collsim-astra-system-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("collsim-astra-system", "files");
     let workload = text(&data(
         "workload/microbenchmarks/all_reduce/8npus_1MB/all_reduce",
     ));

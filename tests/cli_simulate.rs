@@ -3,9 +3,9 @@
 
 mod common;
 use common::{collsim, first_row, summary};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("collsim-cli", name)
 }
 
@@ -215,11 +215,29 @@ fn assert_bad_input(args: &[&str], needle: &str) {
     assert!(out.stdout.is_empty(), "{args:?} printed a summary");
 }
 
-fn file_with(name: &str, contents: &str) -> String {
+/// A file holding `contents`, kept (with its scratch folder) while the value lives; reads as
+/// its path.
+struct InputFile {
+    path: String,
+    _dir: common::Scratch,
+}
+
+impl std::ops::Deref for InputFile {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.path
+    }
+}
+
+fn file_with(name: &str, contents: &str) -> InputFile {
     let dir = scratch(&format!("input-{}", name.replace('.', "-")));
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
-    path.to_str().unwrap().to_string()
+    InputFile {
+        path: path.to_str().unwrap().to_string(),
+        _dir: dir,
+    }
 }
 
 #[test]

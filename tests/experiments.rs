@@ -1,6 +1,8 @@
 //! Whole-command behaviour of the insight commands: `bound`, the figures of `simulate --out`,
 //! `sweep`, `run` with experiment files, sharding and `merge`.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -22,11 +24,8 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("collsim-exp-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("collsim-exp", name)
 }
 
 fn is_png(path: &Path) -> bool {

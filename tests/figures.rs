@@ -70,7 +70,7 @@ fn busiest_cell(links: &[(u32, u32, f64)], block: u32) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn run(name: &str, topology: &str, algorithm: &str) -> std::path::PathBuf {
+fn run(name: &str, topology: &str, algorithm: &str) -> common::Scratch {
     let dir = scratch("figures", name);
     let out = collsim(&[
         "simulate",

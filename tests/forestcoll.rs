@@ -269,7 +269,8 @@ fn generated_a100_boxes_are_the_configured_fabric() {
 #[test]
 #[ignore = "1024-GPU packing, about 20 s in a release build: `cargo test --release --test forestcoll -- --ignored a_thousand`"]
 fn a_thousand_gpus_in_a100_boxes_pack_within_a_minute() {
-    let path = std::env::temp_dir().join(format!("collsim-a100-128-{}.yml", std::process::id()));
+    let dir = common::scratch("collsim-a100-128", "net");
+    let path = dir.join("a100_128.yml");
     std::fs::write(&path, a100_boxes(128)).unwrap();
     let started = std::time::Instant::now();
     let out = collsim(&[
@@ -306,14 +307,12 @@ fn graph_file(npus: u32, switches: u32, links: &[(u32, u32, u32)]) -> String {
 }
 
 fn load_text(name: &str, text: &str) -> Topology {
-    let path =
-        std::env::temp_dir().join(format!("collsim-forest-{}-{name}.yml", std::process::id()));
+    let dir = common::scratch("collsim-forest", name);
+    let path = dir.join(format!("{name}.yml"));
     std::fs::write(&path, text).unwrap();
-    let t = TopologyOptions::new(path.to_str().unwrap())
+    TopologyOptions::new(path.to_str().unwrap())
         .build()
-        .unwrap();
-    std::fs::remove_file(&path).unwrap();
-    t
+        .unwrap()
 }
 
 /// Every tree arc's paths are walks over links from its tail to its head, every tree of a class
@@ -528,8 +527,8 @@ fn trees_command_prints_text_csv_and_json() {
 /// A schedule written by a forestcoll run keeps its routes and simulates again to the same time.
 #[test]
 fn forestcoll_schedules_round_trip_with_their_routes() {
-    let dir = std::env::temp_dir().join(format!("collsim-forest-out-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch("collsim-forest-out", "out");
+    let dir = scratch.join("out");
     let file = config("a100_2x8.yml");
     let base = [
         "simulate",
@@ -607,8 +606,7 @@ fn bad_requests_are_refused_with_one_line() {
         "{err}"
     );
     // A compute node with no link at all: the network is disconnected.
-    let dir = std::env::temp_dir().join(format!("collsim-forest-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("collsim-forest-bad", "files");
     let lonely = dir.join("lonely.yml");
     std::fs::write(&lonely, graph_file(3, 1, &[(0, 3, 50), (1, 3, 50)])).unwrap();
     let err = refused(&collsim(&["trees", "-t", lonely.to_str().unwrap()]));

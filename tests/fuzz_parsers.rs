@@ -4,6 +4,8 @@
 //! The cases are bounded to keep `cargo test` short; `PROPTEST_CASES=20000 cargo test --release
 //! --test fuzz_parsers` runs more, and `fuzz/` holds cargo-fuzz targets for open-ended runs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use collsim::algorithms::{generate, Algorithm};
@@ -89,12 +91,8 @@ fn one_line<T>(result: Result<T, Error>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("collsim-fuzz-{}-{name}", std::process::id()));
-    // A folder left by an earlier run whose process had the same id would hold its results.
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("collsim-fuzz", name)
 }
 
 /// Writes `text` to a file named `name` in the fuzz folder of this test and returns its path.

@@ -312,8 +312,8 @@ fn several_collectives_run_together() {
 
 #[test]
 fn the_command_writes_the_schedule_and_rejects_bad_requests() {
-    let dir = std::env::temp_dir().join(format!("collsim-synth-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch("collsim-synth", "out");
+    let dir = scratch.join("out");
     let out = collsim(&[
         "synthesize",
         "-t",
@@ -515,8 +515,8 @@ fn the_in_order_simulation_measures_what_the_engine_measures() {
 /// its summary is the one of the schedule built, validated and simulated whole (with `--out`).
 #[test]
 fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
-    let dir = std::env::temp_dir().join(format!("collsim-in-order-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch("collsim-in-order", "out");
+    let dir = scratch.join("out");
     let run = |extra: &[&str]| {
         let mut args = vec![
             "synthesize",
@@ -552,8 +552,8 @@ fn the_command_simulates_in_order_when_nothing_needs_the_schedule() {
 /// file, but for the synthesis's wall time in the summary.
 #[test]
 fn results_folders_are_written_in_order_as_planned() {
-    let dir = std::env::temp_dir().join(format!("collsim-in-order-out-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch("collsim-in-order-out", "out");
+    let dir = scratch.join("out");
     let (in_order, held) = (dir.join("in-order"), dir.join("held"));
     let xml = dir.join("schedule.xml");
     let run = |out: &std::path::Path, extra: &[&str]| {
@@ -645,8 +645,8 @@ fn every_collective_synthesizes_validated_on_a_mesh() {
 /// trial (its file was once overwritten by the last, and the run ended in an internal error).
 #[test]
 fn the_chosen_plan_s_file_is_kept_when_later_trials_lose() {
-    let dir = std::env::temp_dir().join(format!("collsim-kept-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = common::scratch("collsim-kept", "out");
+    let dir = scratch.join("out");
     let out = dir.to_str().unwrap();
     let args = [
         "--topology",
@@ -691,9 +691,7 @@ fn the_chosen_plan_s_file_is_kept_when_later_trials_lose() {
 #[test]
 fn a_sketch_leaves_the_links_it_drops_idle() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let dir = std::env::temp_dir().join(format!("collsim-sketch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("collsim-sketch", "runs");
     let idle = |topology: &str, sketch: Option<&str>, dropped: &dyn Fn(u32, u32) -> bool| {
         let out = dir.join(format!("run-{}", sketch.is_some()));
         let mut args = vec![

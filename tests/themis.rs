@@ -2,6 +2,8 @@
 //! system files read unchanged, per-dimension implementations, and validation of every
 //! scheduling variant.
 
+mod common;
+
 use std::process::{Command, Output};
 
 use collsim::algorithms::{
@@ -301,8 +303,7 @@ fn astra_sim_system_files_run_unchanged() {
     ]);
     assert_eq!(csv_row(&v1)[5], "4");
     // Unknown keys: a warning naming them. Wrong values: exit 2 naming the key.
-    let dir = std::env::temp_dir().join(format!("collsim-system-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch("collsim-system", "files");
     let typo = dir.join("typo.json");
     std::fs::write(&typo, r#"{"active-chunks-per-dimnesion": 2}"#).unwrap();
     let out = collsim(

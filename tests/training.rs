@@ -1,7 +1,9 @@
 //! Training iterations: the acceptance closed form, the breakdown's invariants on every shipped
 //! workload, both workload formats agreeing, and the command's outputs and errors.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 use collsim::algorithms::{generate, Algorithm};
@@ -18,11 +20,8 @@ fn collsim(args: &[&str]) -> Output {
         .expect("collsim runs")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("collsim-train-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("collsim-train", name)
 }
 
 fn workload(name: &str) -> Workload {

@@ -4,10 +4,9 @@
 
 mod common;
 use common::collsim;
-use std::path::PathBuf;
 use std::process::Command;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("collsim-wrong", name)
 }
 

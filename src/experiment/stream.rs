@@ -164,8 +164,8 @@ mod tests {
     /// 33x32 mesh (1.1M transfers) across the row-group boundary too.
     #[test]
     fn the_streamed_file_is_the_schedule_s_file() {
-        let dir = std::env::temp_dir().join(format!("collsim-stream-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         for shape in ["3x3", "33x32"] {
             let topology = TopologyOptions::new(format!("mesh:{shape}"))
                 .build()
@@ -203,15 +203,14 @@ mod tests {
                 "{shape}: the streamed file differs"
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Only the stream in progress can be kept; an earlier one, or none, leaves the writing to
     /// the caller; a schedule too small for Parquet is not streamed.
     #[test]
     fn only_the_last_stream_is_kept() {
-        let dir = std::env::temp_dir().join(format!("collsim-stream-last-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let c = Collective::new(CollectiveKind::AllGather, (0..4).collect(), 64, 1, None).unwrap();
         let stream = ScheduleStream::new(dir.join("s.parquet"), None, parquet_always());
         let first = stream.begin(12, &c).unwrap();
@@ -234,6 +233,5 @@ mod tests {
         );
         assert_eq!(by_size.begin(12, &c), None, "12 rows go to JSON");
         assert!(!by_size.finish(None).unwrap());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

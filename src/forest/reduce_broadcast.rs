@@ -310,9 +310,8 @@ mod tests {
             }
         }
         link(3, 4);
-        let dir = std::env::temp_dir().join(format!("collsim-rb-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("bridge.yml");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bridge.yml");
         std::fs::write(&path, text).unwrap();
         let t = crate::topology::load_topology_file(&path).unwrap();
         let plan = plan(&t, &t.active_npus(), || Ok(None)).unwrap().unwrap();

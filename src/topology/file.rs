@@ -334,9 +334,8 @@ mod tests {
     use super::*;
 
     fn load(name: &str, text: &str) -> Result<Topology, Error> {
-        let dir = std::env::temp_dir().join(format!("collsim-topo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         load_topology_file(&path)
     }

@@ -208,12 +208,25 @@ mod tests {
     use super::*;
     use crate::topology::systems::PerProtocol;
 
-    fn temp(name: &str, text: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("collsim-sysfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+    /// A file holding `text` in a folder of its own, removed when the value is dropped.
+    struct Temp {
+        path: std::path::PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl std::ops::Deref for Temp {
+        type Target = std::path::Path;
+
+        fn deref(&self) -> &std::path::Path {
+            &self.path
+        }
+    }
+
+    fn temp(name: &str, text: &str) -> Temp {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        path
+        Temp { path, _dir: dir }
     }
 
     #[test]

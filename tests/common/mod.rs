@@ -2,7 +2,7 @@
 // Each test crate uses part of this module.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs the collsim binary with `args`.
@@ -13,12 +13,31 @@ pub fn collsim(args: &[&str]) -> Output {
         .expect("collsim runs")
 }
 
-/// An empty folder of this test process, named `prefix-name`.
-pub fn scratch(prefix: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// An empty folder named after `prefix` and `name`, removed with everything in it when the
+/// value is dropped (at the end of the test that made it, passed or failed).
+pub fn scratch(prefix: &str, name: &str) -> Scratch {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{prefix}-{name}-"))
+        .tempdir()
+        .expect("a scratch folder");
+    Scratch(dir)
+}
+
+/// A test's scratch folder (see [`scratch`]); reads as the folder's path.
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
 }
 
 /// Asserts that a run was refused as bad input: exit 2 and exactly one line on stderr, an
