@@ -290,43 +290,32 @@ fn measured_layer_times_replace_the_roofline() {
     // 24 layers x 2 micro-batches x (10 + 30) ms more.
     let added = step(&two) - step(&one);
     assert!((added - 24.0 * 2.0 * 0.040).abs() < 1e-5, "{added}");
-    let out = collsim(&[
-        "train",
-        "--model",
-        &model("gpt_1.7b.yaml"),
-        "--topology",
-        "dgx-a100:1",
-        "--tp",
-        "2",
-        "--global-batch",
-        "16",
-        "--micro-batch",
-        "1",
-        "--layer-times",
-        &one,
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    // Two tensor ranks with the one-rank times, and `extra` flags.
+    let model_path = model("gpt_1.7b.yaml");
+    let on_two_ranks = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            &model_path,
+            "--topology",
+            "dgx-a100:1",
+            "--tp",
+            "2",
+            "--global-batch",
+            "16",
+            "--micro-batch",
+            "1",
+            "--layer-times",
+            &one,
+        ];
+        args.extend_from_slice(extra);
+        collsim(&args)
+    };
+    let err = refused(&on_two_ranks(&[]));
     assert!(err.contains("no row for tp 2, micro_batch 1"), "{err}");
     // Whole measured layers cannot be split at their products for the tensor overlap.
-    let out = collsim(&[
-        "train",
-        "--model",
-        &model("gpt_1.7b.yaml"),
-        "--topology",
-        "dgx-a100:1",
-        "--tp",
-        "2",
-        "--global-batch",
-        "16",
-        "--micro-batch",
-        "1",
-        "--sequence-parallel",
-        "--tp-comm-overlap",
-        "--layer-times",
-        &one,
-    ]);
-    assert!(refused(&out).contains("--tp-comm-overlap"));
+    let err = refused(&on_two_ranks(&["--sequence-parallel", "--tp-comm-overlap"]));
+    assert!(err.contains("--tp-comm-overlap"), "{err}");
 }
 
 /// Megatron's uneven split runs when asked: 24 layers on 16 stages as 3, 1 x 14, 7.

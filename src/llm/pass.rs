@@ -166,12 +166,12 @@ impl LayerPass<'_> {
     ) {
         let compute = layers as f64 * (self.secs + self.added) + extra;
         match self.pieces {
-            None => {
-                b.then(name, self.compute(compute), deps);
-            }
-            Some(pieces) => {
+            Some(pieces) if layers > 0 => {
                 let tail = layers as f64 * self.added + extra;
                 self.emit_pieces(b, name, pieces, layers, tail, deps);
+            }
+            _ => {
+                b.then(name, self.compute(compute), deps);
             }
         }
         self.comm.emit(b, layers);
