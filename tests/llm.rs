@@ -501,15 +501,14 @@ fn megatron_table_1_small_rows_near_the_paper() {
 
 /// Megatron-LM's own H100 benchmark (NVIDIA/Megatron-LM README, "Performance Benchmarking",
 /// `images/model_table.png`: Megatron-core, sequence 4,096, vocabulary 131,072, data
-/// parallelism 48, the distributed optimizer with overlapped reduction and gathers): collsim
-/// with micro-batch 1, no recomputation, sequence parallelism, interleaving searched and
-/// Megatron's default FP32 gradients keeps at least the 6 of the 9 rows within 15% it had when
-/// the table was first run (results/README.md); the 462B row (6144 GPUs) takes about a minute.
-/// The benchmark also ran `--tp-comm-overlap`, which this test leaves out: with it 4 of the 9
-/// hold, the compute model's optimism no longer hidden by exposed tensor collectives
-/// (results/README.md has both columns).
+/// parallelism 48, the distributed optimizer with overlapped reduction and gathers, and
+/// tensor-parallel communication overlap): collsim with micro-batch 1, no recomputation,
+/// sequence parallelism with `--tp-comm-overlap`, interleaving searched and Megatron's default
+/// FP32 gradients keeps at least the 4 of the 9 rows within 15% it had when the benchmark's
+/// settings were first all run (results/README.md; every miss is on the fast side, the
+/// compute model's); the 462B row (6144 GPUs) takes about a minute.
 #[test]
-#[ignore = "nine layouts up to 6144 GPUs, about 2 minutes: `cargo test --release --test llm -- --ignored megatron_lm_h100`"]
+#[ignore = "nine layouts up to 6144 GPUs, about 3 minutes: `cargo test --release --test llm -- --ignored megatron_lm_h100`"]
 fn megatron_lm_h100_benchmark_table() {
     // (file, TP, PP, global batch, measured TFLOP/s per GPU)
     let rows = [
@@ -555,7 +554,7 @@ fn megatron_lm_h100_benchmark_table() {
             "csv",
         ];
         if tp != "1" {
-            args.push("--sequence-parallel");
+            args.extend(["--sequence-parallel", "--tp-comm-overlap"]);
         }
         let out = stdout_of(&args);
         let last = out.lines().last().unwrap();
@@ -571,5 +570,5 @@ fn megatron_lm_h100_benchmark_table() {
             within += 1;
         }
     }
-    assert!(within >= 6, "{within} of 9 within 15%");
+    assert!(within >= 4, "{within} of 9 within 15%");
 }

@@ -1,21 +1,29 @@
 //! A pass of a stage's layers on a rank's stream: their compute and the communication each
-//! layer needs, either after the compute (the tensor group's collectives one after another, as
-//! Megatron runs them by default) or overlapped with the products that make or use their tensors
-//! (Megatron-core's `--tp-comm-overlap`: Transformer Engine's userbuffers).
+//! layer needs. Without sequence parallelism the tensor group's all-reduces follow the layers'
+//! compute, one after another (Megatron-LM 2021). With it, each layer runs as pieces in order,
+//! every collective where Megatron-core places it:
 //!
-//! The overlap as Transformer Engine sets it up by default (`initialize_ub`,
-//! transformer_engine/pytorch/module/base.py), with sequence parallelism (which Megatron-core
-//! requires for it): the inputs of the query-key-value and MLP-up products and the output
-//! gradients of the attention-output and MLP-down products are all-gathered by a ring exchange
-//! (as many chunks as tensor ranks, the local one first, each product chunk computed while the
-//! next arrives, on copy engines: all SMs left to the product); the outputs of the attention-output
-//! and MLP-down products are reduce-scattered by the pipeline method (the product in 4 splits,
-//! each split's reduce-scatter beside the next split); in the backward, the query-key-value and
-//! MLP-up products' inputs are all-gathered beside their input gradients and those gradients
-//! reduce-scattered beside their weight gradients (the bulk method). The pipeline and bulk
-//! methods' kernels take 16 SMs from the product beside them (`num_sm` 16, `set_sm_margin`).
-//! What a layer's pieces take is the same for every layer of a stage, so `layers` layers run as
-//! each piece `layers` times over: the sum of the layers' times, as when run one by one.
+//! - by itself (`TensorOverlap::Megatron`, Megatron-core's own, `tensor_parallel/layers.py`):
+//!   the forward's all-gathers before the query-key-value and MLP-up products and
+//!   reduce-scatters after the attention-output and MLP-down ones, and the backward's gathers of
+//!   those two products' output gradients, on the stream by themselves; the backward gathers the
+//!   query-key-value and MLP-up products' inputs again beside their input gradients and
+//!   reduce-scatters those gradients beside their weight gradients
+//!   (`LinearWithGradAccumulationAndAsyncCommunication`);
+//! - or overlapped with the products (`TensorOverlap::Userbuffers`, `--tp-comm-overlap`), as
+//!   Transformer Engine sets its userbuffers up by default (`initialize_ub`,
+//!   transformer_engine/pytorch/module/base.py): the forward's gathers and the backward's
+//!   gathers of output gradients by a ring exchange (as many chunks as tensor ranks, the local
+//!   one first, each product chunk computed while the next arrives, on copy engines: all SMs
+//!   left to the product); the forward's reduce-scatters by the pipeline method (the product in
+//!   4 splits, each split's reduce-scatter beside the next split); the backward's as Megatron's
+//!   own (the bulk method).
+//!
+//! A communication kernel beside a product takes 16 SMs from it: Transformer Engine's pipeline
+//! and bulk methods' `num_sm` with `set_sm_margin`; NCCL's kernels beside Megatron's own take
+//! one SM a channel, counted the same. What a layer's pieces take is the same for every layer of
+//! a stage, so `layers` layers run as each piece `layers` times over: the sum of the layers'
+//! times, as when run one by one.
 
 use super::compute::LayerParts;
 use super::model::Recompute;
@@ -23,17 +31,28 @@ use super::rank::{repeated, seconds, RankBuilder};
 use crate::collective::CollectiveKind;
 use crate::workload::{CommGroup, Task};
 
-/// SMs the pipeline and bulk methods' communication kernels take from the product beside them.
+/// SMs a communication kernel takes from the product beside it.
 pub const COMMUNICATION_SMS: u32 = 16;
 
 /// Splits of a product whose output the pipeline method reduce-scatters split by split.
 const SPLITS: u64 = 4;
 
-/// One piece of a layer's pass under the tensor-parallel overlap, in seconds of compute.
+/// Where a sequence-parallel layer's tensor collectives meet its products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorOverlap {
+    /// Megatron-core's own.
+    Megatron,
+    /// Transformer Engine's userbuffers (`--tp-comm-overlap`).
+    Userbuffers,
+}
+
+/// One piece of a sequence-parallel layer's pass, in seconds of compute.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Piece {
     /// Compute alone.
     Compute(f64),
+    /// A collective of the activations alone on the stream, the compute after it waiting.
+    Alone(CollectiveKind),
     /// A product whose input arrives by a ring exchange in `chunks` chunks, its own first, each
     /// computed while the next arrives.
     GatherInto { product: f64, chunks: u64 },
@@ -43,42 +62,68 @@ pub enum Piece {
     Beside(f64, CollectiveKind),
 }
 
-/// The forward of one layer under the overlap, in order, with `tp` tensor ranks.
-pub fn forward_pieces(parts: &LayerParts, tp: u64) -> Vec<Piece> {
+/// The forward of one layer, in order, with `tp` tensor ranks.
+pub fn forward_pieces(parts: &LayerParts, tp: u64, how: TensorOverlap) -> Vec<Piece> {
     let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
-    vec![
-        Piece::GatherInto {
-            product: linear[0].forward,
-            chunks: tp,
-        },
-        Piece::Compute(parts.core.0 + parts.elementwise),
-        Piece::ScatterFrom(reserved[1].forward),
-        Piece::GatherInto {
-            product: linear[2].forward,
-            chunks: tp,
-        },
-        Piece::ScatterFrom(reserved[3].forward),
-    ]
+    let between = Piece::Compute(parts.core.0 + parts.elementwise);
+    match how {
+        TensorOverlap::Megatron => vec![
+            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Compute(linear[0].forward),
+            between,
+            Piece::Compute(linear[1].forward),
+            Piece::Alone(CollectiveKind::ReduceScatter),
+            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Compute(linear[2].forward + linear[3].forward),
+            Piece::Alone(CollectiveKind::ReduceScatter),
+        ],
+        TensorOverlap::Userbuffers => vec![
+            Piece::GatherInto {
+                product: linear[0].forward,
+                chunks: tp,
+            },
+            between,
+            Piece::ScatterFrom(reserved[1].forward),
+            Piece::GatherInto {
+                product: linear[2].forward,
+                chunks: tp,
+            },
+            Piece::ScatterFrom(reserved[3].forward),
+        ],
+    }
 }
 
-/// The backward of one layer under the overlap, in order: what `recompute` runs again, then
-/// each product's gradients from the MLP's down projection back to the query-key-value one.
-pub fn backward_pieces(parts: &LayerParts, tp: u64, recompute: Recompute) -> Vec<Piece> {
+/// The backward of one layer, in order: what `recompute` runs again, then each product's
+/// gradients from the MLP's down projection back to the query-key-value one.
+pub fn backward_pieces(
+    parts: &LayerParts,
+    tp: u64,
+    recompute: Recompute,
+    how: TensorOverlap,
+) -> Vec<Piece> {
     let mut pieces = match recompute {
-        Recompute::Full => forward_pieces(parts, tp),
+        Recompute::Full => forward_pieces(parts, tp, how),
         Recompute::Selective => vec![Piece::Compute(parts.core.0)],
         Recompute::None => Vec::new(),
     };
     let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
-    let gathered_gradient = |i: usize| {
-        [
+    // The attention-output and MLP-down products: their output gradient gathered, then both
+    // gradients.
+    let gathered_gradient = |i: usize| match how {
+        TensorOverlap::Megatron => [
+            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Compute(linear[i].input_gradient + linear[i].weight_gradient),
+        ],
+        TensorOverlap::Userbuffers => [
             Piece::GatherInto {
                 product: linear[i].input_gradient,
                 chunks: tp,
             },
             Piece::Compute(linear[i].weight_gradient),
-        ]
+        ],
     };
+    // The query-key-value and MLP-up products: their input gathered again beside the input
+    // gradient, which is reduce-scattered beside the weight gradient.
     let regathered_input = |i: usize| {
         [
             Piece::Beside(reserved[i].input_gradient, CollectiveKind::AllGather),
@@ -147,8 +192,8 @@ pub(super) struct LayerPass<'a> {
     /// Seconds of compute a layer adds besides (a weight gradient's sum into the step's).
     pub(super) added: f64,
     pub(super) comm: LayerComm<'a>,
-    /// Under the tensor-parallel overlap, the layer's pieces; `comm` then holds no
-    /// tensor-group collectives.
+    /// With sequence parallelism, the layer's pieces; `comm` then holds no tensor-group
+    /// collectives.
     pub(super) pieces: Option<&'a [Piece]>,
 }
 
@@ -250,6 +295,10 @@ impl LayerPass<'_> {
                     );
                     after = vec![last];
                 }
+                Piece::Alone(kind) => {
+                    flush(b, &mut pending, &mut after);
+                    after = vec![tensor(b, kind, bytes, after)];
+                }
                 Piece::Beside(product, kind) => {
                     flush(b, &mut pending, &mut after);
                     let c = b.add(name, self.compute(l * product), after.clone());
@@ -280,6 +329,7 @@ mod tests {
         match *piece {
             Piece::Compute(secs) | Piece::ScatterFrom(secs) | Piece::Beside(secs, _) => secs,
             Piece::GatherInto { product, .. } => product,
+            Piece::Alone(_) => 0.0,
         }
     }
 
@@ -314,17 +364,22 @@ mod tests {
         assert_eq!(parts.linear, parts.linear_reserved);
         let sum = |pieces: Vec<Piece>| pieces.iter().map(compute).sum::<f64>();
         let close = |a: f64, b: f64| assert!((a / b - 1.0).abs() < 1e-12, "{a} against {b}");
-        close(sum(forward_pieces(&parts, 4)), parts.forward());
-        let backward = parts.backward();
-        close(sum(backward_pieces(&parts, 4, Recompute::None)), backward);
-        close(
-            sum(backward_pieces(&parts, 4, Recompute::Selective)),
-            backward + parts.core.0,
-        );
-        close(
-            sum(backward_pieces(&parts, 4, Recompute::Full)),
-            backward + parts.forward(),
-        );
+        for how in [TensorOverlap::Megatron, TensorOverlap::Userbuffers] {
+            close(sum(forward_pieces(&parts, 4, how)), parts.forward());
+            let backward = parts.backward();
+            close(
+                sum(backward_pieces(&parts, 4, Recompute::None, how)),
+                backward,
+            );
+            close(
+                sum(backward_pieces(&parts, 4, Recompute::Selective, how)),
+                backward + parts.core.0,
+            );
+            close(
+                sum(backward_pieces(&parts, 4, Recompute::Full, how)),
+                backward + parts.forward(),
+            );
+        }
     }
 
     /// A product beside a communication kernel's 16 SMs runs on the rest: 132 - 16 SMs of an

@@ -15,14 +15,15 @@
 //! computes the same amount, so once they meet at the first collective they stay in step, and
 //! running the step's compute before its collectives ends it at the same time as interleaving
 //! them would. The last backward step of each model chunk runs layer by layer so that each
-//! gradient bucket is reduced as soon as its layers are done. With `--tp-comm-overlap` the
-//! tensor group's collectives run inside the step instead, beside the products (`pass.rs`).
+//! gradient bucket is reduced as soon as its layers are done. With sequence parallelism
+//! the tensor group's collectives run inside the step instead, each where Megatron-core places
+//! it (`pass.rs`).
 
 use super::compute::{
     gradient_accumulation_time, head_time, layer_parts, layer_time, optimizer_time, LayerTime, Work,
 };
 use super::pass::{
-    backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, COMMUNICATION_SMS,
+    backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, TensorOverlap, COMMUNICATION_SMS,
 };
 use super::rank::{collective, seconds, RankBuilder};
 use super::{Plan, ZeroStage};
@@ -154,17 +155,31 @@ pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
     (layer, head_time(&plan.model, &plan.gpu, &work))
 }
 
-/// A layer's forward and backward split at their tensor-parallel collectives, when they are
-/// overlapped with the products (`--tp-comm-overlap` with more than one tensor rank).
-pub(super) fn overlap_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
+/// Whether a layer runs as pieces, its tensor collectives among them ([`overlap_pieces`]): with
+/// more than one tensor rank, sequence parallelism and the compute model's products (measured
+/// layer times are whole layers).
+fn in_pieces(plan: &Plan) -> bool {
     let l = &plan.layout;
-    if !l.tp_comm_overlap || l.tp == 1 {
+    l.tp > 1 && l.sequence_parallel && plan.layer_times.is_none()
+}
+
+/// A layer's forward and backward split at their tensor-parallel collectives, each where
+/// Megatron-core places it (overlapped with the products under `--tp-comm-overlap`), when the
+/// layer runs as pieces.
+pub(super) fn overlap_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
+    if !in_pieces(plan) {
         return None;
     }
+    let l = &plan.layout;
+    let how = if l.tp_comm_overlap {
+        TensorOverlap::Userbuffers
+    } else {
+        TensorOverlap::Megatron
+    };
     let parts = layer_parts(&plan.model, &plan.gpu, &work(plan), COMMUNICATION_SMS);
     Some((
-        forward_pieces(&parts, l.tp),
-        backward_pieces(&parts, l.tp, l.recompute),
+        forward_pieces(&parts, l.tp, how),
+        backward_pieces(&parts, l.tp, l.recompute, how),
     ))
 }
 
@@ -175,7 +190,7 @@ pub(super) type Counts = Vec<(CollectiveKind, u32)>;
 /// when they run inside its pieces, [`overlap_pieces`]).
 pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
     let l = &plan.layout;
-    let forward: Counts = if l.tp == 1 || l.tp_comm_overlap {
+    let forward: Counts = if l.tp == 1 || in_pieces(plan) {
         Vec::new()
     } else if l.sequence_parallel {
         vec![
