@@ -80,6 +80,12 @@ pub struct LlmArgs {
     /// userbuffers); needs --sequence-parallel
     #[arg(long, requires = "sequence_parallel")]
     pub tp_comm_overlap: bool,
+    /// The interleaved schedule's sends overlapped with the next step's compute, as
+    /// Megatron-core runs it by default (its --no-overlap-p2p-communication turns it off; earlier
+    /// versions' --overlap-p2p-communication on); without --virtual-stages above 1 sends are
+    /// waited for, as Megatron does
+    #[arg(long, requires = "model")]
+    pub overlap_p2p_communication: bool,
     /// Every tensor rank sends its stage's activations whole to the next stage, without
     /// Megatron's scatter/gather (its --no-scatter-gather-tensors-in-pipeline)
     #[arg(long, requires = "model")]
@@ -200,6 +206,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             recompute: Recompute::parse(&a.recompute)?,
             sequence_parallel: a.sequence_parallel,
             tp_comm_overlap: a.tp_comm_overlap,
+            overlap_p2p: a.overlap_p2p_communication,
             attention: Attention::parse(&a.attention)?,
             placement: llm::Placement::parse(&a.placement)?,
             first_stage_layers: a.first_stage_layers,

@@ -66,6 +66,9 @@ pub struct Layout {
     /// The tensor group's collectives overlapped with the products that make or use their
     /// tensors (Megatron-core's `--tp-comm-overlap`), not run after the layer's compute.
     pub tp_comm_overlap: bool,
+    /// The interleaved schedule's sends overlapped with the next step's compute
+    /// (Megatron-core's `overlap_p2p_comm`), not waited for.
+    pub overlap_p2p: bool,
     pub attention: Attention,
     /// Gradient buckets reduced while the last backward pass runs (Megatron-core's
     /// overlap_grad_reduce), or all gradients in one call after it (Megatron-LM 2021).

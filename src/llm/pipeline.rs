@@ -245,6 +245,9 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     };
     let (tp_forward, tp_backward) = tensor_collectives(plan);
     let pieces = overlap_pieces(plan);
+    // Megatron-core overlaps the interleaved schedule's sends with the next step's compute
+    // (`overlap_p2p_comm`); it turns that off without interleaving.
+    let async_sends = l.overlap_p2p && v > 1;
     let recompute_comm = l.recompute == super::Recompute::Full;
     let (ep_forward, ep_backward) = match (moe, recompute_comm) {
         (false, _) => (0, 0),
@@ -510,16 +513,18 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         }
                     }
                     if let Some((ns, _)) = to {
-                        // Megatron's point-to-point calls wait for their sends.
-                        b.then(
-                            "send",
-                            Task::Send {
-                                peer: rank_of(t, d, ns),
-                                bytes: message,
-                                tag: dir,
-                            },
-                            &[],
-                        );
+                        let send = Task::Send {
+                            peer: rank_of(t, d, ns),
+                            bytes: message,
+                            tag: dir,
+                        };
+                        if async_sends {
+                            // Off the stream: the next step computes while it leaves.
+                            b.add("send", send, b.last.into_iter().collect());
+                        } else {
+                            // Megatron's point-to-point calls wait for their sends.
+                            b.then("send", send, &[]);
+                        }
                     }
                 }
                 let stage_params = stage_layers[s as usize] * layer_params
