@@ -209,14 +209,14 @@ impl LayerPass<'_> {
         extra: f64,
         deps: &[u32],
     ) {
-        let compute = layers as f64 * (self.secs + self.added) + extra;
         match self.pieces {
             Some(pieces) if layers > 0 => {
                 let tail = layers as f64 * self.added + extra;
                 self.emit_pieces(b, name, pieces, layers, tail, deps);
             }
             _ => {
-                b.then(name, self.compute(compute), deps);
+                let secs = layers as f64 * (self.secs + self.added) + extra;
+                b.then(name, self.compute(secs), deps);
             }
         }
         self.comm.emit(b, layers);

@@ -155,10 +155,10 @@ pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
     (layer, head_time(&plan.model, &plan.gpu, &work))
 }
 
-/// Whether a layer runs as pieces, its tensor collectives among them ([`overlap_pieces`]): with
+/// Whether a layer runs as pieces, its tensor collectives among them ([`layer_pieces`]): with
 /// more than one tensor rank, sequence parallelism and the compute model's products (measured
 /// layer times are whole layers).
-fn in_pieces(plan: &Plan) -> bool {
+fn runs_in_pieces(plan: &Plan) -> bool {
     let l = &plan.layout;
     l.tp > 1 && l.sequence_parallel && plan.layer_times.is_none()
 }
@@ -166,8 +166,8 @@ fn in_pieces(plan: &Plan) -> bool {
 /// A layer's forward and backward split at their tensor-parallel collectives, each where
 /// Megatron-core places it (overlapped with the products under `--tp-comm-overlap`), when the
 /// layer runs as pieces.
-pub(super) fn overlap_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
-    if !in_pieces(plan) {
+pub(super) fn layer_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
+    if !runs_in_pieces(plan) {
         return None;
     }
     let l = &plan.layout;
@@ -187,10 +187,10 @@ pub(super) fn overlap_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
 pub(super) type Counts = Vec<(CollectiveKind, u32)>;
 
 /// The tensor-parallel collectives that follow one layer's forward and backward, by kind (none
-/// when they run inside its pieces, [`overlap_pieces`]).
+/// when they run inside its pieces, [`layer_pieces`]).
 pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
     let l = &plan.layout;
-    let forward: Counts = if l.tp == 1 || in_pieces(plan) {
+    let forward: Counts = if l.tp == 1 || runs_in_pieces(plan) {
         Vec::new()
     } else if l.sequence_parallel {
         vec![
@@ -244,7 +244,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
         activation
     };
     let (tp_forward, tp_backward) = tensor_collectives(plan);
-    let pieces = overlap_pieces(plan);
+    let pieces = layer_pieces(plan);
     // Megatron-core overlaps the interleaved schedule's sends with the next step's compute
     // (`overlap_p2p_comm`); it turns that off without interleaving.
     let async_sends = l.overlap_p2p && v > 1;
@@ -441,11 +441,12 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         };
                         extra += matrices * embedding_accumulation;
                     }
-                    let in_pieces = !step.forward
+                    // The chunk's last backward reduces its gradients bucket by bucket.
+                    let by_bucket = !step.forward
                         && i == last_backward[c as usize]
                         && dp > 1
                         && l.overlap_grad_reduce;
-                    if !in_pieces {
+                    if !by_bucket {
                         if gather_weights_ahead
                             && step.forward
                             && step.micro_batch == 0

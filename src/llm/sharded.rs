@@ -7,7 +7,7 @@
 
 use super::compute::optimizer_time;
 use super::pass::{LayerComm, LayerPass};
-use super::pipeline::{overlap_pieces, step_times, tensor_collectives};
+use super::pipeline::{layer_pieces, step_times, tensor_collectives};
 use super::rank::{repeated, seconds, RankBuilder};
 use super::Plan;
 use crate::collective::CollectiveKind;
@@ -21,7 +21,7 @@ pub fn program(plan: &Plan) -> Program {
     let layers = model.layers as usize;
     let (layer, head) = step_times(plan);
     let (tp_forward, tp_backward) = tensor_collectives(plan);
-    let pieces = overlap_pieces(plan);
+    let pieces = layer_pieces(plan);
     let activation = l.micro_batch * model.seq * model.hidden * 2;
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
