@@ -162,9 +162,10 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let a = &args.llm;
     let path = a.model.as_deref().expect("train --model");
     let model = LlmModel::load(path)?;
+    let system = args.topology.options().gpu_system()?;
     let gpu = match &a.gpu {
         Some(name) => Gpu::parse(name)?,
-        None => Gpu::of_system(&args.topology.topology),
+        None => Gpu::of_system(system.as_ref()),
     };
     let topology = args.topology.build()?;
     let gpus = topology.active_npus().len() as u64;
@@ -256,8 +257,10 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         chunks: args.chunks,
         trees: args.forest.trees,
         solo_timer: match a.box_collectives.as_str() {
-            "nccl" => llm::NcclTimer::for_topology(&args.topology.topology)?
-                .map(|t| std::sync::Arc::new(t) as std::sync::Arc<dyn crate::workload::SoloTimer>),
+            "nccl" => system.map(|s| {
+                std::sync::Arc::new(llm::NcclTimer::for_system(s))
+                    as std::sync::Arc<dyn crate::workload::SoloTimer>
+            }),
             "engine" => None,
             other => {
                 return Err(Error::input(format!(

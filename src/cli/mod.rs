@@ -21,7 +21,7 @@ use crate::experiment::CollectiveRequest;
 use crate::sim::{Observer, TimeModel};
 use crate::synth::{IlpOptions, SynthOptions, Unwinding};
 use crate::system::{load_system, SystemConfig};
-use crate::topology::{Topology, TopologyOptions};
+use crate::topology::{SystemOverrides, Topology, TopologyOptions};
 use crate::units::parse_bytes;
 use crate::Error;
 
@@ -98,6 +98,38 @@ pub struct TopologyArgs {
     /// Failed links to remove: a-b (both directions) or a>b, comma-separated
     #[arg(long)]
     pub remove_links: Option<String>,
+    #[command(flatten)]
+    pub system: SystemOverrideArgs,
+}
+
+/// A named GPU system's figures replaced on the command line.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SystemOverrideArgs {
+    /// GPU systems: NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
+    #[arg(long)]
+    pub nic: Option<String>,
+    /// GPU systems: NIC kind, ib or roce
+    #[arg(long)]
+    pub nic_kind: Option<String>,
+    /// GPU systems: the hosts' CPU vendor, intel, amd or other (NCCL's per-step network
+    /// overhead is 1, 2 and 1 us) [default: the system's: AMD for dgx-a100, Intel for the HGX
+    /// systems]
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// GPU systems: the network's switches reduce (IB SHARP), so NCCL may run CollNet
+    #[arg(long)]
+    pub sharp: bool,
+}
+
+impl SystemOverrideArgs {
+    pub fn overrides(&self) -> SystemOverrides {
+        SystemOverrides {
+            nic: self.nic.clone(),
+            nic_kind: self.nic_kind.clone(),
+            cpu: self.cpu.clone(),
+            sharp: self.sharp,
+        }
+    }
 }
 
 impl TopologyArgs {
@@ -108,6 +140,7 @@ impl TopologyArgs {
             latency: self.latency.clone(),
             remove_npus: self.remove_npus.clone(),
             remove_links: self.remove_links.clone(),
+            system: self.system.overrides(),
         }
     }
 

@@ -81,19 +81,8 @@ pub struct NcclSystemArgs {
     /// Protocols NCCL may use, as NCCL_PROTO takes them (LL,LL128,Simple; ^ excludes)
     #[arg(long)]
     pub nccl_proto: Option<String>,
-    /// NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
-    #[arg(long)]
-    pub nic: Option<String>,
-    /// NIC kind: ib or roce
-    #[arg(long)]
-    pub nic_kind: Option<String>,
-    /// The hosts' CPU vendor: intel, amd or other (NCCL's per-step network overhead is 1, 2
-    /// and 1 us) [default: the system's: AMD for dgx-a100, Intel for the HGX systems]
-    #[arg(long)]
-    pub cpu: Option<String>,
-    /// The network's switches reduce (IB SHARP): NCCL may run CollNet
-    #[arg(long)]
-    pub sharp: bool,
+    #[command(flatten)]
+    pub overrides: super::SystemOverrideArgs,
 }
 
 impl NcclSystemArgs {
@@ -107,18 +96,7 @@ impl NcclSystemArgs {
                 self.topology
             ))
         })?;
-        if let Some(nic) = &self.nic {
-            system.set_nics(nic)?;
-        }
-        if let Some(k) = &self.nic_kind {
-            system.set_nic_kind(k)?;
-        }
-        if let Some(cpu) = &self.cpu {
-            system.set_cpu(cpu)?;
-        }
-        if self.sharp {
-            system.sharp = true;
-        }
+        system.apply(&self.overrides.overrides())?;
         let mut allowed = Allowed::default();
         let setting = Setting {
             gpus: self.gpus,

@@ -9,6 +9,7 @@
 //! topologies:
 //!   - ring:64
 //!   - {spec: mesh:8x8, name: 2D Mesh, bandwidth: 50GB/s, remove_npus: "7,9"}
+//!   - {spec: dgx-a100:2, name: RoCE, nic: 16x100Gb, nic_kind: roce}  # also cpu, sharp
 //! collectives: [all-reduce]
 //! sizes: [1GB]               # or a range: "1KB..1GB:x10"
 //! algorithms: [ring, direct, rhd, tacos]
@@ -36,7 +37,7 @@ use crate::collective::CollectiveKind;
 use crate::sim::{SimOptions, TimeModel};
 use crate::synth::{IlpOptions, SynthOptions};
 use crate::system::{load_system, SystemConfig};
-use crate::topology::{Routing, Topology, TopologyOptions};
+use crate::topology::{Routing, SystemOverrides, Topology, TopologyOptions};
 use crate::units::{parse_bytes, parse_size_list};
 use crate::Error;
 
@@ -221,6 +222,10 @@ impl Experiment {
                     latency,
                     remove_npus,
                     remove_links,
+                    nic,
+                    nic_kind,
+                    cpu,
+                    sharp,
                 } => TopologyEntry {
                     options: TopologyOptions {
                         spec,
@@ -228,6 +233,12 @@ impl Experiment {
                         latency,
                         remove_npus: remove_npus.map(|v| v.text()),
                         remove_links,
+                        system: SystemOverrides {
+                            nic,
+                            nic_kind,
+                            cpu,
+                            sharp,
+                        },
                     },
                     name,
                 },
@@ -424,6 +435,11 @@ enum RawTopology {
         latency: Option<String>,
         remove_npus: Option<IdList>,
         remove_links: Option<String>,
+        nic: Option<String>,
+        nic_kind: Option<String>,
+        cpu: Option<String>,
+        #[serde(default)]
+        sharp: bool,
     },
 }
 
@@ -514,6 +530,25 @@ mod tests {
             exp.topologies[1].options.bandwidth.as_deref(),
             Some("10GB/s")
         );
+    }
+
+    #[test]
+    fn a_gpu_systems_figures_are_overridden_per_topology() {
+        let exp = Experiment::parse(
+            "topologies: [dgx-a100:2, {spec: dgx-a100:2, name: slow, nic: 2x25Gb, nic_kind: roce, sharp: true}]\n\
+             collectives: [all-reduce]\nsizes: [1MiB]\nalgorithms: [ring]\n",
+            "x.yaml",
+        )
+        .unwrap();
+        let systems: Vec<crate::topology::GpuSystem> = exp
+            .topologies
+            .iter()
+            .map(|t| t.options.gpu_system().unwrap().unwrap())
+            .collect();
+        assert_eq!(systems[0].nics_per_box, 8);
+        assert_eq!(systems[1].nics_per_box, 2);
+        assert_eq!(systems[1].nic_kind, crate::topology::NicKind::RoCE);
+        assert!(systems[1].sharp && !systems[0].sharp);
     }
 
     #[test]

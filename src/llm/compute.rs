@@ -14,6 +14,7 @@
 //! 90-92% of it on current NVIDIA GPUs).
 
 use super::model::{LlmModel, Recompute};
+use crate::topology::GpuSystem;
 use crate::Error;
 
 /// A GPU's compute figures.
@@ -94,14 +95,10 @@ impl Gpu {
         })
     }
 
-    /// The GPU of a named GPU system (`dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N`,
+    /// The GPU of a GPU system (`dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N`,
     /// `mi300x:N`; `pcie:G` holds A100 PCIe cards, modelled as the A100), else the A100.
-    pub fn of_system(spec: &str) -> Gpu {
-        let name = match crate::topology::GpuSystem::parse(spec) {
-            Ok(Some(system)) => system.gpu,
-            _ => "a100",
-        };
-        Gpu::parse(name).expect("a preset")
+    pub fn of_system(system: Option<&GpuSystem>) -> Gpu {
+        Gpu::parse(system.map_or("a100", |s| s.gpu)).expect("a preset")
     }
 
     /// This GPU as a product sees it with `sms` of its SMs running a communication kernel
@@ -459,11 +456,12 @@ mod tests {
 
     #[test]
     fn gpu_systems_name_their_gpu() {
-        assert_eq!(Gpu::of_system("hgx-h100:4").name, "H100");
-        assert_eq!(Gpu::of_system("hgx-b200:1").name, "B200");
-        assert_eq!(Gpu::of_system("mi300x:2").name, "MI300X");
-        assert_eq!(Gpu::of_system("dgx-a100:2").name, "A100");
-        assert_eq!(Gpu::of_system("ring:8").name, "A100");
+        let of = |spec| Gpu::of_system(GpuSystem::parse(spec).unwrap().as_ref()).name;
+        assert_eq!(of("hgx-h100:4"), "H100");
+        assert_eq!(of("hgx-b200:1"), "B200");
+        assert_eq!(of("mi300x:2"), "MI300X");
+        assert_eq!(of("dgx-a100:2"), "A100");
+        assert_eq!(of("ring:8"), "A100");
     }
 
     #[test]

@@ -43,18 +43,16 @@ pub struct NcclTimer {
 }
 
 impl NcclTimer {
-    /// A timer for `system`'s boxes; None when the topology names no GPU system.
-    pub fn for_topology(spec: &str) -> Result<Option<NcclTimer>, Error> {
-        Ok(GpuSystem::parse(spec)?.map(|whole| {
-            let mut system = whole.clone();
-            system.boxes = 1;
-            NcclTimer {
-                system,
-                whole,
-                models: Mutex::new(HashMap::new()),
-                predicted: Mutex::new(HashMap::new()),
-            }
-        }))
+    /// A timer for the GPU system `whole` and its boxes.
+    pub fn for_system(whole: GpuSystem) -> NcclTimer {
+        let mut system = whole.clone();
+        system.boxes = 1;
+        NcclTimer {
+            system,
+            whole,
+            models: Mutex::new(HashMap::new()),
+            predicted: Mutex::new(HashMap::new()),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
 pub use systems::{
     Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, PerProtocol, SwitchRelays,
+    SystemOverrides,
 };
 
 use crate::units::{Bandwidth, Time};

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::build::{dgx1, dragonfly, multi_dim, Dim, DimKind, MAX_NPUS};
 use super::fabrics;
-use super::{load_topology_file, GpuSystem, NodeId, Topology};
+use super::{load_topology_file, GpuSystem, NodeId, SystemOverrides, Topology};
 use crate::units::{parse_bandwidth, parse_list, parse_time, Bandwidth, Time};
 use crate::Error;
 
@@ -27,6 +27,8 @@ pub struct TopologyOptions {
     pub remove_npus: Option<String>,
     /// Links to remove: `a-b` removes both directions, `a>b` one.
     pub remove_links: Option<String>,
+    /// Figures of a named GPU system replaced (its NICs, their kind, the CPU, SHARP).
+    pub system: SystemOverrides,
 }
 
 impl TopologyOptions {
@@ -43,17 +45,34 @@ impl TopologyOptions {
         self
     }
 
+    /// The GPU system the spec names, with the overrides applied; None when it names none
+    /// (then overrides are refused: they have nothing to change).
+    pub fn gpu_system(&self) -> Result<Option<GpuSystem>, Error> {
+        match GpuSystem::parse(&self.spec)? {
+            Some(mut system) => {
+                system.apply(&self.system)?;
+                Ok(Some(system))
+            }
+            None if !self.system.is_empty() => Err(Error::input(format!(
+                "--nic/--nic-kind/--cpu/--sharp change a GPU system (dgx-a100:N, hgx-h100:N, \
+                 ...); {} is none",
+                self.spec
+            ))),
+            None => Ok(None),
+        }
+    }
+
     /// Loads the file or builds the inline shape, then applies faults.
     pub fn build(&self) -> Result<Topology, Error> {
         let path = Path::new(&self.spec);
         let looks_like_file =
             self.spec.ends_with(".yaml") || self.spec.ends_with(".yml") || path.exists();
-        let system = GpuSystem::parse(&self.spec)?;
+        let system = self.gpu_system()?;
         let mut topology = if let Some(system) = system {
             if self.bandwidth.is_some() || self.latency.is_some() {
                 return Err(Error::input(format!(
                     "--bandwidth/--latency apply to generic shapes; {} is a GPU system with its \
-                     own links (override its NICs with --nic where the command takes it)",
+                     own links (override its NICs with --nic)",
                     self.spec
                 )));
             }

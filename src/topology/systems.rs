@@ -110,6 +110,26 @@ pub enum SwitchRelays {
     BoxesAndRails,
 }
 
+/// Figures of a named GPU system replaced as `--nic`, `--nic-kind`, `--cpu` and `--sharp` give
+/// them, by every command that takes a GPU system.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SystemOverrides {
+    /// NICs per box as `COUNTxSPEED` ([`GpuSystem::set_nics`]).
+    pub nic: Option<String>,
+    /// `ib` or `roce`.
+    pub nic_kind: Option<String>,
+    /// `intel`, `amd` or `other`.
+    pub cpu: Option<String>,
+    /// The network's switches reduce (IB SHARP).
+    pub sharp: bool,
+}
+
+impl SystemOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == SystemOverrides::default()
+    }
+}
+
 /// A GPU system's figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSystem {
@@ -320,6 +340,23 @@ impl GpuSystem {
             },
         };
         Ok(Some(system))
+    }
+
+    /// Applies the command line's (or a caller's) overrides of its figures.
+    pub fn apply(&mut self, overrides: &SystemOverrides) -> Result<(), Error> {
+        if let Some(nic) = &overrides.nic {
+            self.set_nics(nic)?;
+        }
+        if let Some(kind) = &overrides.nic_kind {
+            self.set_nic_kind(kind)?;
+        }
+        if let Some(cpu) = &overrides.cpu {
+            self.set_cpu(cpu)?;
+        }
+        if overrides.sharp {
+            self.sharp = true;
+        }
+        Ok(())
     }
 
     /// Replaces the NICs by `COUNTxSPEED` per box (`16x100Gb`, `8x400Gbps`, `8x50GB/s`).
