@@ -295,8 +295,9 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let scores = b * heads * queries * s;
     let core = match w.attention {
         Attention::Standard => {
-            // Scale-mask-softmax reads and writes the scores; dropout reads them and writes
-            // them and a one-byte mask; their backward moves twice as much.
+            // Scale-mask-softmax reads and writes the scores; dropout, if the model has it,
+            // reads them and writes them and a one-byte mask; their backward moves twice as
+            // much.
             let (products, gradients) = forward_and_backward(
                 gpu,
                 &[
@@ -304,7 +305,8 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
                     product(b * heads, queries, dh, s),
                 ],
             );
-            let stream = gpu.stream(HALF * 4.5 * scores);
+            let dropout = if model.dropout { 2.5 } else { 0.0 };
+            let stream = gpu.stream(HALF * (2.0 + dropout) * scores);
             (products + stream, gradients + 2.0 * stream)
         }
         // One kernel: the products at the matmul rate, Q, K, V and the output read or written
@@ -314,10 +316,16 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
             (core, 2.0 * core)
         }
     };
-    // Two layer norms, two bias-dropout-residual adds (11 tensors of tokens x hidden moved,
-    // split over the tensor-parallel group under sequence parallelism) and the activation
-    // over the MLP's width (read the up projection(s), write the result).
-    let replicated = if w.sequence_parallel { 11.0 / t } else { 11.0 };
+    // Two layer norms (each reads and writes tokens x hidden), two residual adds (read two,
+    // write one; with dropout fused in, a half-size mask written too: PyTorch skips dropout of
+    // probability 0), split over the tensor-parallel group under sequence parallelism, and the
+    // activation over the MLP's width (read the up projection(s), write the result).
+    let norms_and_adds = 10.0 + if model.dropout { 1.0 } else { 0.0 };
+    let replicated = if w.sequence_parallel {
+        norms_and_adds / t
+    } else {
+        norms_and_adds
+    };
     let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
     LayerParts {
         linear: products.map(|p| LinearTime::of(gpu, p)),

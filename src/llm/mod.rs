@@ -390,11 +390,11 @@ impl Plan {
         self.params_per_gpu() * per_weight
     }
 
-    /// Activations the first stage holds at its peak, per Korthikanti et al. (MLSys'23): a
-    /// layer keeps s b h (10 + 24/t) + 5 a s^2 b / t bytes (34 s b h / t with sequence
-    /// parallelism; no score matrix with FlashAttention), only its input (2 s b h) under full
-    /// recomputation, for each of the micro-batches in flight (p, times 1 + (p-1)/(p v)
-    /// interleaved).
+    /// Activations the first stage holds at its peak, per Korthikanti et al. (MLSys'23): what a
+    /// layer keeps ([`LlmModel::layer_activations`]: s b h (10 + 24/t) + 5 a s^2 b / t bytes for
+    /// GPT, 34 s b h / t with sequence parallelism, no score matrix with FlashAttention), only
+    /// its input (2 s b h) under full recomputation, for each of the micro-batches in flight
+    /// (p, times 1 + (p-1)/(p v) interleaved).
     fn activation_bytes(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);
         // A context-parallel rank keeps its share of the sequence (and of the scores' rows).
@@ -405,19 +405,20 @@ impl Plan {
         );
         let t = l.tp as f64;
         let a = m.heads as f64;
+        let stored = m.layer_activations();
         let scores = match l.attention {
-            Attention::Standard => 5.0 * a * s * m.seq as f64 * b / t,
+            Attention::Standard => stored.per_score * a * s * m.seq as f64 * b / t,
             Attention::Flash => 0.0,
         };
-        let linear = if l.sequence_parallel {
-            34.0 / t
+        let per_token = if l.sequence_parallel {
+            (stored.replicated + stored.split) / t
         } else {
-            10.0 + 24.0 / t
+            stored.replicated + stored.split / t
         };
-        let full_layer = s * b * h * linear + scores;
+        let full_layer = s * b * per_token + scores;
         let kept = match l.recompute {
             Recompute::Full => 2.0 * s * b * h / if l.sequence_parallel { t } else { 1.0 },
-            Recompute::Selective => s * b * h * linear,
+            Recompute::Selective => s * b * per_token,
             Recompute::None => full_layer,
         };
         let p = l.pp as f64;

@@ -27,6 +27,9 @@ struct ModelFile {
     tied_embeddings: Option<bool>,
     /// Learned position embeddings (GPT) or rotary ones without weights (Llama).
     position_embeddings: Option<String>,
+    /// Whether training drops out attention probabilities and block outputs (Megatron's GPT
+    /// default, 0.1 each) or not (Llama, Mixtral).
+    dropout: Option<bool>,
 }
 
 /// A decoder-only transformer.
@@ -49,6 +52,28 @@ pub struct LlmModel {
     pub tied_embeddings: bool,
     /// Learned position embeddings (seq x hidden weights); false for rotary ones.
     pub learned_positions: bool,
+    /// Dropout in training (masks kept for the backward pass, a kernel's work).
+    pub dropout: bool,
+}
+
+/// Bytes one layer keeps for its backward pass, per token of a micro-batch, as Korthikanti et
+/// al. ("Reducing Activation Recomputation in Large Transformer Models", MLSys'23, section 4.1)
+/// count them for GPT, applied to the model's own shape: grouped-query attention keeps smaller
+/// keys and values, a gated MLP both its up projections' outputs, each of the top_k experts a
+/// token visits its own copy of the MLP's, and a model without dropout neither masks nor a
+/// dropped copy of the attention probabilities. For GPT this is the paper's s b h (10 + 24/t) +
+/// 5 a s^2 b / t.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerActivations {
+    /// Kept whole by every tensor rank unless sequence parallelism splits it: the two norms'
+    /// inputs, the inputs of the query-key-value and MLP up projections, the two dropout masks.
+    pub replicated: f64,
+    /// Split over the tensor ranks: queries, keys, values, the attention output (the output
+    /// projection's input), the MLP's hidden activations.
+    pub split: f64,
+    /// Per element of the attention scores (scores kept in memory only, not FlashAttention):
+    /// the softmax output, and with dropout its one-byte mask and the dropped copy.
+    pub per_score: f64,
 }
 
 /// How much of the forward pass the backward pass runs again.
@@ -120,6 +145,7 @@ impl LlmModel {
             top_k: positive("top_k", file.top_k.unwrap_or(1))?,
             gated_mlp: file.gated_mlp.unwrap_or(false),
             tied_embeddings: file.tied_embeddings.unwrap_or(true),
+            dropout: file.dropout.unwrap_or(true),
             learned_positions: match file.position_embeddings.as_deref() {
                 None | Some("learned") => true,
                 Some("rotary") => false,
@@ -153,6 +179,21 @@ impl LlmModel {
 
     pub fn head_dim(&self) -> u64 {
         self.hidden / self.heads
+    }
+
+    /// What one layer keeps for its backward pass (see [`LayerActivations`]).
+    pub fn layer_activations(&self) -> LayerActivations {
+        const HALF: f64 = 2.0;
+        let h = self.hidden as f64;
+        let kv = (self.kv_heads * self.head_dim()) as f64;
+        let (ffn, experts) = (self.ffn as f64, self.top_k as f64);
+        let up = if self.gated_mlp { 2.0 } else { 1.0 };
+        let masks = if self.dropout { 1.0 } else { 0.0 };
+        LayerActivations {
+            replicated: HALF * (2.0 * h + h + experts * h) + 2.0 * masks * h,
+            split: HALF * (2.0 * h + 2.0 * kv + experts * (up + 1.0) * ffn),
+            per_score: HALF + 3.0 * masks,
+        }
     }
 
     /// Attention weights of one layer: Q, K, V and the output projection.
@@ -238,10 +279,57 @@ mod tests {
                 gated_mlp: None,
                 tied_embeddings: None,
                 position_embeddings: None,
+                dropout: None,
             },
             "gpt".into(),
         )
         .unwrap()
+    }
+
+    /// Korthikanti et al.'s count for GPT, s b h (10 + 24/t) + 5 a s^2 b / t bytes a layer:
+    /// 10 h bytes a token kept whole, 24 h split, 5 a score. A Llama 3 8B layer (hidden 4096,
+    /// 8 key-value heads of 128, a gated MLP of 14336, no dropout) keeps its two norms' and two
+    /// projections' inputs (8 h), queries, keys, values and attention output (2 (2 h + 2 x
+    /// 1024)) and the gate, up and down inputs (2 x 3 x 14336), and only the softmax output
+    /// of the scores; two experts a token (Mixtral's top-2) double what the MLP keeps.
+    #[test]
+    fn layer_activations_are_korthikantis_count_for_the_models_shape() {
+        let h = 4096.0;
+        let g = gpt(2, 4096, 32).layer_activations();
+        assert_eq!(
+            (g.replicated, g.split, g.per_score),
+            (10.0 * h, 24.0 * h, 5.0)
+        );
+        let llama = |top_k| {
+            LlmModel::new(
+                ModelFile {
+                    name: None,
+                    layers: 32,
+                    hidden: 4096,
+                    heads: 32,
+                    kv_heads: Some(8),
+                    ffn: Some(14336),
+                    seq: 8192,
+                    vocab: 128256,
+                    experts: Some(8),
+                    top_k: Some(top_k),
+                    gated_mlp: Some(true),
+                    tied_embeddings: Some(false),
+                    position_embeddings: Some("rotary".into()),
+                    dropout: Some(false),
+                },
+                "llama".into(),
+            )
+            .unwrap()
+            .layer_activations()
+        };
+        let one = llama(1);
+        assert_eq!(one.replicated, 8.0 * h);
+        assert_eq!(one.split, 2.0 * (2.0 * h + 2048.0) + 2.0 * 3.0 * 14336.0);
+        assert_eq!(one.per_score, 2.0);
+        let two = llama(2);
+        assert_eq!(two.replicated - one.replicated, 2.0 * h);
+        assert_eq!(two.split - one.split, 2.0 * 3.0 * 14336.0);
     }
 
     #[test]
@@ -296,6 +384,7 @@ mod tests {
                 gated_mlp: None,
                 tied_embeddings: None,
                 position_embeddings: None,
+                dropout: None,
             },
             "m".into(),
         );
@@ -315,6 +404,7 @@ mod tests {
                 gated_mlp: None,
                 tied_embeddings: None,
                 position_embeddings: None,
+                dropout: None,
             },
             "m".into(),
         );

@@ -351,6 +351,7 @@ mod tests {
             gated_mlp: true,
             tied_embeddings: false,
             learned_positions: false,
+            dropout: false,
         };
         let work = Work {
             tp: 4,

@@ -20,6 +20,7 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         gated_mlp: false,
         tied_embeddings: true,
         learned_positions: true,
+        dropout: true,
     }
 }
 
@@ -638,4 +639,29 @@ fn bad_layouts_are_refused_by_name() {
     huge.model.heads = 64;
     huge.model.ffn = 4 * 65536;
     refuse(huge, 1, "more than the A100's 80 GB");
+}
+
+/// Meta trained Llama 3 405B on 8K sequences in TP 8, PP 16 without activation
+/// checkpointing ("The Llama 3 Herd of Models", section 3.3.2 and Table 4); with the
+/// activations counted for its own shape (grouped-query keys and values, SwiGLU, no dropout)
+/// the layout fits an 80 GB H100; the same layer with dropout's masks would not (nor did GPT's
+/// constants, 34 s b h / t a layer, which the estimate used before).
+#[test]
+fn llama_3_405b_fits_where_meta_trained_it() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/llm/llama3_405b.yaml");
+    let model = LlmModel::load(&path).unwrap();
+    assert!(!model.dropout);
+    let mut p = plan(model, 8, 16, 64, 2048);
+    p.gpu = Gpu::parse("h100").unwrap();
+    p.layout.zero = ZeroStage::Optimizer;
+    p.layout.recompute = Recompute::None;
+    p.layout.sequence_parallel = true;
+    p.layout.first_stage_layers = Some(7);
+    p.layout.last_stage_layers = Some(7);
+    assert!(p.check(8192).is_ok());
+    let h100 = p.gpu.memory_bytes;
+    assert!(p.memory_per_gpu() <= h100, "{}", p.memory_per_gpu() / 1e9);
+    p.model.dropout = true;
+    assert!(p.memory_per_gpu() > h100, "{}", p.memory_per_gpu() / 1e9);
 }
