@@ -210,6 +210,13 @@ impl Plan {
         if l.ep > 1 && m.experts == 1 {
             return fail(format!("--ep {}: {} has no experts", l.ep, m.name));
         }
+        if l.tp_comm_overlap && !l.sequence_parallel {
+            return fail(
+                "--tp-comm-overlap overlaps sequence parallelism's all-gathers and \
+                 reduce-scatters: it needs --sequence-parallel, as Megatron-core asserts"
+                    .to_string(),
+            );
+        }
         if let Some(times) = &self.layer_times {
             if l.tp_comm_overlap {
                 return fail(format!(

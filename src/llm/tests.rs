@@ -634,6 +634,11 @@ fn bad_layouts_are_refused_by_name() {
     uneven.layout.virtual_stages = 2;
     refuse(uneven, 4, "stage 0 would hold 1 layers");
     refuse(plan(model.clone(), 1, 1, 4, 6), 4, "--global-batch 6");
+    let mut overlapped = plan(model.clone(), 2, 1, 1, 8);
+    overlapped.layout.tp_comm_overlap = true;
+    refuse(overlapped.clone(), 2, "needs --sequence-parallel");
+    overlapped.layout.sequence_parallel = true;
+    assert!(overlapped.check(2).is_ok());
     let mut huge = plan(model, 1, 1, 1, 8);
     huge.model.hidden = 65536;
     huge.model.heads = 64;
