@@ -329,6 +329,17 @@ fn measured_layer_times_replace_the_roofline() {
     // Whole measured layers cannot be split at their products for the tensor overlap.
     let err = refused(&on_two_ranks(&["--sequence-parallel", "--tp-comm-overlap"]));
     assert!(err.contains("--tp-comm-overlap"), "{err}");
+    let err = refused(&on_two_ranks(&["--async-tensor-model-parallel-allreduce"]));
+    assert!(
+        err.contains("--async-tensor-model-parallel-allreduce"),
+        "{err}"
+    );
+    // Sequence parallelism's collectives are placed as Megatron-core places them already.
+    let err = refused(&on_two_ranks(&[
+        "--sequence-parallel",
+        "--async-tensor-model-parallel-allreduce",
+    ]));
+    assert!(err.contains("--sequence-parallel"), "{err}");
 }
 
 /// Megatron's uneven split runs when asked: 24 layers on 16 stages as 3, 1 x 14, 7.

@@ -80,6 +80,12 @@ pub struct LlmArgs {
     /// userbuffers); needs --sequence-parallel
     #[arg(long, requires = "sequence_parallel")]
     pub tp_comm_overlap: bool,
+    /// Without --sequence-parallel, the backward's tensor all-reduces of input gradients run
+    /// beside the weight-gradient products, as Megatron-core always runs them (Megatron-LM's
+    /// --async-tensor-model-parallel-allreduce of 2021-22) [default: after the layer's compute,
+    /// as Megatron-LM 2021 ran them]
+    #[arg(long, requires = "model", conflicts_with = "sequence_parallel")]
+    pub async_tensor_model_parallel_allreduce: bool,
     /// The interleaved schedule's sends overlapped with the next step's compute, as
     /// Megatron-core runs it by default (its --no-overlap-p2p-communication turns it off; earlier
     /// versions' --overlap-p2p-communication on); without --virtual-stages above 1 sends are
@@ -207,6 +213,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
             recompute: Recompute::parse(&a.recompute)?,
             sequence_parallel: a.sequence_parallel,
             tp_comm_overlap: a.tp_comm_overlap,
+            async_tp_allreduce: a.async_tensor_model_parallel_allreduce,
             overlap_p2p: a.overlap_p2p_communication,
             attention: Attention::parse(&a.attention)?,
             placement: llm::Placement::parse(&a.placement)?,

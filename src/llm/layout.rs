@@ -66,6 +66,10 @@ pub struct Layout {
     /// The tensor group's collectives overlapped with the products that make or use their
     /// tensors (Megatron-core's `--tp-comm-overlap`), not run after the layer's compute.
     pub tp_comm_overlap: bool,
+    /// Without sequence parallelism, the backward's tensor all-reduces of input gradients beside
+    /// the weight-gradient products (Megatron's `--async-tensor-model-parallel-allreduce`, always
+    /// on in Megatron-core), not after the layer's compute.
+    pub async_tp_allreduce: bool,
     /// The interleaved schedule's sends overlapped with the next step's compute
     /// (Megatron-core's `overlap_p2p_comm`), not waited for.
     pub overlap_p2p: bool,

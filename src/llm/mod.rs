@@ -217,11 +217,18 @@ impl Plan {
                     .to_string(),
             );
         }
+        if l.async_tp_allreduce && l.sequence_parallel {
+            return fail(
+                "--async-tensor-model-parallel-allreduce places the all-reduces of layouts \
+                 without --sequence-parallel (whose collectives Megatron-core places itself)"
+                    .to_string(),
+            );
+        }
         if let Some(times) = &self.layer_times {
-            if l.tp_comm_overlap {
+            if l.tp_comm_overlap || l.async_tp_allreduce {
                 return fail(format!(
-                    "--tp-comm-overlap overlaps each product with its collective, but {} times \
-                     whole layers: drop one of the two",
+                    "--tp-comm-overlap and --async-tensor-model-parallel-allreduce overlap \
+                     products with collectives, but {} times whole layers: drop one of the two",
                     times.file
                 ));
             }
@@ -229,17 +236,28 @@ impl Plan {
         }
         let need = self.memory_per_gpu();
         if need > self.gpu.memory_bytes {
+            // Only the remedies not already taken.
+            let mut remedies = vec!["raise --tp/--pp"];
+            if l.zero == ZeroStage::None {
+                remedies.push("use --zero 1");
+            }
+            if l.recompute != Recompute::Full {
+                remedies.push("use --recompute full");
+            }
+            if l.micro_batch > 1 {
+                remedies.push("lower --micro-batch");
+            }
             return fail(format!(
                 "{} with {} needs about {:.1} GB a GPU ({:.1} GB weights, gradients and \
-                 optimizer state, {:.1} GB activations), more than the {}'s {:.0} GB: raise \
-                 --tp/--pp, use --zero 1 or --recompute full, or lower --micro-batch",
+                 optimizer state, {:.1} GB activations), more than the {}'s {:.0} GB: {}",
                 m.name,
                 l.describe(),
                 need / 1e9,
                 self.state_bytes() / 1e9,
                 self.activation_bytes() / 1e9,
                 self.gpu.name,
-                self.gpu.memory_bytes / 1e9
+                self.gpu.memory_bytes / 1e9,
+                remedies.join(", ")
             ));
         }
         Ok(())

@@ -1,7 +1,13 @@
 //! A pass of a stage's layers on a rank's stream: their compute and the communication each
 //! layer needs. Without sequence parallelism the tensor group's all-reduces follow the layers'
-//! compute, one after another (Megatron-LM 2021). With it, each layer runs as pieces in order,
-//! every collective where Megatron-core places it:
+//! compute, one after another (Megatron-LM 2021), or, asked for
+//! (`TensorOverlap::AsyncAllReduce`, `--async-tensor-model-parallel-allreduce`, always on in
+//! Megatron-core), each layer runs as pieces: the forward's all-reduces after the
+//! attention-output and MLP-down products, on the stream by themselves, and the backward's
+//! all-reduces of the query-key-value and MLP-up products' input gradients beside their weight
+//! gradients (`LinearWithGradAccumulationAndAsyncCommunication`'s `allreduce_dgrad`). With
+//! sequence parallelism each layer runs as pieces in order, every collective where Megatron-core
+//! places it:
 //!
 //! - by itself (`TensorOverlap::Megatron`, Megatron-core's own, `tensor_parallel/layers.py`):
 //!   the forward's all-gathers before the query-key-value and MLP-up products and
@@ -37,13 +43,16 @@ pub const COMMUNICATION_SMS: u32 = 16;
 /// Splits of a product whose output the pipeline method reduce-scatters split by split.
 const SPLITS: u64 = 4;
 
-/// Where a sequence-parallel layer's tensor collectives meet its products.
+/// Where a layer's tensor collectives meet its products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TensorOverlap {
-    /// Megatron-core's own.
+    /// Sequence parallelism's, as Megatron-core places them itself.
     Megatron,
-    /// Transformer Engine's userbuffers (`--tp-comm-overlap`).
+    /// Sequence parallelism's, in Transformer Engine's userbuffers (`--tp-comm-overlap`).
     Userbuffers,
+    /// Without sequence parallelism, Megatron-core's all-reduces: the backward's beside the
+    /// weight gradients (`--async-tensor-model-parallel-allreduce`).
+    AsyncAllReduce,
 }
 
 /// One piece of a sequence-parallel layer's pass, in seconds of compute.
@@ -90,6 +99,14 @@ pub fn forward_pieces(parts: &LayerParts, tp: u64, how: TensorOverlap) -> Vec<Pi
             },
             Piece::ScatterFrom(reserved[3].forward),
         ],
+        TensorOverlap::AsyncAllReduce => vec![
+            Piece::Compute(linear[0].forward),
+            between,
+            Piece::Compute(linear[1].forward),
+            Piece::Alone(CollectiveKind::AllReduce),
+            Piece::Compute(linear[2].forward + linear[3].forward),
+            Piece::Alone(CollectiveKind::AllReduce),
+        ],
     }
 }
 
@@ -106,36 +123,58 @@ pub fn backward_pieces(
         Recompute::Selective => vec![Piece::Compute(parts.core.0)],
         Recompute::None => Vec::new(),
     };
-    let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
-    // The attention-output and MLP-down products: their output gradient gathered, then both
-    // gradients.
-    let gathered_gradient = |i: usize| match how {
-        TensorOverlap::Megatron => [
+    let between = Piece::Compute(parts.core.1 + 2.0 * parts.elementwise);
+    // Per product, from the MLP's down projection back: attention-output and MLP-down (row
+    // parallel: their output gradient is gathered under sequence parallelism), then
+    // query-key-value and MLP-up (column parallel: their input gradient is reduced).
+    let row = |i: usize| row_parallel_gradients(parts, i, tp, how);
+    let column = |i: usize| column_parallel_gradients(parts, i, how);
+    pieces.extend(row(3));
+    pieces.extend(column(2));
+    pieces.push(between);
+    pieces.extend(row(1));
+    pieces.extend(column(0));
+    pieces
+}
+
+/// A row-parallel product's gradients: without sequence parallelism both at once; with it, its
+/// output gradient gathered first (by itself, or by a ring exchange under the input gradient's
+/// product).
+fn row_parallel_gradients(parts: &LayerParts, i: usize, tp: u64, how: TensorOverlap) -> Vec<Piece> {
+    let l = &parts.linear[i];
+    match how {
+        TensorOverlap::AsyncAllReduce => {
+            vec![Piece::Compute(l.input_gradient + l.weight_gradient)]
+        }
+        TensorOverlap::Megatron => vec![
             Piece::Alone(CollectiveKind::AllGather),
-            Piece::Compute(linear[i].input_gradient + linear[i].weight_gradient),
+            Piece::Compute(l.input_gradient + l.weight_gradient),
         ],
-        TensorOverlap::Userbuffers => [
+        TensorOverlap::Userbuffers => vec![
             Piece::GatherInto {
-                product: linear[i].input_gradient,
+                product: l.input_gradient,
                 chunks: tp,
             },
-            Piece::Compute(linear[i].weight_gradient),
+            Piece::Compute(l.weight_gradient),
         ],
-    };
-    // The query-key-value and MLP-up products: their input gathered again beside the input
-    // gradient, which is reduce-scattered beside the weight gradient.
-    let regathered_input = |i: usize| {
-        [
-            Piece::Beside(reserved[i].input_gradient, CollectiveKind::AllGather),
-            Piece::Beside(reserved[i].weight_gradient, CollectiveKind::ReduceScatter),
-        ]
-    };
-    pieces.extend(gathered_gradient(3));
-    pieces.extend(regathered_input(2));
-    pieces.push(Piece::Compute(parts.core.1 + 2.0 * parts.elementwise));
-    pieces.extend(gathered_gradient(1));
-    pieces.extend(regathered_input(0));
-    pieces
+    }
+}
+
+/// A column-parallel product's gradients: without sequence parallelism its input gradient, then
+/// that gradient all-reduced beside the weight gradient; with it, its input gathered again beside
+/// the input gradient, which is reduce-scattered beside the weight gradient.
+fn column_parallel_gradients(parts: &LayerParts, i: usize, how: TensorOverlap) -> Vec<Piece> {
+    let (l, reserved) = (&parts.linear[i], &parts.linear_reserved[i]);
+    match how {
+        TensorOverlap::AsyncAllReduce => vec![
+            Piece::Compute(l.input_gradient),
+            Piece::Beside(reserved.weight_gradient, CollectiveKind::AllReduce),
+        ],
+        TensorOverlap::Megatron | TensorOverlap::Userbuffers => vec![
+            Piece::Beside(reserved.input_gradient, CollectiveKind::AllGather),
+            Piece::Beside(reserved.weight_gradient, CollectiveKind::ReduceScatter),
+        ],
+    }
 }
 
 /// The communication of `layers` layers' pass on a rank's stream, after their compute: per
@@ -361,23 +400,33 @@ mod tests {
             recompute: Recompute::None,
             attention: Attention::Flash,
         };
-        let parts = layer_parts(&model, &Gpu::parse("h100").unwrap(), &work, 0);
+        let h100 = Gpu::parse("h100").unwrap();
+        let parts = layer_parts(&model, &h100, &work, 0);
         assert_eq!(parts.linear, parts.linear_reserved);
+        let unsplit = Work {
+            sequence_parallel: false,
+            ..work
+        };
+        let all_reduced = layer_parts(&model, &h100, &unsplit, 0);
         let sum = |pieces: Vec<Piece>| pieces.iter().map(compute).sum::<f64>();
         let close = |a: f64, b: f64| assert!((a / b - 1.0).abs() < 1e-12, "{a} against {b}");
-        for how in [TensorOverlap::Megatron, TensorOverlap::Userbuffers] {
-            close(sum(forward_pieces(&parts, 4, how)), parts.forward());
+        for (parts, how) in [
+            (&parts, TensorOverlap::Megatron),
+            (&parts, TensorOverlap::Userbuffers),
+            (&all_reduced, TensorOverlap::AsyncAllReduce),
+        ] {
+            close(sum(forward_pieces(parts, 4, how)), parts.forward());
             let backward = parts.backward();
             close(
-                sum(backward_pieces(&parts, 4, Recompute::None, how)),
+                sum(backward_pieces(parts, 4, Recompute::None, how)),
                 backward,
             );
             close(
-                sum(backward_pieces(&parts, 4, Recompute::Selective, how)),
+                sum(backward_pieces(parts, 4, Recompute::Selective, how)),
                 backward + parts.core.0,
             );
             close(
-                sum(backward_pieces(&parts, 4, Recompute::Full, how)),
+                sum(backward_pieces(parts, 4, Recompute::Full, how)),
                 backward + parts.forward(),
             );
         }

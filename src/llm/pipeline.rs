@@ -156,11 +156,11 @@ pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
 }
 
 /// Whether a layer runs as pieces, its tensor collectives among them ([`layer_pieces`]): with
-/// more than one tensor rank, sequence parallelism and the compute model's products (measured
-/// layer times are whole layers).
+/// more than one tensor rank, sequence parallelism or Megatron-core's asynchronous all-reduces,
+/// and the compute model's products (measured layer times are whole layers).
 fn runs_in_pieces(plan: &Plan) -> bool {
     let l = &plan.layout;
-    l.tp > 1 && l.sequence_parallel && plan.layer_times.is_none()
+    l.tp > 1 && (l.sequence_parallel || l.async_tp_allreduce) && plan.layer_times.is_none()
 }
 
 /// A layer's forward and backward split at their tensor-parallel collectives, each where
@@ -171,7 +171,9 @@ pub(super) fn layer_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
         return None;
     }
     let l = &plan.layout;
-    let how = if l.tp_comm_overlap {
+    let how = if !l.sequence_parallel {
+        TensorOverlap::AsyncAllReduce
+    } else if l.tp_comm_overlap {
         TensorOverlap::Userbuffers
     } else {
         TensorOverlap::Megatron
