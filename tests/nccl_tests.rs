@@ -398,6 +398,42 @@ fn bad_logs_are_refused_naming_file_and_line() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not alltoall"), "{err}");
+    // A log of 16 ranks held against one box of 8.
+    let log = format!("{DATA}/b200_2node_all_reduce.md");
+    let wrong_system = ["nccl-tests", "all_reduce", "--topology", "hgx-b200:1"];
+    let err = refused(&collsim(
+        &[&wrong_system[..], &["--compare", &log]].concat(),
+    ));
+    assert!(
+        err.contains("b200_2node_all_reduce.md") && err.contains("16 ranks"),
+        "{err}"
+    );
+}
+
+/// With `--compare` and no -b / -e, every size the log holds is predicted beside it.
+#[test]
+fn a_compared_log_gives_the_sizes() {
+    let out = stdout_of(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        "dgx-a100:2",
+        "--nic",
+        "16x100Gb",
+        "--nic-kind",
+        "roce",
+        "--compare",
+        &format!("{DATA}/a100_2node_roce_all_reduce.md"),
+        "--format",
+        "csv",
+    ]);
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    // 8 B to 8 GiB by twos.
+    assert_eq!(rows.len(), 31, "{out}");
+    assert!(
+        rows.iter().all(|r| !r.ends_with(',')),
+        "every row measured: {out}"
+    );
 }
 
 /// A results folder holding files of the user's is refused without --force, and --force keeps

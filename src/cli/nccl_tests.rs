@@ -27,12 +27,13 @@ pub struct NcclTestsArgs {
     pub op: String,
     #[command(flatten)]
     pub system: NcclSystemArgs,
-    /// Smallest size (nccl-tests' -b; K, M, G are powers of 1024)
-    #[arg(short = 'b', long = "minbytes", default_value = "32M")]
-    pub min_bytes: String,
-    /// Largest size (-e)
-    #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
-    pub max_bytes: String,
+    /// Smallest size (nccl-tests' -b; K, M, G are powers of 1024) [default: 32M, or with
+    /// --compare and neither -b nor -e, every size the log holds]
+    #[arg(short = 'b', long = "minbytes")]
+    pub min_bytes: Option<String>,
+    /// Largest size (-e) [default: 32M, or the log's sizes as for -b]
+    #[arg(short = 'e', long = "maxbytes")]
+    pub max_bytes: Option<String>,
     /// Factor between sizes (-f)
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub factor: u64,
@@ -178,18 +179,39 @@ struct Line {
     measured: Option<f64>,
 }
 
+/// nccl-tests' own -b and -e.
+const DEFAULT_BYTES: &str = "32M";
+
+/// nccl-tests' sizes from `min` to `max` by `factor`, each rounded down to a multiple of
+/// `align` (whole elements per rank), repeats dropped.
+fn sweep(min: u64, max: u64, factor: u64, align: u64) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    let mut size = min;
+    while size <= max {
+        let aligned = size / align * align;
+        if aligned > 0 && sizes.last() != Some(&aligned) {
+            sizes.push(aligned);
+        }
+        size = match size.checked_mul(factor) {
+            Some(s) => s,
+            None => break,
+        };
+    }
+    sizes
+}
+
 pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     let kind = log::kind(&args.op)?;
     let (system, allowed, launch) = args.system.build(args.compare.as_deref())?;
     let gpus = system.gpus();
-    let (min, max) = (
-        nccl_size(&args.min_bytes, "-b")?,
-        nccl_size(&args.max_bytes, "-e")?,
+    let (min_text, max_text) = (
+        args.min_bytes.as_deref().unwrap_or(DEFAULT_BYTES),
+        args.max_bytes.as_deref().unwrap_or(DEFAULT_BYTES),
     );
+    let (min, max) = (nccl_size(min_text, "-b")?, nccl_size(max_text, "-e")?);
     if min == 0 || max < min {
         return Err(Error::input(format!(
-            "-b {} -e {}: sizes must be positive and -e at least -b",
-            args.min_bytes, args.max_bytes
+            "-b {min_text} -e {max_text}: sizes must be positive and -e at least -b"
         )));
     }
     if args.factor < 2 {
@@ -203,7 +225,7 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     }
     let tsize = type_bytes(&args.datatype)?;
     let measured = match &args.compare {
-        Some(path) => Some(log::read(path, &args.op)?),
+        Some(path) => Some(log::read_for(path, &args.op, gpus)?),
         None => None,
     };
     // The folder is checked before anything runs.
@@ -220,18 +242,16 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         }
         _ => tsize,
     };
-    let mut sizes = Vec::new();
-    let mut size = min;
-    while size <= max {
-        let aligned = size / align * align;
-        if aligned > 0 && sizes.last() != Some(&aligned) {
-            sizes.push(aligned);
+    let sweep_given = args.min_bytes.is_some() || args.max_bytes.is_some();
+    let sizes = match (&measured, sweep_given) {
+        (Some(rows), false) => {
+            let mut sizes: Vec<u64> = rows.iter().map(|r| r.size).filter(|&s| s > 0).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            sizes
         }
-        size = match size.checked_mul(args.factor) {
-            Some(s) => s,
-            None => break,
-        };
-    }
+        _ => sweep(min, max, args.factor, align),
+    };
     use std::io::IsTerminal;
     let progress = sizes.len() > 8 && std::io::stderr().is_terminal();
     let mut lines = Vec::with_capacity(sizes.len());

@@ -96,6 +96,47 @@ pub struct Row {
     pub line: usize,
 }
 
+/// [`read`], refusing a log that ran on another number of ranks than the `gpus` it is to be
+/// held against (as [`ranks`] reads it off the log's own bandwidths).
+pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
+    let rows = read(path, op)?;
+    match ranks(&rows, kind(op)?) {
+        Some(n) if n != gpus => {
+            let part = if n < gpus {
+                format!(" (or --gpus {n}, the first {n} GPUs of one box)")
+            } else {
+                String::new()
+            };
+            Err(Error::input(format!(
+                "{}: its {op} busbw / algbw ratio says {n} ranks ran it, but the topology has \
+                 {gpus} GPUs: hold it against a system of {n} GPUs{part}",
+                path.display()
+            )))
+        }
+        _ => Ok(rows),
+    }
+}
+
+/// How many ranks ran the measured `rows` of `kind`, as nccl-tests' own busbw / algbw ratio
+/// gives it (its bus-bandwidth factor of the rank count, [`CollectiveKind::busbw_factor`]),
+/// read off the row of the highest algbw; None where the ratio does not tell (broadcast and
+/// reduce, whose factor is 1, bandwidths too small or ranks too many for the printed digits).
+pub fn ranks(rows: &[Row], kind: CollectiveKind) -> Option<u32> {
+    let row = rows
+        .iter()
+        .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
+        .filter(|r| r.algbw >= 1.0)?;
+    let ratio = row.busbw / row.algbw;
+    // nccl-tests prints two decimals: the ratio is known to within this.
+    let blur = 0.005 / row.algbw + 0.005 * ratio / row.algbw + 0.005 / row.busbw.max(1e-9);
+    let (n, off) = (2..=1u32 << 16)
+        .map(|n| (n, (kind.busbw_factor(n) - ratio).abs()))
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let gap = |m: u32| (kind.busbw_factor(m) - kind.busbw_factor(n)).abs();
+    let nearest_other = gap(n - 1).min(gap(n + 1));
+    (off <= blur && nearest_other > 2.0 * blur).then_some(n)
+}
+
 /// The operation a header line names, if any (`all_reduce_perf`, `## all_gather, ...`).
 fn named_op(line: &str) -> Option<&'static str> {
     let words = line
@@ -265,6 +306,31 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(size: u64, algbw: f64, busbw: f64) -> Row {
+        Row {
+            size,
+            time_us: size as f64 / algbw / 1e3,
+            algbw,
+            busbw,
+            line: 1,
+        }
+    }
+
+    /// The rank count is nccl-tests' own busbw factor read backwards: the DGX A100's 8 GPUs
+    /// (busbw 231.58 of algbw 132.33, 2 x 7/8), the two B200 boxes' 16 (308.03 of 328.57,
+    /// 15/16), from the row of the highest algbw; nothing from a broadcast (factor 1) or from
+    /// bandwidths printed with too few digits to tell.
+    #[test]
+    fn the_rank_count_is_read_off_the_bandwidths() {
+        let small = row(1 << 10, 0.03, 0.05);
+        let a100 = [small, row(1 << 33, 132.33, 231.58)];
+        assert_eq!(ranks(&a100, CollectiveKind::AllReduce), Some(8));
+        let b200 = [row(1 << 34, 328.57, 308.03), row(1 << 20, 13.51, 12.67)];
+        assert_eq!(ranks(&b200, CollectiveKind::AllGather), Some(16));
+        assert_eq!(ranks(&b200, CollectiveKind::Broadcast), None);
+        assert_eq!(ranks(&[small], CollectiveKind::AllReduce), None);
+    }
 
     /// -g as the log says it ran: nccl-tests' header, else the quoted command; a placeholder
     /// or no mention says nothing.
