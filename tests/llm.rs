@@ -658,7 +658,12 @@ fn train_takes_a_gpu_systems_overrides_as_flags_or_file() {
     let by_flag = ok(run("dgx-a100:2", &["--nic", "2x25Gb"]));
     let by_file = ok(run(&file, &[]));
     let default = ok(run("dgx-a100:2", &[]));
-    assert_eq!(by_flag, by_file.replace(&file, "dgx-a100:2"));
+    // The same step, the topology column saying how each was named.
+    assert!(by_flag.contains(",dgx-a100:2 (nic 2x25Gb),"), "{by_flag}");
+    assert_eq!(
+        by_flag.replace("dgx-a100:2 (nic 2x25Gb)", "T"),
+        by_file.replace(&file, "T")
+    );
     let (slow, fast) = (
         column(&by_flag, "exposed_dp_s"),
         column(&default, "exposed_dp_s"),

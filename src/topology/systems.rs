@@ -342,19 +342,28 @@ impl GpuSystem {
         Ok(Some(system))
     }
 
-    /// Applies the command line's (or a caller's) overrides of its figures.
+    /// Applies the command line's (or a caller's) overrides of its figures; the name says
+    /// them (`dgx-a100:2 (nic 16x100Gb, roce)`), so that results carry what they ran on.
     pub fn apply(&mut self, overrides: &SystemOverrides) -> Result<(), Error> {
+        let mut changed = Vec::new();
         if let Some(nic) = &overrides.nic {
             self.set_nics(nic)?;
+            changed.push(format!("nic {nic}"));
         }
         if let Some(kind) = &overrides.nic_kind {
             self.set_nic_kind(kind)?;
+            changed.push(kind.to_ascii_lowercase());
         }
         if let Some(cpu) = &overrides.cpu {
             self.set_cpu(cpu)?;
+            changed.push(format!("{} hosts", cpu.to_ascii_lowercase()));
         }
         if overrides.sharp {
             self.sharp = true;
+            changed.push("sharp".into());
+        }
+        if !changed.is_empty() {
+            self.name = format!("{} ({})", self.name, changed.join(", "));
         }
         Ok(())
     }
