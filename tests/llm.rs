@@ -456,11 +456,23 @@ enum Ddp {
 /// scripts train, full recomputation, `ddp` reducing them) in `layout`: tensor, pipeline and data parallelism, global batch and
 /// micro-batch.
 fn megatron_2021_tflops(model_file: &str, topology: &str, layout: [&str; 5], ddp: Ddp) -> f64 {
+    megatron_2021_tflops_with(model_file, topology, layout, ddp, &[])
+}
+
+/// [`megatron_2021_tflops`] with `extra` flags (the virtual stages of an interleaved row).
+fn megatron_2021_tflops_with(
+    model_file: &str,
+    topology: &str,
+    layout: [&str; 5],
+    ddp: Ddp,
+    extra: &[&str],
+) -> f64 {
     let [tp, pp, dp, batch, micro_batch] = layout;
-    let out = stdout_of(&[
+    let model_path = model(model_file);
+    let mut args = vec![
         "train",
         "--model",
-        &model(model_file),
+        &model_path,
         "--gpu",
         "a100",
         "--attention",
@@ -490,7 +502,9 @@ fn megatron_2021_tflops(model_file: &str, topology: &str, layout: [&str; 5], ddp
         micro_batch,
         "--format",
         "csv",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = stdout_of(&args);
     column(&out, "tflops_per_gpu")
 }
 
@@ -533,6 +547,52 @@ fn megatron_table_1_small_rows_near_the_paper() {
             "{file}: {tflops} TFLOP/s per GPU against the paper's {paper}"
         );
     }
+}
+
+/// All ten rows of Megatron-LM's Table 1 (the paper's table as Megatron-LM's README printed it,
+/// `images/cases_april2021.png`; four of them in `../shared/reference/training/
+/// megatron_ptdp.md`) in the layouts of NVIDIA's scripts (`examples/sc21/run_table_1.sh`:
+/// micro-batches, virtual stages from the layers a virtual stage, PyTorch DDP for the rows
+/// without a pipeline): every row within 20% of the paper and at least five of ten within 15%
+/// (results/README.md: collsim is high on all of them, by 9.6% to 18.9%). The 529.6B and 1008B
+/// rows take half a minute each.
+#[test]
+#[ignore = "ten layouts up to 3072 GPUs, about 2 minutes: `cargo test --release --test llm -- --ignored megatron_table_1_all`"]
+fn megatron_table_1_all_rows() {
+    // (file, boxes, TP, PP, DP, batch, micro-batch, virtual stages, paper's TFLOP/s per GPU)
+    let rows = [
+        ("gpt_1.7b.yaml", 4, 1, 1, 32, 512, 16, 1, 137.0),
+        ("gpt_3.6b.yaml", 8, 2, 1, 32, 512, 16, 1, 138.0),
+        ("gpt_7.5b.yaml", 16, 4, 1, 32, 512, 16, 1, 142.0),
+        ("gpt_18.4b.yaml", 32, 8, 1, 32, 1024, 8, 1, 135.0),
+        ("gpt_39.1b.yaml", 64, 8, 2, 32, 1536, 4, 1, 138.0),
+        ("gpt_76.1b.yaml", 128, 8, 4, 32, 1792, 2, 3, 140.0),
+        ("gpt_145.6b.yaml", 192, 8, 8, 24, 2304, 2, 2, 148.0),
+        ("gpt_310.1b.yaml", 240, 8, 16, 15, 2160, 1, 2, 155.0),
+        ("gpt_529.6b.yaml", 315, 8, 35, 9, 2520, 1, 3, 163.0),
+        ("gpt_1008b.yaml", 384, 8, 64, 6, 3072, 1, 1, 163.0),
+    ];
+    let mut within = 0;
+    for (file, boxes, tp, pp, dp, batch, micro_batch, v, paper) in rows {
+        let topology = format!("dgx-a100:{boxes}");
+        let texts = [tp, pp, dp, batch, micro_batch, v].map(|n: u32| n.to_string());
+        let layout = [
+            texts[0].as_str(),
+            &texts[1],
+            &texts[2],
+            &texts[3],
+            &texts[4],
+        ];
+        let ddp = if pp == 1 { Ddp::Torch } else { Ddp::Local };
+        let extra = ["--virtual-stages", texts[5].as_str()];
+        let tflops = megatron_2021_tflops_with(file, &topology, layout, ddp, &extra);
+        let error = tflops / paper - 1.0;
+        assert!(error.abs() <= 0.20, "{file}: {tflops} against {paper}");
+        if error.abs() <= 0.15 {
+            within += 1;
+        }
+    }
+    assert!(within >= 5, "{within} of 10 within 15%");
 }
 
 /// Megatron-LM's own H100 benchmark (NVIDIA/Megatron-LM README, "Performance Benchmarking",
