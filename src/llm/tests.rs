@@ -190,63 +190,19 @@ fn compute_secs(program: &Program) -> f64 {
 /// tensor communication and a shorter step.
 #[test]
 fn overlapped_tensor_collectives_hide_behind_the_products() {
-    let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
-    // Products long enough to hide a collective behind (a 13B-size layer).
-    let model = LlmModel {
-        hidden: 5120,
-        heads: 40,
-        kv_heads: 40,
-        ffn: 20480,
-        seq: 2048,
-        ..tiny(4, 1)
-    };
-    let mut p = plan(model.clone(), 8, 1, 1, 4);
-    p.layout.sequence_parallel = true;
-    p.layout.recompute = Recompute::None;
-    let megatron = simulate(&p, &topology, &options(), &mut ()).unwrap();
-    let megatron_program = pipeline::program(&p);
-    p.layout.tp_comm_overlap = true;
-    let overlapped = simulate(&p, &topology, &options(), &mut ()).unwrap();
-    let program = pipeline::program(&p);
-    // 4 layers x 4 micro-batches of one sequence.
-    let passes = 16;
-    let activation = model.seq * model.hidden * 2;
-    for program in [&megatron_program, &program] {
+    let run = OverlapRun::new(true, |p| p.layout.tp_comm_overlap = true);
+    for program in [&run.before.1, &run.after.1] {
         assert_eq!(
             tensor_bytes(program, CollectiveKind::AllGather),
-            passes * 6 * activation
+            OverlapRun::PASSES * 6 * run.activation
         );
         assert_eq!(
             tensor_bytes(program, CollectiveKind::ReduceScatter),
-            passes * 4 * activation
+            OverlapRun::PASSES * 4 * run.activation
         );
     }
-    let work = compute::Work {
-        tp: 8,
-        cp: 1,
-        micro_batch: 1,
-        sequence_parallel: true,
-        recompute: Recompute::None,
-        attention: Attention::Flash,
-    };
-    let parts = compute::layer_parts(&model, &p.gpu, &work, 16);
-    let (all, rest) = (&parts.linear, &parts.linear_reserved);
-    let margin = rest[1].forward - all[1].forward + rest[3].forward - all[3].forward;
-    assert!(margin > 0.0);
-    let added = compute_secs(&program) - compute_secs(&megatron_program);
-    let expected = passes as f64 * margin;
-    assert!(
-        (added - expected).abs() < 1e-9 * 200.0,
-        "{added} s added, {expected} s expected"
-    );
-    let tensor = |o: &Outcome| o.exposed[0].1;
-    assert!(
-        tensor(&overlapped) < tensor(&megatron),
-        "{:?} against {:?}",
-        tensor(&overlapped),
-        tensor(&megatron)
-    );
-    assert!(overlapped.step_time < megatron.step_time);
+    let (all, rest) = (&run.parts.linear, &run.parts.linear_reserved);
+    run.costs_and_gains(rest[1].forward - all[1].forward + rest[3].forward - all[3].forward);
 }
 
 /// Without sequence parallelism a layer pass all-reduces its activations twice forward and its
@@ -256,59 +212,101 @@ fn overlapped_tensor_collectives_hide_behind_the_products() {
 /// exposes less tensor time in a shorter step.
 #[test]
 fn async_all_reduces_hide_behind_the_weight_gradients() {
-    let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
-    let model = LlmModel {
-        hidden: 5120,
-        heads: 40,
-        kv_heads: 40,
-        ffn: 20480,
-        seq: 2048,
-        ..tiny(4, 1)
-    };
-    let mut p = plan(model.clone(), 8, 1, 1, 4);
-    p.layout.recompute = Recompute::None;
-    let after = simulate(&p, &topology, &options(), &mut ()).unwrap();
-    let after_program = pipeline::program(&p);
-    p.layout.async_tp_allreduce = true;
-    let beside = simulate(&p, &topology, &options(), &mut ()).unwrap();
-    let program = pipeline::program(&p);
-    // 4 layers x 4 micro-batches of one sequence, and the vocabulary-parallel embedding's
-    // all-reduce of each micro-batch.
-    let (passes, micro_batches) = (16, 4);
-    let activation = model.seq * model.hidden * 2;
-    for program in [&after_program, &program] {
+    let run = OverlapRun::new(false, |p| p.layout.async_tp_allreduce = true);
+    // And the vocabulary-parallel embedding's all-reduce of each of the 4 micro-batches.
+    for program in [&run.before.1, &run.after.1] {
         assert_eq!(
             tensor_bytes(program, CollectiveKind::AllReduce),
-            (passes * 4 + micro_batches) * activation
+            (OverlapRun::PASSES * 4 + 4) * run.activation
         );
     }
-    let work = compute::Work {
-        tp: 8,
-        cp: 1,
-        micro_batch: 1,
-        sequence_parallel: false,
-        recompute: Recompute::None,
-        attention: Attention::Flash,
-    };
-    let parts = compute::layer_parts(&model, &p.gpu, &work, 16);
-    let (all, rest) = (&parts.linear, &parts.linear_reserved);
-    let margin = rest[0].weight_gradient - all[0].weight_gradient + rest[2].weight_gradient
-        - all[2].weight_gradient;
-    assert!(margin > 0.0);
-    let added = compute_secs(&program) - compute_secs(&after_program);
-    let expected = passes as f64 * margin;
-    assert!(
-        (added - expected).abs() < 1e-9 * 200.0,
-        "{added} s added, {expected} s expected"
+    let (all, rest) = (&run.parts.linear, &run.parts.linear_reserved);
+    run.costs_and_gains(
+        rest[0].weight_gradient - all[0].weight_gradient + rest[2].weight_gradient
+            - all[2].weight_gradient,
     );
-    assert!(beside.exposed[0].1 < after.exposed[0].1);
-    assert!(beside.step_time < after.step_time);
+    let mut p = run.plan;
     p.layout.sequence_parallel = true;
     assert!(p
         .check(8)
         .unwrap_err()
         .to_string()
         .contains("without --sequence-parallel"));
+}
+
+/// A layer of a 13B-size model (products long enough to hide a collective behind) on one DGX
+/// A100 box, tensor parallelism 8, 4 micro-batches of one sequence, no recomputation: simulated
+/// without and with an overlap of its tensor collectives.
+struct OverlapRun {
+    plan: Plan,
+    /// The outcome and program without the overlap, and with it.
+    before: (Outcome, Program),
+    after: (Outcome, Program),
+    /// A layer's parts with 16 SMs reserved, and one sequence's activations in bytes.
+    parts: compute::LayerParts,
+    activation: u64,
+}
+
+impl OverlapRun {
+    /// 4 layers x 4 micro-batches.
+    const PASSES: u64 = 16;
+
+    fn new(sequence_parallel: bool, overlap: impl Fn(&mut Plan)) -> OverlapRun {
+        let topology = TopologyOptions::new("dgx-a100:1").build().unwrap();
+        let model = LlmModel {
+            hidden: 5120,
+            heads: 40,
+            kv_heads: 40,
+            ffn: 20480,
+            seq: 2048,
+            ..tiny(4, 1)
+        };
+        let mut p = plan(model.clone(), 8, 1, 1, 4);
+        p.layout.sequence_parallel = sequence_parallel;
+        p.layout.recompute = Recompute::None;
+        let run = |p: &Plan| {
+            let outcome = simulate(p, &topology, &options(), &mut ()).unwrap();
+            (outcome, pipeline::program(p))
+        };
+        let before = run(&p);
+        overlap(&mut p);
+        let after = run(&p);
+        let work = compute::Work {
+            tp: 8,
+            cp: 1,
+            micro_batch: 1,
+            sequence_parallel,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+        };
+        OverlapRun {
+            parts: compute::layer_parts(&model, &p.gpu, &work, 16),
+            activation: model.seq * model.hidden * 2,
+            plan: p,
+            before,
+            after,
+        }
+    }
+
+    /// The overlap computes exactly `margin` seconds a layer pass more (the products beside its
+    /// kernels on fewer SMs), and exposes less tensor time in a shorter step.
+    fn costs_and_gains(&self, margin: f64) {
+        assert!(margin > 0.0);
+        let added = compute_secs(&self.after.1) - compute_secs(&self.before.1);
+        let expected = Self::PASSES as f64 * margin;
+        assert!(
+            (added - expected).abs() < 1e-9 * 200.0,
+            "{added} s added, {expected} s expected"
+        );
+        let (before, after) = (&self.before.0, &self.after.0);
+        assert!(
+            after.exposed[0].1 < before.exposed[0].1,
+            "{:?} against {:?}",
+            after.exposed[0].1,
+            before.exposed[0].1
+        );
+        assert!(after.step_time < before.step_time);
+    }
 }
 
 /// Megatron-core's interleaved schedule overlaps its sends with the next step's compute
