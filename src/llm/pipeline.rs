@@ -15,9 +15,9 @@
 //! computes the same amount, so once they meet at the first collective they stay in step, and
 //! running the step's compute before its collectives ends it at the same time as interleaving
 //! them would. The last backward step of each model chunk runs layer by layer so that each
-//! gradient bucket is reduced as soon as its layers are done. With sequence parallelism
-//! the tensor group's collectives run inside the step instead, each where Megatron-core places
-//! it (`pass.rs`).
+//! gradient bucket is reduced as soon as its layers are done. With sequence parallelism, or
+//! Megatron-core's asynchronous all-reduces without it, the tensor group's collectives run
+//! inside the step instead, each where Megatron-core places it (`pass.rs`).
 
 use super::compute::{
     gradient_accumulation_time, head_time, layer_parts, layer_time, optimizer_time, LayerTime, Work,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::algorithms::Algorithm;
 use crate::topology::TopologyOptions;
-use crate::workload::Program;
+use crate::workload::{CommGroup, Program};
 
 fn tiny(layers: u64, experts: u64) -> LlmModel {
     LlmModel {
@@ -151,19 +151,18 @@ fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch()
     );
 }
 
-/// Bytes of the tensor group's collectives of rank 0's program, by kind, every repeat
-/// counted.
-fn tensor_bytes(program: &Program, kind: CollectiveKind) -> u64 {
+/// Bytes of rank 0's collectives of `kind` in `group`, every repeat counted.
+fn group_bytes(program: &Program, group: CommGroup, kind: CollectiveKind) -> u64 {
     program.ranks[0]
         .iter()
         .filter_map(|n| match &n.task {
             crate::workload::Task::Collective {
                 kind: k,
                 bytes,
-                group: crate::workload::CommGroup::Tensor,
+                group: g,
                 times,
                 ..
-            } if *k == kind => Some(*bytes * *times as u64),
+            } if *k == kind && *g == group => Some(*bytes * *times as u64),
             _ => None,
         })
         .sum()
@@ -193,11 +192,11 @@ fn overlapped_tensor_collectives_hide_behind_the_products() {
     let run = OverlapRun::new(true, |p| p.layout.tp_comm_overlap = true);
     for program in [&run.before.1, &run.after.1] {
         assert_eq!(
-            tensor_bytes(program, CollectiveKind::AllGather),
+            group_bytes(program, CommGroup::Tensor, CollectiveKind::AllGather),
             OverlapRun::PASSES * 6 * run.activation
         );
         assert_eq!(
-            tensor_bytes(program, CollectiveKind::ReduceScatter),
+            group_bytes(program, CommGroup::Tensor, CollectiveKind::ReduceScatter),
             OverlapRun::PASSES * 4 * run.activation
         );
     }
@@ -216,7 +215,7 @@ fn async_all_reduces_hide_behind_the_weight_gradients() {
     // And the vocabulary-parallel embedding's all-reduce of each of the 4 micro-batches.
     for program in [&run.before.1, &run.after.1] {
         assert_eq!(
-            tensor_bytes(program, CollectiveKind::AllReduce),
+            group_bytes(program, CommGroup::Tensor, CollectiveKind::AllReduce),
             (OverlapRun::PASSES * 4 + 4) * run.activation
         );
     }
@@ -331,22 +330,6 @@ fn interleaved_sends_leave_while_the_next_step_computes() {
     assert_eq!(asked.step_time, not_asked.step_time);
 }
 
-/// Bytes of the data-parallel collectives of rank 0's program, by kind.
-fn data_parallel_bytes(p: &Plan, kind: CollectiveKind) -> u64 {
-    pipeline::program(p).ranks[0]
-        .iter()
-        .filter_map(|n| match &n.task {
-            crate::workload::Task::Collective {
-                kind: k,
-                bytes,
-                group: crate::workload::CommGroup::Data,
-                ..
-            } if *k == kind => Some(*bytes),
-            _ => None,
-        })
-        .sum()
-}
-
 /// Weights, gradients and optimizer state per weight as Megatron-LM's guide tabulates
 /// them: 20 bytes with FP16 gradients, 18 with FP32 ones; the distributed optimizer 4 +
 /// 16/d and 6 + 12/d; ZeRO-3 the ZeRO paper's 16, all sharded, and two layers whole.
@@ -387,13 +370,21 @@ fn gradients_are_reduced_at_megatrons_width() {
     for (fp16, bf16_reduce, width) in [(false, false, 4), (false, true, 2), (true, false, 2)] {
         p.layout.fp16 = fp16;
         p.layout.grad_reduce_in_bf16 = bf16_reduce;
-        let reduced = data_parallel_bytes(&p, CollectiveKind::ReduceScatter);
+        let reduced = group_bytes(
+            &pipeline::program(&p),
+            CommGroup::Data,
+            CollectiveKind::ReduceScatter,
+        );
         assert_eq!(
             reduced,
             width * weights,
             "fp16 {fp16}, bf16 reduce {bf16_reduce}"
         );
-        let gathered = data_parallel_bytes(&p, CollectiveKind::AllGather);
+        let gathered = group_bytes(
+            &pipeline::program(&p),
+            CommGroup::Data,
+            CollectiveKind::AllGather,
+        );
         assert_eq!(gathered, 2 * weights);
     }
 }

@@ -350,31 +350,11 @@ mod tests {
         );
     }
 
-    fn write(text: &str) -> tempfile_path::Temp {
-        tempfile_path::Temp::new(text)
-    }
-
-    /// A tiny stand-in for a temporary file (removed on drop).
-    mod tempfile_path {
-        pub struct Temp(pub std::path::PathBuf);
-        impl Temp {
-            pub fn new(text: &str) -> Temp {
-                use std::sync::atomic::{AtomicU32, Ordering};
-                static N: AtomicU32 = AtomicU32::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "collsim-log-{}-{}.txt",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                std::fs::write(&p, text).unwrap();
-                Temp(p)
-            }
-        }
-        impl Drop for Temp {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(&self.0);
-            }
-        }
+    /// A temporary file holding `text`, removed when dropped.
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
     }
 
     const LOG: &str = "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor)
@@ -390,7 +370,7 @@ mod tests {
     #[test]
     fn reads_nccl_tests_output() {
         let f = write(LOG);
-        let rows = read(&f.0, "all_reduce").unwrap();
+        let rows = read(f.path(), "all_reduce").unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].size, 1 << 20);
         assert_eq!((rows[1].time_us, rows[1].busbw), (85.58, 22.97));
@@ -400,10 +380,10 @@ mod tests {
     #[test]
     fn reads_markdown_sections() {
         let f = write("## all_gather, 8 ranks\n| size_B | time_us | algbw_GBps | busbw_GBps |\n|---:|---:|---:|---:|\n| 128 | 16.12 | 0.01 | 0.01 |\n## alltoall\n| size_B | time_us | a | b |\n| 128 | 11.02 | 0.01 | 0.01 |\n");
-        let rows = read(&f.0, "all_gather").unwrap();
+        let rows = read(f.path(), "all_gather").unwrap();
         assert_eq!((rows.len(), rows[0].time_us), (1, 16.12));
-        assert_eq!(read(&f.0, "alltoall").unwrap()[0].time_us, 11.02);
-        let e = read(&f.0, "all_reduce").unwrap_err().to_string();
+        assert_eq!(read(f.path(), "alltoall").unwrap()[0].time_us, 11.02);
+        let e = read(f.path(), "all_reduce").unwrap_err().to_string();
         assert!(
             e.contains("holds all_gather, alltoall results, not all_reduce"),
             "{e}"
@@ -416,13 +396,15 @@ mod tests {
             "    85.58   12.25   22.97      0    84.00   12.48   23.40      0",
             "    85.58",
         ));
-        let e = read(&truncated.0, "all_reduce").unwrap_err().to_string();
+        let e = read(truncated.path(), "all_reduce")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(":7: a data row without time"), "{e}");
         let empty = write("# nothing here\n");
-        let e = read(&empty.0, "all_reduce").unwrap_err().to_string();
+        let e = read(empty.path(), "all_reduce").unwrap_err().to_string();
         assert!(e.contains("no nccl-tests rows"), "{e}");
         let mixed = write("| size | time_us | a | b |\n| 8 | 1.0 | 0 | 0 |\n| size | time_ms | a | b |\n| 16 | 1.0 | 0 | 0 |\n");
-        let e = read(&mixed.0, "all_reduce").unwrap_err().to_string();
+        let e = read(mixed.path(), "all_reduce").unwrap_err().to_string();
         assert!(e.contains(":3: time unit changes"), "{e}");
     }
 }

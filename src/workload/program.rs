@@ -367,7 +367,6 @@ pub fn execute(
     })
 }
 
-/// Adds `time` to `key`'s entry of `list`, appending the key when first seen.
 /// Charges `stall`, a wait of the compute stream for `task`, as exposed communication: to the
 /// total, `task`'s kind and its data- or model-parallel side.
 fn charge_exposed(
@@ -386,6 +385,7 @@ fn charge_exposed(
     }
 }
 
+/// Adds `time` to `key`'s entry of `list`, appending the key when first seen.
 fn add_to(list: &mut Vec<(&'static str, Time)>, key: &'static str, time: Time) {
     match list.iter_mut().find(|(k, _)| *k == key) {
         Some((_, t)) => *t = *t + time,
