@@ -119,6 +119,10 @@ fn the_summary_is_consistent() {
     let flops = 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
     assert!((flops / step / 16.0 / 1e12 / tflops - 1.0).abs() < 1e-3);
     assert!((tflops / 312.0 / mfu - 1.0).abs() < 1e-2);
+    // Without the recomputed forward: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+    let model_flops = 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+    let mfu_no_recompute = model_flops / step / 16.0 / 312e12;
+    assert!((get("mfu_no_recompute") / mfu_no_recompute - 1.0).abs() < 1e-2);
     assert!(get("bubble_fraction") > 0.0 && get("bubble_fraction") < 1.0);
     assert_eq!(get("dp"), 4.0);
     assert!(get("memory_gb") > 0.0);
@@ -377,7 +381,7 @@ fn uneven_pipeline_stages_run_when_asked() {
 }
 
 /// The paper's Table 2 PTD-P pair (GPT-3 175B, batch 1536: 153 TFLOP/s per GPU on 384 A100s,
-/// 141 on 1536; `../shared/reference/training/megatron_ptdp.md`) in the layout the paper's
+/// 141 on 1536; `tests/data/training/megatron_ptdp.md`) in the layout the paper's
 /// table states for it: model-parallel size 96 (tensor 8 inside a box, pipeline 12) and
 /// micro-batch 1, the schedule searched. Each within 15%, and the larger run slower per GPU.
 #[test]
@@ -398,7 +402,7 @@ fn megatron_table_2_ptdp_pair_in_the_papers_layout() {
 /// Megatron's Figure 18 (GPT-3 175B on 96 A100s, tensor 8, pipeline 12, interleaved with 2
 /// layers a virtual stage, micro-batch 1, as `examples/sc21/run_figure_18.sh` runs it): the
 /// scatter/gather between stages gains "up to 11%" at the large batches
-/// (`../shared/reference/training/megatron_ptdp.md`). Without it every tensor rank sends the
+/// (`tests/data/training/megatron_ptdp.md`). Without it every tensor rank sends the
 /// activations whole over its NIC: here the step is slower by 5% to 15% at batch 60.
 #[test]
 fn megatron_figure_18_scatter_gather_gains_about_a_tenth() {
@@ -510,7 +514,7 @@ fn megatron_2021_tflops_with(
     column(&out, "tflops_per_gpu")
 }
 
-/// Megatron-LM's Table 1 (Narayanan et al., SC'21; `../shared/reference/training/
+/// Megatron-LM's Table 1 (Narayanan et al., SC'21; `tests/data/training/
 /// megatron_ptdp.md` for 1.7B and 18.4B, the paper's Table 1 for 3.6B and 7.5B), the rows
 /// without pipelines, which simulate in a fraction of a second, in the settings NVIDIA's own
 /// scripts for the paper give them (Megatron-LM `examples/sc21/run_table_1.sh`: micro-batch 16
@@ -552,7 +556,7 @@ fn megatron_table_1_small_rows_near_the_paper() {
 }
 
 /// All ten rows of Megatron-LM's Table 1 (the paper's table as Megatron-LM's README printed it,
-/// `images/cases_april2021.png`; four of them in `../shared/reference/training/
+/// `images/cases_april2021.png`; four of them in `tests/data/training/
 /// megatron_ptdp.md`) in the layouts of NVIDIA's scripts (`examples/sc21/run_table_1.sh`:
 /// micro-batches, virtual stages from the layers a virtual stage, PyTorch DDP for the rows
 /// without a pipeline): every row within 20% of the paper and at least five of ten within 15%
@@ -656,6 +660,7 @@ fn megatron_2022_sequence_parallel_runs_match_their_flops_utilization() {
             (mfu / readme - 1.0).abs() <= 0.10,
             "{file}: MFU {mfu:.4} against the README's {readme}"
         );
+        assert!((column(&out, "mfu_no_recompute") / mfu - 1.0).abs() < 1e-2);
     }
 }
 

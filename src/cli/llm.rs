@@ -429,7 +429,8 @@ fn breakdown_chart(outcomes: &[Outcome], title: &str) -> crate::report::BarChart
 fn summary_header() -> String {
     let mut h = String::from(
         "model,gpu,topology,algorithm,gpus,tp,pp,dp,ep,cp,virtual_stages,micro_batch,\
-         global_batch,zero,recompute,step_time_s,tflops_per_gpu,mfu,bubble_fraction",
+         global_batch,zero,recompute,step_time_s,tflops_per_gpu,mfu,mfu_no_recompute,\
+         bubble_fraction",
     );
     for (short, _) in llm::DIMENSIONS {
         h += &format!(",exposed_{short}_s");
@@ -441,7 +442,7 @@ fn summary_header() -> String {
 fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -> String {
     let l = &o.layout;
     let mut row = format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.3},{:.4},{:.4}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.3},{:.4},{:.4},{:.4}",
         crate::report::csv_field(&plan.model.name),
         plan.gpu.name,
         crate::report::csv_field(topology),
@@ -464,6 +465,7 @@ fn summary_row(plan: &Plan, topology: &str, algorithm: Algorithm, o: &Outcome) -
         o.step_time.as_secs_f64(),
         o.tflops_per_gpu,
         o.mfu,
+        o.mfu_no_recompute,
         o.bubble_fraction
     );
     for (_, t) in o.exposed {
@@ -482,10 +484,12 @@ fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
         o.layout.describe()
     );
     println!(
-        "  step time {:.3} s, {:.1} TFLOP/s per GPU ({:.1}% of peak), bubble {:.1}%",
+        "  step time {:.3} s, {:.1} TFLOP/s per GPU ({:.1}% of peak; {:.1}% without recomputed \
+         FLOPs), bubble {:.1}%",
         o.step_time.as_secs_f64(),
         o.tflops_per_gpu,
         100.0 * o.mfu,
+        100.0 * o.mfu_no_recompute,
         100.0 * o.bubble_fraction
     );
     let exposed: Vec<String> = o

@@ -470,6 +470,14 @@ impl Plan {
         self.model
             .iteration_flops(self.layout.global_batch, self.layout.recompute)
     }
+
+    /// FLOPs of one iteration without what is recomputed: the model FLOPs of Korthikanti et
+    /// al.'s and PaLM's model FLOPs utilization (72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for a
+    /// dense GPT), the same for every recomputation setting.
+    pub fn model_flops(&self) -> f64 {
+        self.model
+            .iteration_flops(self.layout.global_batch, Recompute::None)
+    }
 }
 
 /// One simulated iteration.
@@ -480,6 +488,9 @@ pub struct Outcome {
     /// Model FLOP/s per GPU (the paper's count) and its fraction of the GPU's peak.
     pub tflops_per_gpu: f64,
     pub mfu: f64,
+    /// The fraction of peak counting no recomputed FLOPs (Korthikanti et al.'s and PaLM's
+    /// MFU; the paper's count makes it a hardware utilization when layers are recomputed).
+    pub mfu_no_recompute: f64,
     /// The slowest rank's waits for messages not yet sent, over the step.
     pub bubble_fraction: f64,
     /// The slowest rank's exposed communication per dimension: tensor, pipeline, data,
@@ -535,6 +546,7 @@ pub fn simulate(
         step_time: step,
         tflops_per_gpu: tflops,
         mfu: tflops * 1e12 / plan.gpu.peak_flops,
+        mfu_no_recompute: plan.model_flops() / secs / gpus / plan.gpu.peak_flops,
         bubble_fraction: slowest.bubble.as_secs_f64() / secs,
         exposed,
         memory_bytes: plan.memory_per_gpu(),
