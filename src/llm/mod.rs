@@ -393,13 +393,14 @@ impl Plan {
     /// dist_optimizer.md): the half-precision weight (2), its main gradient (4 in FP32, 2 in
     /// half precision: [`Layout::gradient_bytes`]) and the optimizer's FP32 main weight and two
     /// moments (12), plus an FP32 copy of half-precision gradients (4): 18 or 20, and 6 + 12/d
-    /// or 4 + 16/d with the optimizer's part sharded over the d data-parallel ranks (ZeRO-1);
-    /// ZeRO-2 shards the gradients too. ZeRO-3 (DeepSpeed, FSDP) shards all of the ZeRO paper's
-    /// 2 + 2 + 12 and holds two layers gathered whole (the one computing and the one
-    /// prefetched).
+    /// or 4 + 16/d with the optimizer's part sharded over the d ranks that hold the same
+    /// weights (ZeRO-1; data times context parallelism: Megatron-core's distributed optimizer
+    /// shards over its `intra_dp_cp_group`); ZeRO-2 shards the gradients too. ZeRO-3
+    /// (DeepSpeed, FSDP) shards all of the ZeRO paper's 2 + 2 + 12 and holds two layers
+    /// gathered whole (the one computing and the one prefetched).
     fn state_bytes(&self) -> f64 {
         let l = &self.layout;
-        let dp = l.dp as f64;
+        let dp = l.replicas() as f64;
         let grads = l.gradient_bytes() as f64;
         let optimizer = 12.0 + if grads < 4.0 { 4.0 } else { 0.0 };
         let per_weight = match l.zero {

@@ -332,7 +332,8 @@ fn interleaved_sends_leave_while_the_next_step_computes() {
 
 /// Weights, gradients and optimizer state per weight as Megatron-LM's guide tabulates
 /// them: 20 bytes with FP16 gradients, 18 with FP32 ones; the distributed optimizer 4 +
-/// 16/d and 6 + 12/d; ZeRO-3 the ZeRO paper's 16, all sharded, and two layers whole.
+/// 16/d and 6 + 12/d (d the data times context ranks); ZeRO-3 the ZeRO paper's 16, all
+/// sharded, and two layers whole.
 #[test]
 fn state_memory_follows_megatrons_bytes_per_weight() {
     let model = tiny(4, 1);
@@ -355,6 +356,11 @@ fn state_memory_follows_megatrons_bytes_per_weight() {
     p.layout.zero = ZeroStage::Parameters;
     let layer = (model.attention_params() + model.mlp_params()) as f64;
     assert!((p.state_bytes() - (weights * 16.0 / 4.0 + 4.0 * layer)).abs() < 1.0);
+    // Context-parallel ranks hold the same weights: the distributed optimizer shards over
+    // data times context parallelism (here 4 x 2).
+    p.layout.zero = ZeroStage::Optimizer;
+    p.layout.cp = 2;
+    assert!((p.state_bytes() / (weights * (6.0 + 12.0 / 8.0)) - 1.0).abs() < 1e-12);
 }
 
 /// Megatron reduces BF16 training's gradients in FP32 (4 bytes a weight) unless told to
