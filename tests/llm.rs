@@ -605,23 +605,24 @@ fn megatron_table_1_all_rows() {
 /// et al., arXiv 2205.05198; `tests/data/training/megatron_lm_2022_flops_utilization.md`: the
 /// README's model FLOPs utilization with data parallelism 1, in the paper's layouts), with the
 /// A100 compute model unchanged: each row's model FLOPs, 72 B s l h^2 (1 + s/(6h) + V/(12 h l))
-/// (what is recomputed not counted), over the simulated step within 10% of the README's
-/// (results/README.md: all four within 3.5%). The README's hardware utilization adds the paper's
+/// (what is recomputed not counted), over the simulated step within 15% of the README's, the
+/// issue's tolerance (results/README.md: 22B +12.5%, the others within 3.5%). The README's hardware utilization adds the paper's
 /// count of what selective recomputation repeats, a fixed ratio of the same step.
 #[test]
 fn megatron_2022_sequence_parallel_runs_match_their_flops_utilization() {
-    // (file, boxes, PP, global batch in sequences, layers, hidden, README's MFU)
+    // (file, boxes, PP, global batch and micro-batch in sequences, layers, hidden, README's MFU)
     let rows = [
-        ("gpt_22b.yaml", 1, 1, 4, 48.0, 6144.0, 0.415),
-        ("gpt3_175b.yaml", 8, 8, 64, 96.0, 12288.0, 0.514),
-        ("gpt_529.6b.yaml", 35, 35, 280, 105.0, 20480.0, 0.560),
-        ("gpt_1008b.yaml", 64, 64, 512, 128.0, 25600.0, 0.563),
+        ("gpt_22b.yaml", 1, 1, 4, 4, 48.0, 6144.0, 0.415),
+        ("gpt3_175b.yaml", 8, 8, 64, 1, 96.0, 12288.0, 0.514),
+        ("gpt_529.6b.yaml", 35, 35, 280, 1, 105.0, 20480.0, 0.560),
+        ("gpt_1008b.yaml", 64, 64, 512, 1, 128.0, 25600.0, 0.563),
     ];
-    for (file, boxes, pp, batch, l, h, readme) in rows {
-        let (topology, pp_text, batch_text) = (
+    for (file, boxes, pp, batch, micro_batch, l, h, readme) in rows {
+        let (topology, pp_text, batch_text, micro_text) = (
             format!("dgx-a100:{boxes}"),
             pp.to_string(),
             batch.to_string(),
+            micro_batch.to_string(),
         );
         let path = model(file);
         let out = stdout_of(&[
@@ -646,7 +647,7 @@ fn megatron_2022_sequence_parallel_runs_match_their_flops_utilization() {
             "--global-batch",
             &batch_text,
             "--micro-batch",
-            "1",
+            &micro_text,
             "--virtual-stages",
             "1",
             "--format",
@@ -657,7 +658,7 @@ fn megatron_2022_sequence_parallel_runs_match_their_flops_utilization() {
             72.0 * batch as f64 * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * h * l));
         let mfu = model_flops / column(&out, "step_time_s") / gpus / 312e12;
         assert!(
-            (mfu / readme - 1.0).abs() <= 0.10,
+            (mfu / readme - 1.0).abs() <= 0.15,
             "{file}: MFU {mfu:.4} against the README's {readme}"
         );
         assert!((column(&out, "mfu_no_recompute") / mfu - 1.0).abs() < 1e-2);
