@@ -109,8 +109,10 @@ pub struct LlmArgs {
     /// kernel of its own, PyTorch autograd: Megatron-LM 2021, DDP, FSDP)
     #[arg(long, default_value = "fused", requires = "model")]
     pub grad_accumulation: String,
-    /// Training precision: bf16, or fp16 with loss scaling (the optimizer also unscales the
-    /// gradients and checks them for overflow: Megatron-LM's --fp16)
+    /// Training precision: bf16, fp16 with loss scaling (the optimizer also unscales the
+    /// gradients and checks them for overflow: Megatron-LM's --fp16), or fp8 (BF16 training
+    /// whose transformer layers' linear products run in FP8, Transformer Engine's recipe:
+    /// Megatron-core's --fp8-format hybrid; H100, H200 and B200)
     #[arg(long, default_value = "bf16", requires = "model")]
     pub precision: String,
     /// BF16 training accumulates and reduces its gradients in BF16 (Megatron's
@@ -228,7 +230,7 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
                 "fused",
                 "separate",
             )?,
-            fp16: either("precision", &a.precision, "fp16", "bf16")?,
+            precision: llm::Precision::parse(&a.precision)?,
             grad_reduce_in_bf16: a.grad_reduce_in_bf16,
             scatter_gather: !a.no_scatter_gather,
         },

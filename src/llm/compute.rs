@@ -12,8 +12,13 @@
 //! in waves of as many tiles as the GPU has SMs, and partial tiles and a partial last wave idle
 //! their share. Element-wise kernels stream at 90% of the datasheet HBM rate (large copies reach
 //! 90-92% of it on current NVIDIA GPUs).
+//!
+//! FP8 training ([`Precision::Fp8`], Transformer Engine's recipe as Megatron-core runs it) runs
+//! the transformer layers' linear products at the same table's FP8 (`float8_e4m3fn`) figure,
+//! their inputs one byte an element; attention, the logit layer and everything element-wise
+//! stay in BF16, and the casts Transformer Engine adds are charged at the memory rate.
 
-use super::model::{LlmModel, Recompute};
+use super::model::{LlmModel, Precision, Recompute};
 use crate::topology::GpuSystem;
 use crate::Error;
 
@@ -25,6 +30,8 @@ pub struct Gpu {
     pub peak_flops: f64,
     /// Maximum achievable BF16 matmul FLOP/s (measured, see the module documentation).
     pub matmul_flops: f64,
+    /// Maximum achievable FP8 matmul FLOP/s, where the table has one.
+    pub fp8_matmul_flops: Option<f64>,
     /// HBM bandwidth, bytes/s (datasheet).
     pub memory_bandwidth: f64,
     /// HBM capacity, bytes.
@@ -44,6 +51,8 @@ struct Product {
     m: f64,
     n: f64,
     k: f64,
+    /// Bytes of an input element (the output is BF16).
+    element: f64,
 }
 
 impl Product {
@@ -53,7 +62,7 @@ impl Product {
 
     /// Bytes moved: inputs and output once.
     fn bytes(&self) -> f64 {
-        HALF * self.batch * (self.m * self.k + self.k * self.n + self.m * self.n)
+        self.batch * (self.element * (self.m * self.k + self.k * self.n) + HALF * self.m * self.n)
     }
 }
 
@@ -66,27 +75,30 @@ const HALF: f64 = 2.0;
 impl Gpu {
     /// The presets: `a100`, `h100`, `h200`, `b200`, `mi300x`.
     pub fn parse(name: &str) -> Result<Gpu, Error> {
-        let gpu = |name, peak: f64, mamf: f64, tb_s: f64, gb: f64, sms| Gpu {
+        let gpu = |name, peak: f64, mamf: f64, fp8: Option<f64>, tb_s: f64, gb: f64, sms| Gpu {
             name,
             peak_flops: peak * 1e12,
             matmul_flops: mamf * 1e12,
+            fp8_matmul_flops: fp8.map(|f| f * 1e12),
             memory_bandwidth: tb_s * 1e12,
             memory_bytes: gb * 1e9,
             sms,
         };
         Ok(match name.to_ascii_lowercase().as_str() {
             // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s, 108 SMs (datasheet, and the NVIDIA
-            // guide's own wave example); MAMF 267.9 (CUDA 12.1).
-            "a100" => gpu("A100", 312.0, 267.9, 2.039, 80.0, 108),
-            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 792.1 (CUDA 12.1).
-            "h100" => gpu("H100", 989.0, 792.1, 3.35, 80.0, 132),
-            // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5.
-            "h200" => gpu("H200", 989.0, 794.5, 4.8, 141.0, 132),
-            // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB, 148 SMs; MAMF 1745.
-            "b200" => gpu("B200", 2250.0, 1745.0, 8.0, 180.0, 148),
+            // guide's own wave example); MAMF 267.9 (CUDA 12.1); no FP8 tensor cores.
+            "a100" => gpu("A100", 312.0, 267.9, None, 2.039, 80.0, 108),
+            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 792.1 (CUDA 12.1), FP8
+            // 1402.6 (torch 2.7.0+cu126).
+            "h100" => gpu("H100", 989.0, 792.1, Some(1402.6), 3.35, 80.0, 132),
+            // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5, FP8 1453.4.
+            "h200" => gpu("H200", 989.0, 794.5, Some(1453.4), 4.8, 141.0, 132),
+            // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB, 148 SMs; MAMF 1745, FP8
+            // 3432.5.
+            "b200" => gpu("B200", 2250.0, 1745.0, Some(3432.5), 8.0, 180.0, 148),
             // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB, 304 compute units (cuBLAS's tiles assumed
-            // for hipBLASLt); MAMF 781.9 (ROCm 6.2).
-            "mi300x" => gpu("MI300X", 1307.0, 781.9, 5.3, 192.0, 304),
+            // for hipBLASLt); MAMF 781.9 (ROCm 6.2); the table's FP8 row is empty.
+            "mi300x" => gpu("MI300X", 1307.0, 781.9, None, 5.3, 192.0, 304),
             _ => {
                 return Err(Error::input(format!(
                     "--gpu '{name}': expected a100, h100, h200, b200 or mi300x"
@@ -111,6 +123,14 @@ impl Gpu {
             sms: left,
             ..self.clone()
         }
+    }
+
+    /// This GPU as its FP8 products see it: the FP8 matmul rate in place of the BF16 one.
+    pub fn fp8(&self) -> Option<Gpu> {
+        self.fp8_matmul_flops.map(|rate| Gpu {
+            matmul_flops: rate,
+            ..self.clone()
+        })
     }
 
     /// Seconds of work of `flops` at the achievable matmul rate that moves `bytes`.
@@ -181,6 +201,8 @@ pub struct Work {
     pub sequence_parallel: bool,
     pub recompute: Recompute,
     pub attention: Attention,
+    /// The linear products in FP8 ([`Precision::Fp8`]).
+    pub fp8: bool,
 }
 
 /// Seconds one GPU spends on one layer for one micro-batch.
@@ -191,9 +213,15 @@ pub struct LayerTime {
     pub backward: f64,
 }
 
-/// The matrix product `batch x (m x k) . (k x n)`.
+/// The matrix product `batch x (m x k) . (k x n)` of BF16 inputs.
 fn product(batch: f64, m: f64, n: f64, k: f64) -> Product {
-    Product { batch, m, n, k }
+    Product {
+        batch,
+        m,
+        n,
+        k,
+        element: HALF,
+    }
 }
 
 /// The two products backpropagation runs for `p` (`C = A . B`): the gradient of its left
@@ -201,8 +229,16 @@ fn product(batch: f64, m: f64, n: f64, k: f64) -> Product {
 /// (k x n, summing over m). Same FLOPs as `p` each, but their own shapes, so their own waves.
 fn gradients(p: Product) -> [Product; 2] {
     [
-        product(p.batch, p.m, p.k, p.n),
-        product(p.batch, p.k, p.n, p.m),
+        Product {
+            n: p.k,
+            k: p.n,
+            ..p
+        },
+        Product {
+            m: p.k,
+            k: p.m,
+            ..p
+        },
     ]
 }
 
@@ -249,14 +285,15 @@ pub struct LayerParts {
     pub linear_reserved: [LinearTime; 4],
     /// The attention core (forward; backward).
     pub core: (f64, f64),
-    /// Element-wise work (forward; the backward moves twice its bytes).
-    pub elementwise: f64,
+    /// Element-wise work (forward; backward, which moves twice the forward's bytes), with
+    /// FP8's casts.
+    pub elementwise: (f64, f64),
 }
 
 impl LayerParts {
     /// The forward: every product, the attention core and the element-wise work.
     pub fn forward(&self) -> f64 {
-        self.linear.iter().map(|l| l.forward).sum::<f64>() + self.core.0 + self.elementwise
+        self.linear.iter().map(|l| l.forward).sum::<f64>() + self.core.0 + self.elementwise.0
     }
 
     /// The backward, without what is recomputed before it.
@@ -266,7 +303,7 @@ impl LayerParts {
             .map(|l| l.input_gradient + l.weight_gradient)
             .sum::<f64>()
             + self.core.1
-            + 2.0 * self.elementwise
+            + self.elementwise.1
     }
 }
 
@@ -285,13 +322,19 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let up = if model.gated_mlp { 2.0 } else { 1.0 };
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
     let expert_tokens = tokens * model.top_k as f64;
+    // FP8 products read one-byte inputs at the FP8 rate.
+    let (linear_gpu, element) = match (w.fp8, gpu.fp8()) {
+        (true, Some(fp8)) => (fp8, 1.0),
+        _ => (gpu.clone(), HALF),
+    };
     let products = [
         product(1.0, tokens, qkv_out, h),
         product(1.0, tokens, h, h / t),
         product(1.0, expert_tokens, up * ffn / t, h),
         product(1.0, expert_tokens, h, ffn / t),
-    ];
-    let rest = gpu.reserving(reserved);
+    ]
+    .map(|p| Product { element, ..p });
+    let rest = linear_gpu.reserving(reserved);
     let scores = b * heads * queries * s;
     let core = match w.attention {
         Attention::Standard => {
@@ -327,11 +370,30 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         norms_and_adds
     };
     let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
+    // Transformer Engine's FP8 casts. Forward: the norms and the activation write their
+    // outputs in FP8 themselves (LayerNormLinear, LayerNormMLP), and each FP8 input's
+    // transposed copy for its weight gradient is written (1 byte an element); the attention
+    // output is cast and transposed by a kernel of its own (read 2, write 1 + 1). Backward: each
+    // product's output gradient is cast and transposed (read 2, write 1 + 1).
+    let (cast_forward, cast_backward) = if element < HALF {
+        let [qkv, proj, up_proj, down] = products;
+        let inputs = |p: Product| p.m * p.k;
+        let outputs = |p: Product| p.m * p.n;
+        (
+            inputs(qkv) + inputs(up_proj) + inputs(down) + 4.0 * inputs(proj),
+            4.0 * products.iter().map(|&p| outputs(p)).sum::<f64>(),
+        )
+    } else {
+        (0.0, 0.0)
+    };
     LayerParts {
-        linear: products.map(|p| LinearTime::of(gpu, p)),
+        linear: products.map(|p| LinearTime::of(&linear_gpu, p)),
         linear_reserved: products.map(|p| LinearTime::of(&rest, p)),
         core,
-        elementwise: gpu.stream(elementwise),
+        elementwise: (
+            gpu.stream(elementwise + cast_forward),
+            gpu.stream(2.0 * elementwise + cast_backward),
+        ),
     }
 }
 
@@ -375,14 +437,26 @@ pub fn head_time(model: &LlmModel, gpu: &Gpu, w: &Work) -> LayerTime {
 /// half-precision model (read 4, write 2). Gradients accumulated in half precision
 /// (`half_gradients`, [`gradient_bytes`]) are copied to FP32 first (read 2, write 4); FP16
 /// training (`fp16`) then unscales them and checks them for overflow in place (read 4, write 4:
-/// `_unscale_main_grads_and_check_for_nan`).
-pub fn optimizer_bytes(half_gradients: bool, fp16: bool) -> f64 {
+/// `_unscale_main_grads_and_check_for_nan`). FP8 training casts the updated weights to FP8
+/// and transposes them once a step (read 2, write 1 + 1: Megatron hands Transformer Engine
+/// `is_first_microbatch`, which keeps them over the step's micro-batches), counted for every
+/// weight, the embedding's too.
+pub fn optimizer_bytes(half_gradients: bool, precision: Precision) -> f64 {
     let adam = 28.0;
     let norm = 4.0;
     let to_model = 6.0;
     let to_fp32 = if half_gradients { 6.0 } else { 0.0 };
-    let unscale = if fp16 { 8.0 } else { 0.0 };
-    adam + norm + to_model + to_fp32 + unscale
+    let unscale = if precision == Precision::Fp16 {
+        8.0
+    } else {
+        0.0
+    };
+    let to_fp8 = if precision == Precision::Fp8 {
+        4.0
+    } else {
+        0.0
+    };
+    adam + norm + to_model + to_fp32 + unscale + to_fp8
 }
 
 /// Bytes of a weight's gradient as Megatron accumulates it over micro-batches and reduces it

@@ -3,7 +3,7 @@
 //! each rank runs.
 
 use super::compute::{self, Attention};
-use super::model::Recompute;
+use super::model::{Precision, Recompute};
 use crate::topology::NodeId;
 use crate::Error;
 
@@ -81,9 +81,8 @@ pub struct Layout {
     /// (Megatron-core's gradient_accumulation_fusion), or by a kernel of their own after it
     /// (PyTorch autograd's accumulation: Megatron-LM 2021, DDP, FSDP).
     pub fused_grad_accumulation: bool,
-    /// FP16 training (loss scaling: the optimizer unscales the gradients and checks them for
-    /// overflow) rather than BF16.
-    pub fp16: bool,
+    /// The number formats it trains in.
+    pub precision: Precision,
     /// BF16 training's gradients accumulated and reduced in BF16 (Megatron's
     /// `--grad-reduce-in-bf16`) rather than FP32.
     pub grad_reduce_in_bf16: bool,
@@ -197,13 +196,13 @@ impl Placement {
 impl Layout {
     /// Bytes the optimizer step moves a weight in this layout's precision.
     pub fn optimizer_bytes(&self) -> f64 {
-        compute::optimizer_bytes(self.gradient_bytes() == 2, self.fp16)
+        compute::optimizer_bytes(self.gradient_bytes() == 2, self.precision)
     }
 
     /// Bytes of a weight's gradient as it is accumulated and reduced over the data-parallel
     /// group ([`compute::gradient_bytes`]).
     pub fn gradient_bytes(&self) -> u64 {
-        compute::gradient_bytes(self.fp16, self.grad_reduce_in_bf16)
+        compute::gradient_bytes(self.precision == Precision::Fp16, self.grad_reduce_in_bf16)
     }
 
     pub fn gpus(&self) -> u64 {

@@ -14,7 +14,7 @@ mod sharded;
 
 pub use compute::{Attention, Gpu};
 pub use layout::{Layout, Placement, ZeroStage};
-pub use model::{LlmModel, Recompute};
+pub use model::{LlmModel, Precision, Recompute};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -210,6 +210,17 @@ impl Plan {
         if l.ep > 1 && m.experts == 1 {
             return fail(format!("--ep {}: {} has no experts", l.ep, m.name));
         }
+        if l.precision == Precision::Fp8
+            && self.gpu.fp8_matmul_flops.is_none()
+            && self.layer_times.is_none()
+        {
+            return fail(format!(
+                "--precision fp8: the {} has no measured FP8 matmul rate (the A100 has no FP8 \
+                 tensor cores; the MI300X's row of the measurement table is empty): train in \
+                 bf16, or give --layer-times",
+                self.gpu.name
+            ));
+        }
         if l.tp_comm_overlap && !l.sequence_parallel {
             return fail(
                 "--tp-comm-overlap overlaps sequence parallelism's all-gathers and \
@@ -397,22 +408,31 @@ impl Plan {
     /// weights (ZeRO-1; data times context parallelism: Megatron-core's distributed optimizer
     /// shards over its `intra_dp_cp_group`); ZeRO-2 shards the gradients too. ZeRO-3
     /// (DeepSpeed, FSDP) shards all of the ZeRO paper's 2 + 2 + 12 and holds two layers
-    /// gathered whole (the one computing and the one prefetched).
+    /// gathered whole (the one computing and the one prefetched). FP8 training adds each
+    /// weight's FP8 copy and its transpose (2).
     fn state_bytes(&self) -> f64 {
         let l = &self.layout;
         let dp = l.replicas() as f64;
         let grads = l.gradient_bytes() as f64;
         let optimizer = 12.0 + if grads < 4.0 { 4.0 } else { 0.0 };
-        let per_weight = match l.zero {
-            ZeroStage::None => 2.0 + grads + optimizer,
-            ZeroStage::Optimizer => 2.0 + grads + optimizer / dp,
-            ZeroStage::Gradients => 2.0 + (grads + optimizer) / dp,
-            ZeroStage::Parameters => {
-                let m = &self.model;
-                let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
-                return self.params_per_gpu() * (2.0 + 2.0 + 12.0) / dp + 2.0 * 2.0 * layer as f64;
-            }
+        // FP8 training keeps each weight's FP8 copy and its transpose (Transformer Engine).
+        let fp8_copies = if l.precision == Precision::Fp8 {
+            2.0
+        } else {
+            0.0
         };
+        let per_weight = fp8_copies
+            + match l.zero {
+                ZeroStage::None => 2.0 + grads + optimizer,
+                ZeroStage::Optimizer => 2.0 + grads + optimizer / dp,
+                ZeroStage::Gradients => 2.0 + (grads + optimizer) / dp,
+                ZeroStage::Parameters => {
+                    let m = &self.model;
+                    let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
+                    return self.params_per_gpu() * (2.0 + 2.0 + 12.0) / dp
+                        + 2.0 * (2.0 + fp8_copies) * layer as f64;
+                }
+            };
         self.params_per_gpu() * per_weight
     }
 
@@ -431,7 +451,7 @@ impl Plan {
         );
         let t = l.tp as f64;
         let a = m.heads as f64;
-        let stored = m.layer_activations();
+        let stored = m.layer_activations_in(l.precision);
         let scores = match l.attention {
             Attention::Standard => stored.per_score * a * s * m.seq as f64 * b / t,
             Attention::Flash => 0.0,

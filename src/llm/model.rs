@@ -76,6 +76,32 @@ pub struct LayerActivations {
     pub per_score: f64,
 }
 
+/// The number formats a step trains in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// BF16 weights and products (the default).
+    Bf16,
+    /// FP16 with loss scaling (Megatron-LM's `--fp16`, as the SC'21 scripts train): the
+    /// optimizer also unscales the gradients and checks them for overflow.
+    Fp16,
+    /// BF16 training whose transformer layers run their linear products in FP8: Transformer
+    /// Engine's recipe (E4M3 forward, E5M2 gradients: Megatron-core's `--fp8-format hybrid`).
+    Fp8,
+}
+
+impl Precision {
+    pub fn parse(text: &str) -> Result<Precision, Error> {
+        match text {
+            "bf16" => Ok(Precision::Bf16),
+            "fp16" => Ok(Precision::Fp16),
+            "fp8" => Ok(Precision::Fp8),
+            _ => Err(Error::input(format!(
+                "--precision '{text}': expected bf16, fp16 or fp8"
+            ))),
+        }
+    }
+}
+
 /// How much of the forward pass the backward pass runs again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recompute {
@@ -183,15 +209,29 @@ impl LlmModel {
 
     /// What one layer keeps for its backward pass (see [`LayerActivations`]).
     pub fn layer_activations(&self) -> LayerActivations {
+        self.layer_activations_in(Precision::Bf16)
+    }
+
+    /// [`Self::layer_activations`] in `precision`: FP8 training keeps the four linear layers'
+    /// inputs in FP8 (Transformer Engine saves each as the transposed FP8 copy its weight
+    /// gradient reads), one byte an element where BF16 keeps two.
+    pub fn layer_activations_in(&self, precision: Precision) -> LayerActivations {
         const HALF: f64 = 2.0;
+        let input = if precision == Precision::Fp8 {
+            1.0
+        } else {
+            HALF
+        };
         let h = self.hidden as f64;
         let kv = (self.kv_heads * self.head_dim()) as f64;
         let (ffn, experts) = (self.ffn as f64, self.top_k as f64);
         let up = if self.gated_mlp { 2.0 } else { 1.0 };
         let masks = if self.dropout { 1.0 } else { 0.0 };
+        // Linear inputs: query-key-value and MLP-up (replicated), attention output and MLP-down
+        // (split).
         LayerActivations {
-            replicated: HALF * (2.0 * h + h + experts * h) + 2.0 * masks * h,
-            split: HALF * (2.0 * h + 2.0 * kv + experts * (up + 1.0) * ffn),
+            replicated: HALF * 2.0 * h + input * (h + experts * h) + 2.0 * masks * h,
+            split: HALF * (h + 2.0 * kv + experts * up * ffn) + input * (h + experts * ffn),
             per_score: HALF + 3.0 * masks,
         }
     }

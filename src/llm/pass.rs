@@ -74,7 +74,7 @@ pub enum Piece {
 /// The forward of one layer, in order, with `tp` tensor ranks.
 pub fn forward_pieces(parts: &LayerParts, tp: u64, how: TensorOverlap) -> Vec<Piece> {
     let (linear, reserved) = (&parts.linear, &parts.linear_reserved);
-    let between = Piece::Compute(parts.core.0 + parts.elementwise);
+    let between = Piece::Compute(parts.core.0 + parts.elementwise.0);
     match how {
         TensorOverlap::Megatron => vec![
             Piece::Alone(CollectiveKind::AllGather),
@@ -123,7 +123,7 @@ pub fn backward_pieces(
         Recompute::Selective => vec![Piece::Compute(parts.core.0)],
         Recompute::None => Vec::new(),
     };
-    let between = Piece::Compute(parts.core.1 + 2.0 * parts.elementwise);
+    let between = Piece::Compute(parts.core.1 + parts.elementwise.1);
     // Per product, from the MLP's down projection back: attention-output and MLP-down (row
     // parallel: their output gradient is gathered under sequence parallelism), then
     // query-key-value and MLP-up (column parallel: their input gradient is reduced).
@@ -392,43 +392,47 @@ mod tests {
             learned_positions: false,
             dropout: false,
         };
-        let work = Work {
-            tp: 4,
-            cp: 1,
-            micro_batch: 2,
-            sequence_parallel: true,
-            recompute: Recompute::None,
-            attention: Attention::Flash,
-        };
-        let h100 = Gpu::parse("h100").unwrap();
-        let parts = layer_parts(&model, &h100, &work, 0);
-        assert_eq!(parts.linear, parts.linear_reserved);
-        let unsplit = Work {
-            sequence_parallel: false,
-            ..work
-        };
-        let all_reduced = layer_parts(&model, &h100, &unsplit, 0);
-        let sum = |pieces: Vec<Piece>| pieces.iter().map(compute).sum::<f64>();
-        let close = |a: f64, b: f64| assert!((a / b - 1.0).abs() < 1e-12, "{a} against {b}");
-        for (parts, how) in [
-            (&parts, TensorOverlap::Megatron),
-            (&parts, TensorOverlap::Userbuffers),
-            (&all_reduced, TensorOverlap::AsyncAllReduce),
-        ] {
-            close(sum(forward_pieces(parts, 4, how)), parts.forward());
-            let backward = parts.backward();
-            close(
-                sum(backward_pieces(parts, 4, Recompute::None, how)),
-                backward,
-            );
-            close(
-                sum(backward_pieces(parts, 4, Recompute::Selective, how)),
-                backward + parts.core.0,
-            );
-            close(
-                sum(backward_pieces(parts, 4, Recompute::Full, how)),
-                backward + parts.forward(),
-            );
+        // BF16, and FP8 with its casts.
+        for fp8 in [false, true] {
+            let work = Work {
+                tp: 4,
+                cp: 1,
+                micro_batch: 2,
+                sequence_parallel: true,
+                recompute: Recompute::None,
+                attention: Attention::Flash,
+                fp8,
+            };
+            let h100 = Gpu::parse("h100").unwrap();
+            let parts = layer_parts(&model, &h100, &work, 0);
+            assert_eq!(parts.linear, parts.linear_reserved);
+            let unsplit = Work {
+                sequence_parallel: false,
+                ..work
+            };
+            let all_reduced = layer_parts(&model, &h100, &unsplit, 0);
+            let sum = |pieces: Vec<Piece>| pieces.iter().map(compute).sum::<f64>();
+            let close = |a: f64, b: f64| assert!((a / b - 1.0).abs() < 1e-12, "{a} against {b}");
+            for (parts, how) in [
+                (&parts, TensorOverlap::Megatron),
+                (&parts, TensorOverlap::Userbuffers),
+                (&all_reduced, TensorOverlap::AsyncAllReduce),
+            ] {
+                close(sum(forward_pieces(parts, 4, how)), parts.forward());
+                let backward = parts.backward();
+                close(
+                    sum(backward_pieces(parts, 4, Recompute::None, how)),
+                    backward,
+                );
+                close(
+                    sum(backward_pieces(parts, 4, Recompute::Selective, how)),
+                    backward + parts.core.0,
+                );
+                close(
+                    sum(backward_pieces(parts, 4, Recompute::Full, how)),
+                    backward + parts.forward(),
+                );
+            }
         }
     }
 

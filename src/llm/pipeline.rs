@@ -22,6 +22,7 @@
 use super::compute::{
     gradient_accumulation_time, head_time, layer_parts, layer_time, optimizer_time, LayerTime, Work,
 };
+use super::model::Precision;
 use super::pass::{
     backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, TensorOverlap, COMMUNICATION_SMS,
 };
@@ -139,6 +140,7 @@ fn work(plan: &Plan) -> Work {
         sequence_parallel: l.sequence_parallel,
         recompute: l.recompute,
         attention: l.attention,
+        fp8: l.precision == Precision::Fp8,
     }
 }
 

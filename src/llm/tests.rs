@@ -47,7 +47,7 @@ fn plan(model: LlmModel, tp: u64, pp: u64, dp: u64, batch: u64) -> Plan {
             attention: Attention::Flash,
             overlap_grad_reduce: true,
             fused_grad_accumulation: true,
-            fp16: false,
+            precision: Precision::Bf16,
             grad_reduce_in_bf16: false,
             scatter_gather: true,
             placement: Placement::default(),
@@ -139,7 +139,7 @@ fn separate_gradient_accumulation_adds_a_pass_over_the_weights_per_micro_batch()
         (added / expected - 1.0).abs() < 1e-6,
         "{added} s added, {expected} s expected"
     );
-    p.layout.fp16 = true;
+    p.layout.precision = Precision::Fp16;
     let fp16 = simulate(&p, &topology, &options(), &mut ())
         .unwrap()
         .step_time;
@@ -277,6 +277,7 @@ impl OverlapRun {
             sequence_parallel,
             recompute: Recompute::None,
             attention: Attention::Flash,
+            fp8: false,
         };
         OverlapRun {
             parts: compute::layer_parts(&model, &p.gpu, &work, 16),
@@ -339,20 +340,23 @@ fn state_memory_follows_megatrons_bytes_per_weight() {
     let model = tiny(4, 1);
     let mut p = plan(model.clone(), 1, 1, 4, 8);
     let weights = p.params_per_gpu();
-    for (fp16, zero, per_weight) in [
-        (true, ZeroStage::None, 20.0),
-        (false, ZeroStage::None, 18.0),
-        (true, ZeroStage::Optimizer, 4.0 + 16.0 / 4.0),
-        (false, ZeroStage::Optimizer, 6.0 + 12.0 / 4.0),
-        (false, ZeroStage::Gradients, 2.0 + 16.0 / 4.0),
+    for (precision, zero, per_weight) in [
+        (Precision::Fp16, ZeroStage::None, 20.0),
+        (Precision::Bf16, ZeroStage::None, 18.0),
+        (Precision::Fp16, ZeroStage::Optimizer, 4.0 + 16.0 / 4.0),
+        (Precision::Bf16, ZeroStage::Optimizer, 6.0 + 12.0 / 4.0),
+        (Precision::Bf16, ZeroStage::Gradients, 2.0 + 16.0 / 4.0),
+        // FP8 training: BF16's, and each weight's FP8 copy and its transpose.
+        (Precision::Fp8, ZeroStage::Optimizer, 2.0 + 6.0 + 12.0 / 4.0),
     ] {
-        p.layout.fp16 = fp16;
+        p.layout.precision = precision;
         p.layout.zero = zero;
         assert!(
             (p.state_bytes() / (weights * per_weight) - 1.0).abs() < 1e-12,
-            "fp16 {fp16}, {zero:?}"
+            "{precision:?}, {zero:?}"
         );
     }
+    p.layout.precision = Precision::Bf16;
     p.layout.zero = ZeroStage::Parameters;
     let layer = (model.attention_params() + model.mlp_params()) as f64;
     assert!((p.state_bytes() - (weights * 16.0 / 4.0 + 4.0 * layer)).abs() < 1.0);
@@ -373,8 +377,12 @@ fn gradients_are_reduced_at_megatrons_width() {
         + model.vocab * model.hidden;
     let mut p = plan(model, 1, 1, 2, 8);
     p.layout.zero = ZeroStage::Optimizer;
-    for (fp16, bf16_reduce, width) in [(false, false, 4), (false, true, 2), (true, false, 2)] {
-        p.layout.fp16 = fp16;
+    for (precision, bf16_reduce, width) in [
+        (Precision::Bf16, false, 4),
+        (Precision::Bf16, true, 2),
+        (Precision::Fp16, false, 2),
+    ] {
+        p.layout.precision = precision;
         p.layout.grad_reduce_in_bf16 = bf16_reduce;
         let reduced = group_bytes(
             &pipeline::program(&p),
@@ -384,7 +392,7 @@ fn gradients_are_reduced_at_megatrons_width() {
         assert_eq!(
             reduced,
             width * weights,
-            "fp16 {fp16}, bf16 reduce {bf16_reduce}"
+            "{precision:?}, bf16 reduce {bf16_reduce}"
         );
         let gathered = group_bytes(
             &pipeline::program(&p),
@@ -733,4 +741,70 @@ fn llama_3_405b_fits_where_meta_trained_it() {
     assert!(p.memory_per_gpu() <= h100, "{}", p.memory_per_gpu() / 1e9);
     p.model.dropout = true;
     assert!(p.memory_per_gpu() > h100, "{}", p.memory_per_gpu() / 1e9);
+}
+
+/// FP8 training runs the transformer layers' linear products at the GPU's measured FP8 rate
+/// (an H100's 1402.6 against 792.1 TFLOP/s: products bound by their FLOPs take 792.1 / 1402.6
+/// of their BF16 time, each of the three a linear layer runs) and adds Transformer Engine's
+/// casts at the memory rate; the attention core is untouched; the linear layers' inputs are
+/// kept for the backward in FP8. The A100, which has no FP8 rate, is refused.
+#[test]
+fn fp8_runs_the_linear_products_at_the_fp8_rate_and_pays_for_its_casts() {
+    let mut model = tiny(1, 1);
+    (
+        model.hidden,
+        model.ffn,
+        model.heads,
+        model.kv_heads,
+        model.seq,
+    ) = (8192, 32768, 64, 64, 4096);
+    let h100 = Gpu::parse("h100").unwrap();
+    let work = |fp8| compute::Work {
+        tp: 1,
+        cp: 1,
+        micro_batch: 1,
+        sequence_parallel: false,
+        recompute: Recompute::None,
+        attention: Attention::Flash,
+        fp8,
+    };
+    let bf16 = compute::layer_parts(&model, &h100, &work(false), 0);
+    let fp8 = compute::layer_parts(&model, &h100, &work(true), 0);
+    let ratio = 792.1 / 1402.6;
+    for (b, f) in bf16.linear.iter().zip(&fp8.linear) {
+        for (slow, fast) in [
+            (b.forward, f.forward),
+            (b.input_gradient, f.input_gradient),
+            (b.weight_gradient, f.weight_gradient),
+        ] {
+            assert!((fast / slow / ratio - 1.0).abs() < 1e-9, "{fast} / {slow}");
+        }
+    }
+    assert_eq!(bf16.core, fp8.core);
+    let (s, h, ffn) = (4096.0, 8192.0, 32768.0);
+    let rate = h100.memory_bandwidth * 0.9;
+    // Forward: the transposed copies of the query-key-value, MLP-up and MLP-down inputs; the
+    // attention output cast and transposed.
+    let forward = s * h + s * h + s * ffn + 4.0 * s * h;
+    // Backward: each product's output gradient cast and transposed.
+    let backward = 4.0 * (s * 3.0 * h + s * h + s * ffn + s * h);
+    let added = |b: f64, f: f64| (f - b) * rate;
+    assert!((added(bf16.elementwise.0, fp8.elementwise.0) / forward - 1.0).abs() < 1e-9);
+    assert!((added(bf16.elementwise.1, fp8.elementwise.1) / backward - 1.0).abs() < 1e-9);
+
+    // Kept for the backward: the linear layers' inputs in one byte, not two.
+    let (kept, kept_fp8) = (
+        model.layer_activations(),
+        model.layer_activations_in(Precision::Fp8),
+    );
+    assert_eq!(kept.replicated - kept_fp8.replicated, h + h);
+    assert_eq!(kept.split - kept_fp8.split, h + ffn);
+    assert_eq!(kept.per_score, kept_fp8.per_score);
+
+    let mut p = plan(model, 1, 1, 1, 1);
+    p.layout.precision = Precision::Fp8;
+    let refused = p.check(1).unwrap_err().to_string();
+    assert!(refused.contains("--precision fp8") && refused.contains("A100"));
+    p.gpu = h100;
+    p.check(1).unwrap();
 }
