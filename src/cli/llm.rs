@@ -485,13 +485,20 @@ fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
         plan.gpu.name,
         o.layout.describe()
     );
+    // The fraction without recomputed FLOPs only where something is recomputed.
+    let model_only = if o.layout.recompute == Recompute::None {
+        String::new()
+    } else {
+        format!(
+            "; {:.1}% without recomputed FLOPs",
+            100.0 * o.mfu_no_recompute
+        )
+    };
     println!(
-        "  step time {:.3} s, {:.1} TFLOP/s per GPU ({:.1}% of peak; {:.1}% without recomputed \
-         FLOPs), bubble {:.1}%",
+        "  step time {:.3} s, {:.1} TFLOP/s per GPU ({:.1}% of peak{model_only}), bubble {:.1}%",
         o.step_time.as_secs_f64(),
         o.tflops_per_gpu,
         100.0 * o.mfu,
-        100.0 * o.mfu_no_recompute,
         100.0 * o.bubble_fraction
     );
     let exposed: Vec<String> = o
