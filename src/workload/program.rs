@@ -19,6 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 
+use rayon::prelude::*;
+
 use super::{Breakdown, CommGroup, TrainOptions};
 use crate::algorithms::{self, Algorithm};
 use crate::collective::{Collective, CollectiveKind};
@@ -834,15 +836,13 @@ impl<'a> Emitter<'a> {
         let links = self.topology.links().len();
         // Per link: the one user so far (communicator index + 1; 0 unused), or SHARED.
         let mut user = vec![0u32; links];
-        // Marks the links that carried bytes as used by `id`; returns them.
-        let claim = |user: &mut Vec<u32>, carried: &[u64], id: u32| -> Vec<usize> {
-            let used: Vec<usize> = (0..carried.len()).filter(|&l| carried[l] > 0).collect();
-            for &l in &used {
+        // Marks `used` links as used by `id`.
+        let claim = |user: &mut Vec<u32>, used: &[usize], id: u32| {
+            for &l in used {
                 if user[l] != id {
                     user[l] = if user[l] == 0 { id } else { SHARED };
                 }
             }
-            used
         };
         let alone = SimOptions {
             record_transfers: false,
@@ -858,6 +858,8 @@ impl<'a> Emitter<'a> {
         if let Some(steps) = &progress {
             steps.begin("communicators timed alone", names.len() as u64);
         }
+        // Each communicator's distinct collectives, their schedules made in order.
+        let mut jobs: Vec<(usize, CollectiveKey)> = Vec::new();
         for (index, name) in names.iter().enumerate() {
             if let Some(steps) = &progress {
                 steps.step();
@@ -883,15 +885,34 @@ impl<'a> Emitter<'a> {
                     let part = self.make(kind, bytes, &npus)?;
                     self.cache.insert(key.clone(), part);
                 }
-                let result =
-                    sim::simulate(self.topology, &self.cache[&key].schedule, &alone, &mut ())?;
-                used[index].extend(claim(&mut user, &result.link_bytes, index as u32 + 1));
+                jobs.push((index, key));
+            }
+        }
+        // Each simulated alone, on as many threads as there are, kept in the jobs' order so the
+        // links are claimed as before: its time and what it left on each link it used.
+        if let Some(steps) = &progress {
+            steps.begin("collectives timed alone", jobs.len() as u64);
+        }
+        let (topology, cache) = (self.topology, &self.cache);
+        let runs: Vec<(Time, Vec<(usize, u64, Time)>)> = jobs
+            .par_iter()
+            .map(|(_, key)| {
+                let result = sim::simulate(topology, &cache[key].schedule, &alone, &mut ())?;
+                if let Some(steps) = &progress {
+                    steps.step();
+                }
                 let usage = (0..links)
                     .filter(|&l| result.link_bytes[l] > 0)
                     .map(|l| (l, result.link_bytes[l], result.link_busy[l]))
                     .collect();
-                alone_runs[index].push((key, result.finish, usage));
-            }
+                Ok((result.finish, usage))
+            })
+            .collect::<Result<_, Error>>()?;
+        for ((index, key), (finish, usage)) in jobs.into_iter().zip(runs) {
+            let carried: Vec<usize> = usage.iter().map(|&(l, _, _)| l).collect();
+            claim(&mut user, &carried, index as u32 + 1);
+            used[index].extend(carried);
+            alone_runs[index].push((key, finish, usage));
         }
         // Messages: one claimant for all of them (they are never alone).
         let mut pairs: Vec<(NodeId, NodeId)> = self
@@ -908,7 +929,8 @@ impl<'a> Emitter<'a> {
                 all.push(crate::schedule::Transfer { src, dst, bytes: 1 }, &[]);
             }
             let result = sim::simulate(self.topology, &all, &alone, &mut ())?;
-            claim(&mut user, &result.link_bytes, SHARED - 1);
+            let carried: Vec<usize> = (0..links).filter(|&l| result.link_bytes[l] > 0).collect();
+            claim(&mut user, &carried, SHARED - 1);
         }
         self.solo_link_bytes = vec![0; links];
         self.solo_link_busy = vec![Time::ZERO; links];
