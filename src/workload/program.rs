@@ -852,7 +852,9 @@ impl<'a> Emitter<'a> {
         // Per communicator: its links, and per distinct collective the time it took alone and
         // the load it put on each link it used.
         let mut used: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
-        type Alone = (CollectiveKey, Time, Vec<(usize, u64, Time)>);
+        // What a collective alone left on each link it used: the link, its bytes, its busy time.
+        type Usage = Vec<(usize, u64, Time)>;
+        type Alone = (CollectiveKey, Time, Usage);
         let mut alone_runs: Vec<Vec<Alone>> = vec![Vec::new(); names.len()];
         let progress = self.options.progress.clone();
         if let Some(steps) = &progress {
@@ -894,7 +896,7 @@ impl<'a> Emitter<'a> {
             steps.begin("collectives timed alone", jobs.len() as u64);
         }
         let (topology, cache) = (self.topology, &self.cache);
-        let runs: Vec<(Time, Vec<(usize, u64, Time)>)> = jobs
+        let runs: Vec<(Time, Usage)> = jobs
             .par_iter()
             .map(|(_, key)| {
                 let result = sim::simulate(topology, &cache[key].schedule, &alone, &mut ())?;
