@@ -844,3 +844,39 @@ fn train_takes_a_gpu_systems_overrides_as_flags_or_file() {
     let err = refused(&run("switch:16", &["--nic", "2x25Gb"]));
     assert!(err.contains("--nic") && err.contains("switch:16"), "{err}");
 }
+
+/// The collectives a step times alone run on every thread; the result does not depend on how
+/// many: one thread and the default give the same summary, byte for byte.
+#[test]
+fn a_step_does_not_depend_on_the_thread_count() {
+    let path = model("gpt_1.7b.yaml");
+    let args = [
+        "train",
+        "--model",
+        &path,
+        "--topology",
+        "dgx-a100:2",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--global-batch",
+        "16",
+        "--micro-batch",
+        "1",
+        "--format",
+        "csv",
+    ];
+    let run = |threads: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_collsim"));
+        command.args(args);
+        if let Some(n) = threads {
+            command.env("RAYON_NUM_THREADS", n);
+        }
+        let out = command.output().expect("collsim runs");
+        assert!(out.status.success());
+        out.stdout
+    };
+    assert_eq!(run(Some("1")), run(None));
+    assert_eq!(run(Some("1")), run(Some("3")));
+}
