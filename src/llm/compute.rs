@@ -462,11 +462,11 @@ pub fn optimizer_bytes(half_gradients: bool, precision: Precision) -> f64 {
 /// Bytes of a weight's gradient as Megatron accumulates it over micro-batches and reduces it
 /// over the data-parallel group: FP32 in BF16 training ("bfloat16 requires gradient
 /// accumulation and all-reduce to be done in fp32", megatron/training/arguments.py, which sets
-/// `accumulate_allreduce_grads_in_fp32`) unless `--grad-reduce-in-bf16` asks for BF16
-/// (`bf16_reduce`); the half-precision parameters' own type in FP16 training (that flag's
-/// default off, Megatron-LM 2021 as the paper ran it).
-pub fn gradient_bytes(fp16: bool, bf16_reduce: bool) -> u64 {
-    if fp16 || bf16_reduce {
+/// `accumulate_allreduce_grads_in_fp32`; FP8 training is BF16 training here) unless
+/// `--grad-reduce-in-bf16` asks for BF16 (`bf16_reduce`); the half-precision parameters' own
+/// type in FP16 training (that flag's default off, Megatron-LM 2021 as the paper ran it).
+pub fn gradient_bytes(precision: Precision, bf16_reduce: bool) -> u64 {
+    if precision == Precision::Fp16 || bf16_reduce {
         2
     } else {
         4

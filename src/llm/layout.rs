@@ -202,7 +202,7 @@ impl Layout {
     /// Bytes of a weight's gradient as it is accumulated and reduced over the data-parallel
     /// group ([`compute::gradient_bytes`]).
     pub fn gradient_bytes(&self) -> u64 {
-        compute::gradient_bytes(self.precision == Precision::Fp16, self.grad_reduce_in_bf16)
+        compute::gradient_bytes(self.precision, self.grad_reduce_in_bf16)
     }
 
     pub fn gpus(&self) -> u64 {
