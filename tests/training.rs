@@ -281,6 +281,6 @@ fn laying_out_a_workload_counts_every_task() {
         ..options(Algorithm::Ring, 1)
     };
     let npus = t.active_npus();
-    collsim::workload::program::execute(&t, &program, &npus, &options, &mut ()).unwrap();
+    collsim::workload::execute(&t, &program, &npus, &options, &mut ()).unwrap();
     assert_eq!(steps.done(), tasks);
 }

@@ -13,7 +13,7 @@ use crate::report::{
 use crate::synth::SynthOptions;
 use crate::topology::{NodeId, Topology};
 use crate::units::parse_list;
-use crate::workload::{chakra, compare_with, load_workload, program, Breakdown, TrainOptions};
+use crate::workload::{chakra, compare_with, load_workload, Breakdown, TrainOptions};
 use crate::Error;
 
 #[derive(Args, Debug)]
@@ -227,8 +227,10 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         ..options
     };
     let runs = compare_with(&program.name, &algorithms, &options, |o| match o.progress {
-        Some(_) => program::execute(&topology, &program, &npus, o, &mut super::Progress::new()),
-        None => program::execute(&topology, &program, &npus, o, &mut ()),
+        Some(_) => {
+            crate::workload::execute(&topology, &program, &npus, o, &mut super::Progress::new())
+        }
+        None => crate::workload::execute(&topology, &program, &npus, o, &mut ()),
     })?;
     drop(heartbeat);
     let rows: Vec<Breakdown> = runs.iter().map(|r| r.breakdown.clone()).collect();

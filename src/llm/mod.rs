@@ -23,7 +23,7 @@ use crate::collective::CollectiveKind;
 use crate::nccl::{self, Launch};
 use crate::topology::{GpuSystem, NodeId, Topology};
 use crate::units::Time;
-use crate::workload::{program, Execution, SoloTimer, TrainOptions};
+use crate::workload::{Execution, SoloTimer, TrainOptions};
 use crate::Error;
 
 /// Times collectives inside one box of a GPU system, among all its GPUs, or along a rail (the
@@ -548,7 +548,7 @@ pub fn simulate(
     plan.check(gpus.len() as u64)?;
     let npus = plan.layout.placement.gpus_of_ranks(&plan.layout, &gpus);
     let program = pipeline::program_counted(plan, options.progress.as_deref());
-    let execution = program::execute(topology, &program, &npus, options, observer)?;
+    let execution = crate::workload::execute(topology, &program, &npus, options, observer)?;
     let slowest = &execution.ranks[execution.slowest];
     let step = slowest.breakdown.total;
     let secs = step.as_secs_f64().max(1e-12);

@@ -84,7 +84,8 @@ fn collectives_timed_alone_give_the_full_simulations_times() {
         p.layout.async_tp_allreduce = async_all_reduce;
         let program = pipeline::program(&p);
         let npus = topology.active_npus();
-        let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+        let fast =
+            crate::workload::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
         let tensor_groups = fast.timed_alone.iter().filter(|c| c.starts_with("tp"));
         assert_eq!(
             tensor_groups.count() as u64,
@@ -95,7 +96,8 @@ fn collectives_timed_alone_give_the_full_simulations_times() {
             serial_communicators: Default::default(),
             ..program
         };
-        let full = program::execute(&topology, &full_program, &npus, &options(), &mut ()).unwrap();
+        let full =
+            crate::workload::execute(&topology, &full_program, &npus, &options(), &mut ()).unwrap();
         assert!(full.timed_alone.is_empty());
         assert_eq!(fast.link_bytes, full.link_bytes);
         assert_eq!(fast.link_busy, full.link_busy);
@@ -455,7 +457,8 @@ fn shared_links_are_simulated() {
         let p = plan(tiny(4, 1), tp, 1, dp, 8);
         let program = pipeline::program(&p);
         let npus = topology.active_npus();
-        let run = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+        let run =
+            crate::workload::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
         assert!(run.timed_alone.is_empty(), "{spec}: {:?}", run.timed_alone);
     }
 }
@@ -645,12 +648,12 @@ fn context_parallelism_gathers_keys_and_values() {
     assert!(outcome.exposed[4].1 > Time::ZERO, "{:?}", outcome.exposed);
     let program = pipeline::program(&p);
     let npus = topology.active_npus();
-    let fast = program::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
+    let fast = crate::workload::execute(&topology, &program, &npus, &options(), &mut ()).unwrap();
     let full = Program {
         serial_communicators: Default::default(),
         ..program
     };
-    let full = program::execute(&topology, &full, &npus, &options(), &mut ()).unwrap();
+    let full = crate::workload::execute(&topology, &full, &npus, &options(), &mut ()).unwrap();
     for (a, b) in fast.ranks.iter().zip(&full.ranks) {
         assert_eq!(a.breakdown.total, b.breakdown.total, "rank {}", a.rank);
     }

@@ -18,11 +18,14 @@
 //! input-gradient compute and is waited for before layer 0's weight-gradient compute.
 
 pub mod chakra;
+mod emitter;
+pub mod execution;
 mod file;
 pub mod program;
 
+pub use execution::{execute, Execution, RankBreakdown, Span};
 pub use file::{load_workload, parse_astra, parse_yaml};
-pub use program::{Execution, Node, Program, RankBreakdown, Span, Task};
+pub use program::{Node, Program, Task};
 
 use std::collections::BTreeMap;
 
@@ -288,7 +291,7 @@ pub fn simulate_iteration(
 ) -> Result<Breakdown, Error> {
     let program = workload.program(topology)?;
     let npus = topology.active_npus();
-    Ok(program::execute(topology, &program, &npus, options, observer)?.breakdown)
+    Ok(execute(topology, &program, &npus, options, observer)?.breakdown)
 }
 
 /// One iteration per algorithm, run in parallel, in the order given: `run` executes one.
