@@ -28,25 +28,43 @@ enum State {
     Done,
 }
 
-/// Builds the schedule of a program: every node's completion as a schedule entry.
-pub(super) struct Emitter<'a> {
-    topology: &'a Topology,
-    program: &'a Program,
-    npus: &'a [NodeId],
-    options: &'a TrainOptions,
+/// What emitting a program leaves for running it: the schedule, and where each node sits in it.
+pub(super) struct Emitted {
     pub(super) schedule: Schedule,
     /// Per rank and node: the schedule entry whose completion is the node's.
     pub(super) end: Vec<Vec<TransferIndex>>,
     /// Per rank and communication node: the entry whose issue (its dependencies done) is when
     /// the communication began: a collective's start, a message (for its send and receive).
     pub(super) start: Vec<Vec<Option<TransferIndex>>>,
+    /// Per rank, its compute nodes in the order they ran.
+    pub(super) compute_order: Vec<Vec<u32>>,
+    /// The serial communicators found alone on their links, sorted.
+    pub(super) timed_alone: Vec<String>,
+    /// Bytes and busy time the collectives timed alone put on each link (they run as waits).
+    pub(super) solo_link_bytes: Vec<u64>,
+    pub(super) solo_link_busy: Vec<Time>,
+    pub(super) notes: Vec<String>,
+}
+
+/// Builds the schedule of a program: every node's completion as a schedule entry.
+struct Emitter<'a> {
+    topology: &'a Topology,
+    program: &'a Program,
+    npus: &'a [NodeId],
+    options: &'a TrainOptions,
+    schedule: Schedule,
+    /// Per rank and node: the schedule entry whose completion is the node's.
+    end: Vec<Vec<TransferIndex>>,
+    /// Per rank and communication node: the entry whose issue (its dependencies done) is when
+    /// the communication began: a collective's start, a message (for its send and receive).
+    start: Vec<Vec<Option<TransferIndex>>>,
     state: Vec<Vec<State>>,
     waiting: Vec<Vec<u32>>,
     /// Per rank, the nodes waiting for each node (compressed rows: node i's are
     /// `flat[offsets[i]..offsets[i + 1]]`).
     dependents: Vec<(Vec<u32>, Vec<u32>)>,
     /// Per rank, its compute nodes in the order they ran, and the last one's wait.
-    pub(super) compute_order: Vec<Vec<u32>>,
+    compute_order: Vec<Vec<u32>>,
     last_compute: Vec<Option<TransferIndex>>,
     /// Per communicator: members (ranks) and, per member, its collective nodes in order.
     communicators: BTreeMap<String, Communicator>,
@@ -59,15 +77,15 @@ pub(super) struct Emitter<'a> {
     cache: HashMap<CollectiveKey, Part>,
     /// Serial communicators alone on their links ([`Program::serial_communicators`]), and the
     /// time each of their collectives takes alone.
-    pub(super) solo: HashSet<String>,
+    solo: HashSet<String>,
     solo_times: HashMap<CollectiveKey, Time>,
     /// Per solo collective: the links it used alone, with their bytes and busy time.
     solo_usage: HashMap<CollectiveKey, Vec<(usize, u64, Time)>>,
     /// Bytes and busy time the solo collectives put on each link (they run as waits).
-    pub(super) solo_link_bytes: Vec<u64>,
-    pub(super) solo_link_busy: Vec<Time>,
+    solo_link_bytes: Vec<u64>,
+    solo_link_busy: Vec<Time>,
     unwound: synth::Unwound,
-    pub(super) notes: Vec<String>,
+    notes: Vec<String>,
     ready: VecDeque<(u32, u32)>,
 }
 
@@ -102,8 +120,31 @@ struct Channel {
     messages: Vec<Option<TransferIndex>>,
 }
 
+/// Emits `program`'s schedule, rank `r` on NPU `npus[r]`, or names a node that never runs.
+pub(super) fn emit(
+    topology: &Topology,
+    program: &Program,
+    npus: &[NodeId],
+    options: &TrainOptions,
+) -> Result<Emitted, Error> {
+    let mut emitter = Emitter::new(topology, program, npus, options)?;
+    emitter.run()?;
+    let mut timed_alone: Vec<String> = emitter.solo.into_iter().collect();
+    timed_alone.sort_unstable();
+    Ok(Emitted {
+        schedule: emitter.schedule,
+        end: emitter.end,
+        start: emitter.start,
+        compute_order: emitter.compute_order,
+        timed_alone,
+        solo_link_bytes: emitter.solo_link_bytes,
+        solo_link_busy: emitter.solo_link_busy,
+        notes: emitter.notes,
+    })
+}
+
 impl<'a> Emitter<'a> {
-    pub(super) fn new(
+    fn new(
         topology: &'a Topology,
         program: &'a Program,
         npus: &'a [NodeId],
@@ -257,7 +298,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// Emits every node in dependency order, or names one that never becomes ready.
-    pub(super) fn run(&mut self) -> Result<(), Error> {
+    fn run(&mut self) -> Result<(), Error> {
         self.find_solo()?;
         self.reserve_memory()?;
         for (r, counts) in self.waiting.iter().enumerate() {
@@ -820,7 +861,7 @@ fn check_peer(program: &Program, r: usize, node: &Node, peer: u32) -> Result<(),
 
 /// The dimensions `npus` (ascending) span when they are exactly the NPUs that differ from the
 /// first in those dimensions only, on a fault-free dimensional network.
-pub(crate) fn whole_dimensions(topology: &Topology, npus: &[NodeId]) -> Option<Range<usize>> {
+fn whole_dimensions(topology: &Topology, npus: &[NodeId]) -> Option<Range<usize>> {
     let dims = topology.dims();
     if dims.is_empty() || topology.active_npus().len() as u32 != topology.npus() {
         return None;

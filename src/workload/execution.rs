@@ -6,7 +6,7 @@
 //! dependencies that finished last (its kind, and its data- or model-parallel group), or idle
 //! when it waited for no communication.
 
-use super::emitter::Emitter;
+use super::emitter;
 use super::program::{Program, Task};
 use super::{Breakdown, TrainOptions};
 use crate::sim::{self, Observer, SimOptions};
@@ -74,18 +74,17 @@ pub fn execute(
     observer: &mut dyn Observer,
 ) -> Result<Execution, Error> {
     program.check_placement(npus)?;
-    let mut builder = Emitter::new(topology, program, npus, options)?;
-    builder.run()?;
+    let emitted = emitter::emit(topology, program, npus, options)?;
     let sim_options = SimOptions {
         record_transfers: true,
         ..options.sim.clone()
     };
-    let result = sim::simulate(topology, &builder.schedule, &sim_options, observer)?;
+    let result = sim::simulate(topology, &emitted.schedule, &sim_options, observer)?;
     let completed = &result.completed;
     let mut ranks = Vec::with_capacity(program.ranks.len());
     let mut timeline = Vec::new();
     for (r, nodes) in program.ranks.iter().enumerate() {
-        let ends = &builder.end[r];
+        let ends = &emitted.end[r];
         let keep_spans = options
             .timeline_ranks
             .as_ref()
@@ -110,14 +109,14 @@ pub fn execute(
         };
         let sum = &mut row.breakdown;
         let mut free = Time::ZERO;
-        for &i in &builder.compute_order[r] {
+        for &i in &emitted.compute_order[r] {
             let node = &nodes[i as usize];
             let Task::Compute { forward, .. } = node.task else {
                 unreachable!("the compute order holds compute nodes")
             };
             let wait = ends[i as usize];
             let (started, done) = (
-                result.issued(&builder.schedule, wait),
+                result.issued(&emitted.schedule, wait),
                 completed[wait as usize],
             );
             let stall = started - free.min(started);
@@ -151,9 +150,9 @@ pub fn execute(
                                 .copied();
                             let begun = match node.task {
                                 Task::Recv { .. } => {
-                                    let left = builder.start[r][e as usize]
+                                    let left = emitted.start[r][e as usize]
                                         .map_or(Time::ZERO, |s| {
-                                            result.issued(&builder.schedule, s)
+                                            result.issued(&emitted.schedule, s)
                                         });
                                     let left = left.clamp(from, until);
                                     row.bubble = row.bubble + (left - from);
@@ -204,7 +203,7 @@ pub fn execute(
             sum.total = sum.total.max(end);
             if keep_spans && node.task.is_communication() {
                 let start =
-                    builder.start[r][i].map_or(Time::ZERO, |s| result.issued(&builder.schedule, s));
+                    emitted.start[r][i].map_or(Time::ZERO, |s| result.issued(&emitted.schedule, s));
                 timeline.push(Span {
                     rank: r as u32,
                     name: node.name.clone(),
@@ -235,20 +234,18 @@ pub fn execute(
         .max_by_key(|&r| (ranks[r].breakdown.total, std::cmp::Reverse(r)))
         .expect("programs have ranks");
     let mut breakdown = ranks[slowest].breakdown.clone();
-    breakdown.notes = builder.notes;
-    let mut timed_alone: Vec<String> = builder.solo.iter().cloned().collect();
-    timed_alone.sort_unstable();
+    breakdown.notes = emitted.notes;
     let (mut link_bytes, mut link_busy) = (result.link_bytes, result.link_busy);
-    for (l, &b) in builder.solo_link_bytes.iter().enumerate() {
+    for (l, &b) in emitted.solo_link_bytes.iter().enumerate() {
         link_bytes[l] += b;
-        link_busy[l] = link_busy[l] + builder.solo_link_busy[l];
+        link_busy[l] = link_busy[l] + emitted.solo_link_busy[l];
     }
     Ok(Execution {
         breakdown,
         ranks,
         slowest,
         timeline,
-        timed_alone,
+        timed_alone: emitted.timed_alone,
         link_bytes,
         link_busy,
         link_max_queue: result.link_max_queue,
