@@ -477,6 +477,7 @@ impl Drop for Progress {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<(), Error> {
+    crate::report::check_progress_pace().map_err(Error::Input)?;
     match cli.command {
         Command::Simulate(args) => simulate::simulate(args),
         Command::Synthesize(args) => simulate::synthesize(args),

@@ -19,7 +19,10 @@ pub use parquet::{
 };
 pub use plot::{BarChart, LinePlot, Series};
 pub(crate) use progress::progress_bar;
-pub use progress::{Heartbeat, Milestones, ProgressLines, Steps};
+pub use progress::{
+    check_progress_pace, Heartbeat, Milestones, Pace, ProgressLines, Steps,
+    PROGRESS_SECONDS_VARIABLE,
+};
 pub use training::{
     breakdown_chart, timeline_chart, write_breakdown_csv, write_ranks_csv, write_timeline_json,
     BREAKDOWN_HEADER,

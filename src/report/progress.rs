@@ -2,8 +2,63 @@
 //! thread that prints them on a clock, and progress bars for terminals.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The environment variable that sets how soon the first progress line comes and how often the
+/// next ones do, in seconds: for logs that want a denser record, and for tests that must see a
+/// line from a run of a second or two.
+pub const PROGRESS_SECONDS_VARIABLE: &str = "COLLSIM_PROGRESS_SECONDS";
+
+/// When progress lines come: the first after `first`, the next every `every`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pace {
+    pub first: Duration,
+    pub every: Duration,
+}
+
+impl Pace {
+    /// The default: nothing for runs under 2 s, then a line every 5 s.
+    pub const DEFAULT: Pace = Pace {
+        first: Duration::from_secs(2),
+        every: Duration::from_secs(5),
+    };
+
+    /// The pace a value of [`PROGRESS_SECONDS_VARIABLE`] asks for (one positive number of seconds
+    /// for both the first delay and the gap), or why the value is not one.
+    pub fn parse(value: &str) -> Result<Pace, String> {
+        match value.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => {
+                let d = Duration::from_secs_f64(s);
+                Ok(Pace { first: d, every: d })
+            }
+            _ => Err(format!(
+                "{PROGRESS_SECONDS_VARIABLE}: expected a positive number of seconds (at most a \
+                 day), got {value:?}"
+            )),
+        }
+    }
+
+    /// The pace of this process: [`PROGRESS_SECONDS_VARIABLE`] when it is set and valid, else
+    /// the default ([`check_progress_pace`] refuses an invalid value before any work starts).
+    pub fn current() -> Pace {
+        static PACE: OnceLock<Pace> = OnceLock::new();
+        *PACE.get_or_init(|| {
+            std::env::var(PROGRESS_SECONDS_VARIABLE)
+                .ok()
+                .and_then(|v| Pace::parse(&v).ok())
+                .unwrap_or(Pace::DEFAULT)
+        })
+    }
+}
+
+/// Refuses a set but invalid [`PROGRESS_SECONDS_VARIABLE`], naming it.
+pub fn check_progress_pace() -> Result<(), String> {
+    match std::env::var_os(PROGRESS_SECONDS_VARIABLE) {
+        None => Ok(()),
+        Some(v) => Pace::parse(&v.to_string_lossy()).map(|_| ()),
+    }
+}
 
 /// A progress line for a log: `progress: <label>: k/total <what> (p%), N s`, and the time the
 /// rest takes at `rate` steps a second when known.
@@ -28,8 +83,9 @@ fn count_line(
 }
 
 /// Progress as plain lines on stderr when it is not a terminal (a Slurm log, `2>log`), where a
-/// bar cannot be drawn: nothing for the first 2 s, then a line at most every 5 s, with the time
-/// left at the rate since the first report (the phase may begin well after the lines are made).
+/// bar cannot be drawn: nothing for the first 2 s, then a line at most every 5 s ([`Pace`]), with
+/// the time left at the rate since the first report (the phase may begin well after the lines are
+/// made).
 pub struct ProgressLines {
     label: String,
     what: String,
@@ -70,9 +126,10 @@ impl ProgressLines {
             return;
         };
         let (since, from) = *last.first.get_or_insert((now, done));
+        let pace = Pace::current();
         let due = match last.printed {
-            None => elapsed >= 2.0,
-            Some(t) => now.duration_since(t).as_secs_f64() >= 5.0,
+            None => elapsed >= pace.first.as_secs_f64(),
+            Some(t) => now.duration_since(t) >= pace.every,
         };
         if due && total > 0 {
             last.printed = Some(now);
@@ -179,7 +236,7 @@ impl Steps {
 }
 
 /// While alive, and when stderr is not a terminal, prints `progress: <label>, N s` every 5 s
-/// after the first 2 s: the phases that count nothing (tree packing, scheduling) are not silent
+/// after the first 2 s ([`Pace`]): the phases that count nothing (tree packing, scheduling) are not silent
 /// in a log either. While its [`Steps`] count, it also says how many are done and about how long
 /// the rest will take at the rate so far: `progress: <label>: k/total <what> (p%), N s, about M s
 /// left`.
@@ -224,7 +281,8 @@ impl Heartbeat {
         let counted = Arc::clone(&steps);
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
-            let mut wait = std::time::Duration::from_secs(2);
+            let pace = Pace::current();
+            let mut wait = pace.first;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                 let elapsed = started.elapsed().as_secs_f64();
                 let phase = counted.phase.lock().ok().and_then(|p| p.clone());
@@ -235,7 +293,7 @@ impl Heartbeat {
                 } else {
                     eprintln!("progress: {label}, {elapsed:.0} s");
                 }
-                wait = std::time::Duration::from_secs(5);
+                wait = pace.every;
             }
         });
         Heartbeat {
@@ -272,6 +330,22 @@ pub(crate) fn progress_bar(len: u64, message: &str, what: &str) -> indicatif::Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_progress_pace_takes_one_positive_number_of_seconds() {
+        let half = Duration::from_millis(500);
+        assert_eq!(
+            Pace::parse(" 0.5 "),
+            Ok(Pace {
+                first: half,
+                every: half
+            })
+        );
+        for bad in ["0", "-1", "soon", "", "inf", "NaN", "1e9"] {
+            let err = Pace::parse(bad).unwrap_err();
+            assert!(err.starts_with("COLLSIM_PROGRESS_SECONDS: "), "{err}");
+        }
+    }
 
     #[test]
     fn progress_lines_say_the_time_left_at_the_rate_so_far() {

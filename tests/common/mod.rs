@@ -13,6 +13,16 @@ pub fn collsim(args: &[&str]) -> Output {
         .expect("collsim runs")
 }
 
+/// Runs the collsim binary with `args`, its progress lines (in a log: stderr is captured) due
+/// first after `seconds` and then every `seconds`, so a run of a second shows them.
+pub fn collsim_paced(args: &[&str], seconds: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collsim"))
+        .args(args)
+        .env("COLLSIM_PROGRESS_SECONDS", seconds)
+        .output()
+        .expect("collsim runs")
+}
+
 /// An empty folder named after `prefix` and `name`, removed with everything in it when the
 /// value is dropped (at the end of the test that made it, passed or failed).
 pub fn scratch(prefix: &str, name: &str) -> Scratch {
