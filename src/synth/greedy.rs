@@ -19,22 +19,22 @@
 //! its destination (by the links' delays), relaying through NPUs that do not want it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::FxHashMap;
 
 use super::network::Network;
 use crate::units::Time;
 use crate::Error;
 
+mod instants;
+mod problem;
 mod split;
 
-/// No transfer: the chunk was held from the start.
-pub(crate) const NONE: u32 = u32::MAX;
+use instants::Instants;
+pub(crate) use problem::{Holding, Members, Problem, Send, NONE};
 
 /// How many chunks that reached a link's source together a random choice looks at.
 const TIE_WINDOW: usize = 64;
@@ -56,114 +56,6 @@ const PREFETCH_FROM_SENDS: u64 = 5_500_000;
 /// how many of those its destination's claims are fetched for ([`State::prefetch_head_claims`]).
 const CLAIMS_SCANNED: usize = 8;
 const CLAIMS_AHEAD: usize = 3;
-
-/// Which NPUs must end up holding a chunk.
-#[derive(Clone, Debug)]
-pub(crate) enum Members {
-    All,
-    /// One flag per local NPU.
-    Some(Vec<bool>),
-}
-
-impl Members {
-    pub(crate) fn wants(&self, npu: u32) -> bool {
-        match self {
-            Members::All => true,
-            Members::Some(flags) => flags[npu as usize],
-        }
-    }
-}
-
-/// A chunk that `npu` holds from time `ready` on, before any matching.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Holding {
-    pub npu: u32,
-    pub chunk: u32,
-    pub ready: Time,
-}
-
-/// What to spread: chunk sizes, who holds what at first, who must get what.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Problem {
-    pub chunk_bytes: Vec<u64>,
-    /// Index into `groups` for each chunk.
-    pub chunk_group: Vec<u32>,
-    pub groups: Vec<Members>,
-    pub initial: Vec<Holding>,
-    /// Per chunk, its one destination (local NPU), or [`NONE`] when every member of its group
-    /// wants it. Empty when no chunk has a single destination.
-    pub dest: Vec<u32>,
-}
-
-impl Problem {
-    /// An all-gather of one `bytes` chunk per NPU among `npus`, chunk `v` held by NPU `v` from
-    /// the start for the first `held` (tests build what they need from it).
-    #[cfg(test)]
-    pub(crate) fn all_gather(npus: u32, bytes: u64, held: u32) -> Problem {
-        Problem {
-            chunk_bytes: vec![bytes; npus as usize],
-            chunk_group: vec![0; npus as usize],
-            groups: vec![Members::All],
-            initial: (0..held)
-                .map(|v| Holding {
-                    npu: v,
-                    chunk: v,
-                    ready: Time::ZERO,
-                })
-                .collect(),
-            dest: Vec::new(),
-        }
-    }
-
-    pub fn chunks(&self) -> u32 {
-        self.chunk_bytes.len() as u32
-    }
-
-    /// (NPU, chunk) pairs over `npus`: the claims' bits, and about the sends of a run.
-    pub fn pairs(&self, npus: u32) -> u64 {
-        npus as u64 * self.chunks() as u64
-    }
-
-    /// The single destination of a chunk that has one.
-    fn unicast(&self, chunk: u32) -> Option<u32> {
-        self.dest
-            .get(chunk as usize)
-            .copied()
-            .filter(|&d| d != NONE)
-    }
-
-    /// True when every NPU must get every chunk (an all-gather): no groups, no single
-    /// destinations, so whether a copy is of use is one claims bit.
-    fn copies_to_all(&self) -> bool {
-        self.dest.is_empty() && matches!(self.groups[..], [Members::All])
-    }
-
-    fn member(&self, npu: u32, chunk: u32) -> bool {
-        if let [Members::All] = self.groups[..] {
-            return true;
-        }
-        self.groups[self.chunk_group[chunk as usize] as usize].wants(npu)
-    }
-
-    /// True when `npu` must end up holding `chunk`.
-    pub(crate) fn wants(&self, npu: u32, chunk: u32) -> bool {
-        match self.unicast(chunk) {
-            Some(d) => d == npu,
-            None => self.member(npu, chunk),
-        }
-    }
-}
-
-/// One matched send: `chunk` over network link `link` from `start`, arriving at `arrive`, after
-/// send `via` brought the chunk to the link's source (`NONE`: it was there from the start).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Send {
-    pub link: u32,
-    pub chunk: u32,
-    pub via: u32,
-    pub start: Time,
-    pub arrive: Time,
-}
 
 /// A chunk that reached an NPU, which its outgoing links may pass on.
 #[derive(Clone, Copy, Debug)]
@@ -199,228 +91,6 @@ pub(crate) fn trial_rng(seed: u64, stream: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(stream);
     rng
-}
-
-/// How many delays [`Instants`] remembers the lanes of, past the map: each send schedules its
-/// link's freeing and its arrival, at one of two delays each where chunks come in two sizes a
-/// byte apart.
-const RECENT_DELAYS: usize = 8;
-
-/// The bit that keeps the lanes of relayed events ([`Instants::push_relayed`]) apart from the
-/// others: no delay comes near it (2^63 ps is three months).
-const RELAYED_LANES: u64 = 1 << 63;
-
-/// The largest batch of events [`Instants::recycle`] keeps for reuse.
-const KEPT_BATCH_EVENTS: usize = 256;
-
-/// An event waiting in [`Instants`], with its instant and its place in the order of pushes.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    time: Time,
-    pushed: u64,
-    event: Event,
-}
-
-impl Pending {
-    fn key(&self) -> (Time, u64) {
-        (self.time, self.pushed)
-    }
-}
-
-/// Pending events, popped an instant at a time, each instant's in the order they were pushed.
-/// Every event is pushed a fixed delay after the instant being handled (a link kind's freeing or
-/// arrival delay for one of the chunk sizes; a handful of delays in all), so the events of one
-/// delay come in time order: each delay has a first-in first-out lane, and a heap over the
-/// lanes' first events merges them. Chunks of two sizes a byte apart drift apart in time, so a
-/// large mesh has tens of millions of instants of a few events each (13.4M for 100M sends on a
-/// 100x100 mesh): a heap of instants with a hash map from instant to batch, read at scattered
-/// places, was a seventh of the greedy's profile there; with lanes the whole synthesis took
-/// 4-5% less time (2026-11-26).
-///
-/// Not the simulator's [`crate::sim::LaneQueue`]: that one keys a push's lane by the time since
-/// its own last pop, which [`Instants::peek`] moves ahead of the instant being handled, so the
-/// greedy's few delays no longer map to few lanes. Built on it, mesh 200x200 reached 6% fewer
-/// sends in 182 s than with these lanes, in both launch orders (2026-11-26, two builds run
-/// together).
-struct Instants {
-    /// The instant popped last: pushes are at it or later.
-    now: Time,
-    /// Pushes so far.
-    pushed: u64,
-    /// Per delay, its events in time order.
-    lanes: Vec<VecDeque<Pending>>,
-    /// The lane of each delay seen.
-    lane_of: FxHashMap<Time, usize>,
-    /// The delays pushed at last ([`Time::MAX`]: none) and their lanes.
-    recent: [(Time, usize); RECENT_DELAYS],
-    /// The entry of `recent` a new delay replaces.
-    replaced_next: usize,
-    /// The first event of each lane that has one, earliest on top.
-    heads: BinaryHeap<Reverse<(Time, u64, usize)>>,
-    /// Events taken from the lanes, in order, before all still in a lane: those a peek
-    /// ([`Instants::peek`]) has looked at.
-    front: VecDeque<Pending>,
-    /// Emptied batches, kept for their allocations.
-    spare: Vec<Vec<Event>>,
-}
-
-impl Default for Instants {
-    fn default() -> Self {
-        Instants {
-            now: Time::ZERO,
-            pushed: 0,
-            lanes: Vec::new(),
-            lane_of: FxHashMap::default(),
-            recent: [(Time::MAX, 0); RECENT_DELAYS],
-            replaced_next: 0,
-            heads: BinaryHeap::new(),
-            front: VecDeque::new(),
-            spare: Vec::new(),
-        }
-    }
-}
-
-impl Instants {
-    #[inline(always)]
-    fn push(&mut self, time: Time, event: Event) {
-        self.push_in_lane(Time(time.0 - self.now.0), time, event);
-    }
-
-    /// Pushes an event another worker decided at its instant `made` ([`split`]): those come in
-    /// a batch between windows, each in time order within its delay since `made`, but not
-    /// among the events pushed here, so they have lanes of their own.
-    fn push_relayed(&mut self, made: Time, time: Time, event: Event) {
-        self.push_in_lane(Time((time.0 - made.0) | RELAYED_LANES), time, event);
-    }
-
-    /// The instant of the earliest pending event.
-    fn next_time(&self) -> Option<Time> {
-        match self.front.front() {
-            Some(p) => Some(p.time),
-            None => self.heads.peek().map(|Reverse((time, _, _))| *time),
-        }
-    }
-
-    /// Pushes `event` at `time` into the lane of `delay` (the events of one lane are pushed in
-    /// time order).
-    #[inline(always)]
-    fn push_in_lane(&mut self, delay: Time, time: Time, event: Event) {
-        debug_assert!(time < Time::MAX, "an event at the end of time");
-        debug_assert!(
-            time >= self.now,
-            "an event before the instant being handled"
-        );
-        let pending = Pending {
-            time,
-            pushed: self.pushed,
-            event,
-        };
-        self.pushed += 1;
-        if self.front.back().is_some_and(|last| time < last.time) {
-            // Before events already taken from the lanes: in its place among them.
-            let at = self.front.partition_point(|p| p.key() <= pending.key());
-            self.front.insert(at, pending);
-            return;
-        }
-        let lane = match self.recent.iter().find(|&&(d, _)| d == delay) {
-            Some(&(_, lane)) => lane,
-            None => {
-                let next = self.lanes.len();
-                let lane = *self.lane_of.entry(delay).or_insert(next);
-                if lane == next {
-                    self.lanes.push(VecDeque::new());
-                }
-                self.recent[self.replaced_next] = (delay, lane);
-                self.replaced_next = (self.replaced_next + 1) % RECENT_DELAYS;
-                lane
-            }
-        };
-        debug_assert!(
-            self.lanes[lane].back().is_none_or(|last| last.time <= time),
-            "a lane's events pushed out of time order"
-        );
-        if self.lanes[lane].is_empty() {
-            self.heads.push(Reverse((time, pending.pushed, lane)));
-        }
-        self.lanes[lane].push_back(pending);
-    }
-
-    /// The earliest event still in a lane, taken out.
-    #[inline(always)]
-    fn take_from_lanes(&mut self) -> Option<Pending> {
-        let Reverse((_, _, lane)) = self.heads.pop()?;
-        let pending = self.lanes[lane]
-            .pop_front()
-            .expect("a lane on the heap has events");
-        if let Some(next) = self.lanes[lane].front() {
-            self.heads.push(Reverse((next.time, next.pushed, lane)));
-        }
-        Some(pending)
-    }
-
-    /// The earliest pending event, taken out.
-    fn take(&mut self) -> Option<Pending> {
-        self.front.pop_front().or_else(|| self.take_from_lanes())
-    }
-
-    /// The earliest instant and its events, in the order they were pushed.
-    fn pop(&mut self) -> Option<(Time, Vec<Event>)> {
-        let first = self.take()?;
-        let mut batch = self.spare.pop().unwrap_or_default();
-        batch.push(first.event);
-        loop {
-            match self.take() {
-                Some(p) if p.time == first.time => batch.push(p.event),
-                Some(later) => {
-                    self.front.push_front(later);
-                    break;
-                }
-                None => break,
-            }
-        }
-        self.now = first.time;
-        Some((first.time, batch))
-    }
-
-    /// The next `count` events after the instant popped last (fewer if fewer are pending), in
-    /// the order they will be handled, read in place.
-    fn peek(&mut self, count: usize) -> Upcoming<'_> {
-        while self.front.len() < count {
-            match self.take_from_lanes() {
-                Some(p) => self.front.push_back(p),
-                None => break,
-            }
-        }
-        let (first, second) = self.front.as_slices();
-        let first = &first[..count.min(first.len())];
-        let second = &second[..(count - first.len()).min(second.len())];
-        Upcoming { first, second }
-    }
-
-    /// Returns an emptied batch for reuse, unless it is large: the first instants of a big
-    /// mesh hold thousands of events each, and batches kept at that size for the few dozen of
-    /// the instants after them would hold memory for nothing.
-    fn recycle(&mut self, batch: Vec<Event>) {
-        if batch.capacity() <= KEPT_BATCH_EVENTS {
-            self.spare.push(batch);
-        }
-    }
-}
-
-/// The events to come, in the order they will be handled ([`Instants::peek`]).
-struct Upcoming<'a> {
-    first: &'a [Pending],
-    second: &'a [Pending],
-}
-
-impl Upcoming<'_> {
-    /// The `i`-th event to come, if peeked.
-    fn get(&self, i: usize) -> Option<Event> {
-        match self.first.get(i) {
-            Some(p) => Some(p.event),
-            None => self.second.get(i - self.first.len()).map(|p| p.event),
-        }
-    }
 }
 
 /// How many of an NPU's outgoing links have a bit in [`Candidate::wanted`].
@@ -869,7 +539,7 @@ impl State<'_> {
     fn match_into(
         &mut self,
         dst: u32,
-        events: &mut Instants,
+        events: &mut Instants<Event>,
         now: Time,
         links: &mut Vec<u32>,
         rng: &mut ChaCha8Rng,
@@ -1225,7 +895,7 @@ fn undeliverable(net: &Network, npu: u32, chunk: u32) -> Error {
 /// A run's state and its pending events, stepped an instant at a time.
 struct Matching<'a> {
     state: State<'a>,
-    pending: Instants,
+    pending: Instants<Event>,
     /// Scratch for the links into one NPU.
     links: Vec<u32>,
     /// How many steps the fetching ahead takes for events and for matching (none on small runs).
@@ -1338,147 +1008,4 @@ impl<'a> Matching<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-    use std::collections::BTreeMap;
-
-    /// The events a peek asking for `count` events sees, in order.
-    fn peeked(instants: &mut Instants, count: usize) -> Vec<Event> {
-        let upcoming = instants.peek(count);
-        (0..).map_while(|i| upcoming.get(i)).collect()
-    }
-
-    /// Instants pop in time order, each with its events in the order they were pushed, whatever
-    /// mix of remembered, mapped and new delays the pushes have, before or among the events a
-    /// peek looked at (checked against a map of lists).
-    #[test]
-    fn instants_pop_in_time_order_with_events_in_push_order() {
-        let mut rng = ChaCha8Rng::seed_from_u64(29);
-        let mut instants = Instants::default();
-        let mut expected: BTreeMap<Time, Vec<Event>> = BTreeMap::new();
-        let mut now = 0u64;
-        for round in 0..2000u32 {
-            for _ in 0..rng.random_range(0..6) {
-                let delays = [0, 1, 2, 2, 5, 9, 11, 13, 17, 19, 23];
-                let time = Time(now + delays[rng.random_range(0..delays.len())]);
-                let event = Event::LinkFree { link: round };
-                instants.push(time, event);
-                expected.entry(time).or_default().push(event);
-            }
-            if rng.random_bool(0.3) {
-                // A peek moves the next instants to the front; pushes before them go there.
-                let count = rng.random_range(1..8);
-                let seen = peeked(&mut instants, count);
-                let mut next = expected.values().flatten().copied();
-                assert!(seen.iter().all(|&event| next.next() == Some(event)));
-            }
-            if rng.random_bool(0.6) {
-                let popped = instants.pop();
-                assert_eq!(popped, expected.pop_first());
-                if let Some((time, mut batch)) = popped {
-                    now = time.0;
-                    batch.clear();
-                    instants.recycle(batch);
-                }
-            }
-        }
-        while let Some(popped) = instants.pop() {
-            assert_eq!(Some(popped), expected.pop_first());
-        }
-        assert!(expected.is_empty());
-    }
-
-    /// Sends are numbered in 32 bits: a problem is refused when the copies it needs, less those
-    /// held from the start, pass [`MAX_SENDS`], and not at it.
-    #[test]
-    fn copies_past_the_send_numbers_are_refused_at_the_boundary() {
-        let n = 1 << 16;
-        let problem = |held| Problem::all_gather(n, 1, held);
-        // 2^16 NPUs each wanting 2^16 chunks: 2^32 copies, one more than can be numbered.
-        assert!(ensure_send_ids(n, &problem(0)).is_err());
-        assert!(ensure_send_ids(n, &problem(1)).is_ok());
-        // A 256x256 mesh's all-gather: every chunk held by one NPU from the start.
-        assert!(ensure_send_ids(n, &problem(n)).is_ok());
-        assert!(ensure_send_ids(n + 1, &problem(0)).is_err());
-    }
-
-    /// A link's rank among its source's outgoing links is its bit in a log entry's record of
-    /// the links it was of use to; links past the 32nd have no bit and check every entry.
-    #[test]
-    fn links_past_the_32nd_check_every_chunk() {
-        let entry = |wanted| Candidate {
-            instant: 0,
-            chunk: 0,
-            via: NONE,
-            wanted,
-        };
-        let queue = |rank| Queue {
-            src: 0,
-            dst: 1,
-            cursor: 0,
-            free: true,
-            crosses: false,
-            rank,
-        };
-        assert!(queue(0).may_want(&entry(1)));
-        assert!(!queue(0).may_want(&entry(2)));
-        assert!(queue(31).may_want(&entry(1 << 31)));
-        assert!(!queue(31).may_want(&entry(!(1 << 31))));
-        assert!(queue(32).may_want(&entry(0)));
-        assert_eq!(queue(5).wanted_bit(), 1 << 5);
-        assert_eq!(queue(32).wanted_bit(), 0);
-    }
-
-    /// Events relayed from another worker, pushed between windows at their own instants and
-    /// delays, pop among the others in time order, each instant's in push order.
-    #[test]
-    fn relayed_events_pop_among_the_others_in_time_order() {
-        let mut instants = Instants::default();
-        let event = |link| Event::LinkFree { link };
-        instants.push(Time(10), event(0));
-        instants.push(Time(30), event(1));
-        // In the order the other worker made them: at 1 with a delay of 29, at 2 and 4 with a
-        // delay of 8 (lanes of their own, whatever instant this worker is at).
-        instants.push_relayed(Time(1), Time(30), event(4));
-        instants.push_relayed(Time(2), Time(10), event(3));
-        instants.push_relayed(Time(4), Time(12), event(2));
-        assert_eq!(instants.next_time(), Some(Time(10)));
-        let order: Vec<(Time, Vec<Event>)> = std::iter::from_fn(|| instants.pop()).collect();
-        assert_eq!(
-            order,
-            [
-                (Time(10), vec![event(0), event(3)]),
-                (Time(12), vec![event(2)]),
-                (Time(30), vec![event(1), event(4)]),
-            ]
-        );
-        assert_eq!(instants.next_time(), None);
-    }
-
-    /// A peek sees the next events in the order they will be handled, as many as asked for or
-    /// as are pending, and leaves them pending.
-    #[test]
-    fn a_peek_sees_the_events_to_come_in_order() {
-        let mut instants = Instants::default();
-        let event = |link| Event::LinkFree { link };
-        for (time, link) in [(5, 0), (3, 1), (9, 2), (3, 3), (5, 4), (1, 5)] {
-            instants.push(Time(time), event(link));
-        }
-        // In order: 5 | 1, 3 | 0, 4 | 2.
-        assert_eq!(peeked(&mut instants, 1), [event(5)]);
-        assert_eq!(peeked(&mut instants, 2), [event(5), event(1)]);
-        assert_eq!(peeked(&mut instants, 10).len(), 6);
-        // An instant earlier than those peeked at comes in its place.
-        instants.push(Time(4), event(6));
-        assert_eq!(
-            peeked(&mut instants, 4),
-            [event(5), event(1), event(3), event(6)]
-        );
-        let (time, batch) = instants.pop().unwrap();
-        assert_eq!((time, batch), (Time(1), vec![event(5)]));
-        assert_eq!(peeked(&mut instants, 2), [event(1), event(3)]);
-        let order: Vec<Time> = std::iter::from_fn(|| instants.pop().map(|(t, _)| t)).collect();
-        assert_eq!(order, [Time(3), Time(4), Time(5), Time(9)]);
-    }
-}
+mod tests;
