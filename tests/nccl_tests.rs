@@ -165,6 +165,60 @@ fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> Strin
     )
 }
 
+/// nccl-tests' `-f 1 -i BYTES` (or `-i` alone) steps sizes by an increment; `-o` names the
+/// reduction, which NCCL's choice and time do not depend on (its cost model has no term for it);
+/// a step that would make more sizes than a table holds, `-f 0` and an unknown reduction are
+/// refused in one line.
+#[test]
+fn sizes_step_by_an_increment_and_the_reduction_is_named() {
+    let column = |csv: &str, name: &str| -> Vec<String> {
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let at = header.iter().position(|h| *h == name).unwrap();
+        lines
+            .map(|l| l.split(',').nth(at).unwrap().to_string())
+            .collect()
+    };
+    let sizes = ["1048576", "2097152", "3145728", "4194304"];
+    for step in [&["-f", "1", "-i", "1M"][..], &["-i", "1M"]] {
+        let mut args = vec!["-b", "1M", "-e", "4M"];
+        args.extend_from_slice(step);
+        assert_eq!(column(&all_reduce_csv("dgx-a100:1", &args), "size"), sizes);
+    }
+    // A factor above 1 wins over -i, as in nccl-tests.
+    let both = all_reduce_csv(
+        "dgx-a100:1",
+        &["-b", "1M", "-e", "4M", "-f", "2", "-i", "1M"],
+    );
+    assert_eq!(column(&both, "size"), ["1048576", "2097152", "4194304"]);
+    let sum = all_reduce_csv("dgx-a100:1", &["-b", "1M", "-e", "4M"]);
+    let max = all_reduce_csv("dgx-a100:1", &["-b", "1M", "-e", "4M", "-o", "max"]);
+    assert!(column(&max, "redop").iter().all(|r| r == "max"));
+    assert_eq!(column(&sum, "time_us"), column(&max, "time_us"));
+    let gather = stdout_of(&[
+        "nccl-tests",
+        "all_gather",
+        "--topology",
+        "dgx-a100:1",
+        "-o",
+        "max",
+        "--format",
+        "csv",
+    ]);
+    assert!(column(&gather, "redop").iter().all(|r| r == "none"));
+    for (bad, names) in [
+        (&["-b", "8", "-e", "8G", "-i", "1"][..], "-i 1"),
+        (&["-f", "0"], "-f 0"),
+        (&["-o", "all"], "-o 'all'"),
+        (&["-i", "0"], "-i 0"),
+    ] {
+        let mut args = vec!["nccl-tests", "all_reduce", "--topology", "dgx-a100:1"];
+        args.extend_from_slice(bad);
+        let err = refused(&collsim(&args));
+        assert!(err.contains(names), "{err}");
+    }
+}
+
 /// NVLS runs Simple's primitives: each loop a GPU's scatter posts one chunk of every head and
 /// waits NCCL's step latency (L = 3.4 us) before the next, so its link moves a loop of c us in
 /// c + L. On a B200 box (24 NVLS channels, 18 x 40.1 GB/s x 0.74 a GPU) the chunk is 64 KiB at

@@ -34,9 +34,18 @@ pub struct NcclTestsArgs {
     /// Largest size (-e) [default: 32M, or the log's sizes as for -b]
     #[arg(short = 'e', long = "maxbytes")]
     pub max_bytes: Option<String>,
-    /// Factor between sizes (-f)
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub factor: u64,
+    /// Factor between sizes (-f); 1 steps by -i instead, as nccl-tests does [default: 2, or 1
+    /// when only -i is given]
+    #[arg(short = 'f', long = "stepfactor")]
+    pub factor: Option<u64>,
+    /// Increment between sizes when -f is 1 (nccl-tests' -i) [default: 1M]
+    #[arg(short = 'i', long = "stepbytes")]
+    pub step_bytes: Option<String>,
+    /// Reduction of all_reduce, reduce_scatter and reduce (-o): sum, prod, min, max or avg.
+    /// NCCL's choice and its kernels' time do not depend on it (its cost model has no term for
+    /// the operation); it names the table's redop column
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub reduction: String,
     /// Data type (-d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
@@ -48,8 +57,8 @@ pub struct NcclTestsArgs {
     #[arg(long)]
     pub compare: Option<PathBuf>,
     /// Results folder for nccl_tests.csv and, with --compare, busbw.png/.svg (predicted and
-    /// measured bus bandwidth over size); made if missing, must be empty unless --force. (No
-    /// `-o`: nccl-tests' `-o` is the reduction.)
+    /// measured bus bandwidth over size); made if missing, must be empty unless --force (`-o`
+    /// is nccl-tests' reduction, as there)
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Write into a non-empty --out folder, first removing what collsim wrote there before
@@ -182,9 +191,21 @@ struct Line {
 /// nccl-tests' own -b and -e.
 const DEFAULT_BYTES: &str = "32M";
 
-/// nccl-tests' sizes from `min` to `max` by `factor`, each rounded down to a multiple of
-/// `align` (whole elements per rank), repeats dropped.
-fn sweep(min: u64, max: u64, factor: u64, align: u64) -> Vec<u64> {
+/// How nccl-tests steps from one size to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Times a factor (`-f`).
+    Factor(u64),
+    /// Plus an increment (`-f 1 -i BYTES`).
+    Bytes(u64),
+}
+
+/// The most sizes one table runs: an increment that would make more is refused.
+const MAX_SIZES: u64 = 100_000;
+
+/// nccl-tests' sizes from `min` to `max` by `step`, each rounded down to a multiple of `align`
+/// (whole elements per rank), repeats dropped.
+fn sweep(min: u64, max: u64, step: Step, align: u64) -> Vec<u64> {
     let mut sizes = Vec::new();
     let mut size = min;
     while size <= max {
@@ -192,13 +213,47 @@ fn sweep(min: u64, max: u64, factor: u64, align: u64) -> Vec<u64> {
         if aligned > 0 && sizes.last() != Some(&aligned) {
             sizes.push(aligned);
         }
-        size = match size.checked_mul(factor) {
+        let next = match step {
+            Step::Factor(factor) => size.checked_mul(factor),
+            Step::Bytes(bytes) => size.checked_add(bytes),
+        };
+        size = match next {
             Some(s) => s,
             None => break,
         };
     }
     sizes
 }
+
+/// The step of `-f` and `-i` as nccl-tests reads them: a factor above 1 wins; `-f 1` (or `-i`
+/// alone) steps by `-i`, 1M unless given.
+fn size_step(args: &NcclTestsArgs, min: u64, max: u64) -> Result<Step, Error> {
+    let bytes = args
+        .step_bytes
+        .as_deref()
+        .map(|t| nccl_size(t, "-i"))
+        .transpose()?;
+    let factor = args.factor.unwrap_or(if bytes.is_some() { 1 } else { 2 });
+    let step = match (factor, bytes) {
+        (0, _) => return Err(Error::input("-f 0: the factor must be at least 1")),
+        (1, bytes) => Step::Bytes(bytes.unwrap_or(1 << 20)),
+        (f, _) => Step::Factor(f),
+    };
+    if let Step::Bytes(b) = step {
+        if b == 0 {
+            return Err(Error::input("-i 0: the increment must be positive"));
+        }
+        if (max - min) / b >= MAX_SIZES {
+            return Err(Error::input(format!(
+                "-b {min} -e {max} -i {b}: more than {MAX_SIZES} sizes; use a larger -i or -f 2"
+            )));
+        }
+    }
+    Ok(step)
+}
+
+/// nccl-tests' names of the reductions `-o` takes.
+const REDUCTIONS: [&str; 5] = ["sum", "prod", "min", "max", "avg"];
 
 pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     let kind = log::kind(&args.op)?;
@@ -214,8 +269,12 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             "-b {min_text} -e {max_text}: sizes must be positive and -e at least -b"
         )));
     }
-    if args.factor < 2 {
-        return Err(Error::input("-f must be at least 2"));
+    let step = size_step(&args, min, max)?;
+    if !REDUCTIONS.contains(&args.reduction.as_str()) {
+        return Err(Error::input(format!(
+            "-o '{}': expected sum, prod, min, max or avg",
+            args.reduction
+        )));
     }
     if kind.is_rooted() && args.root >= gpus {
         return Err(Error::input(format!(
@@ -250,7 +309,7 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             sizes.dedup();
             sizes
         }
-        _ => sweep(min, max, args.factor, align),
+        _ => sweep(min, max, step, align),
     };
     use std::io::IsTerminal;
     let progress = sizes.len() > 8 && std::io::stderr().is_terminal();
@@ -286,7 +345,9 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         -1
     };
     let redop = match kind {
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => "sum",
+        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
+            args.reduction.as_str()
+        }
         _ => "none",
     };
     let compare = measured.is_some();
