@@ -84,7 +84,7 @@ pub fn bounds_counted(
 /// all-reduce is both. Broadcast and reduce are limited by the smallest root cut (Edmonds); gather
 /// by the cuts around the root (its shards must all get in), scatter the same reversed. The
 /// ratio is found exactly ([`crate::forest::rate`]), so it is the very rate ForestColl's trees
-/// reach. All-to-all takes the groups the links join ([`all_to_all_cut_bound`]). None when the
+/// reach. All-to-all takes the groups the links join (`all_to_all_cut_bound`). None when the
 /// work would exceed `budget`.
 pub fn cut_bound(topology: &Topology, c: &Collective, budget: Option<u64>) -> Option<Time> {
     cut_bound_counted(topology, c, budget, None)

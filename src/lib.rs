@@ -116,11 +116,11 @@ impl Error {
     }
 }
 
-/// Readers of untrusted binary input running now (see [`read_untrusted`]).
+/// Readers of untrusted binary input running now (see `read_untrusted`).
 static UNTRUSTED_READERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Whether a reader of untrusted binary input is running: a panic then is the file's fault, and
-/// the binary's panic hook lets [`read_untrusted`] turn it into an input error.
+/// the binary's panic hook lets `read_untrusted` turn it into an input error.
 pub fn reading_untrusted() -> bool {
     UNTRUSTED_READERS.load(std::sync::atomic::Ordering::SeqCst) > 0
 }

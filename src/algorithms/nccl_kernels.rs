@@ -200,7 +200,7 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
 }
 
 /// Tree all-reduce: per channel, a chain in each box from the channel's head GPU, and a binary
-/// tree over the boxes' heads ([`channel_tree`]). As NCCL duplicates its tree channels, the
+/// tree over the boxes' heads (`channel_tree`). As NCCL duplicates its tree channels, the
 /// communicator's `comm_channels` come in two halves over the same heads (channel `ch` heads
 /// from local GPU `(ch mod half) mod G`): the first half runs NCCL's binary tree across boxes,
 /// the second its mirror, so a head's NIC is an inner node in one and a leaf in the other.

@@ -83,6 +83,8 @@ pub struct TopologyArgs {
     /// YAML file (collsim or ASTRA-sim form) or inline spec: ring:8, uring:8, fc:8, switch:16,
     /// mesh:8x8, torus:4x4x4, hypercube:6, dims:ring4,fc8, dgx1, dragonfly:GxA, spineleaf:LxSxH[xG],
     /// fattree:K, rail:BxG, bigraph:MxN
+    // `[xG]` is the help's notation for an optional part, not a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, short = 't')]
     pub topology: String,
     /// Link bandwidth per direction, one value or one per dimension (e.g. 50GB/s, 50GiB/s, 400Gbps)

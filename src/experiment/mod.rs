@@ -1,5 +1,5 @@
 //! One run end to end: build the topology, produce the schedule, simulate, summarise, write outputs.
-//! The command line, sweeps and experiment files all go through [`execute`]; [`batch`] runs many
+//! The command line, sweeps and experiment files all go through [`execute`]; `batch` runs many
 //! of them from an [`Experiment`].
 
 mod batch;

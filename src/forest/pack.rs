@@ -20,7 +20,7 @@
 //!
 //! Tests are skipped where the result can be checked instead: a first run grows every class a
 //! layer at a time with no test at all (and, where that strands a class, hands it an arc another
-//! class can leave for a spare one: [`Packer::exchange`]), a second trusts the pool when its
+//! class can leave for a spare one: `Packer::exchange`), a second trusts the pool when its
 //! sets all leave room, and a third tests every arc. Each run is exact whenever it completes
 //! (every class spans, no arc over its capacity); where one strands a class, the next starts
 //! over. The first completes where only single nodes are tight (NPUs behind a switch per

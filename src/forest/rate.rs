@@ -78,7 +78,7 @@ pub struct Network {
 impl Network {
     /// Capacities are the bandwidths divided by their greatest common divisor (in B/s, or mB/s
     /// when some bandwidth is fractional), so `300GB/s` and `25GB/s` become 12 and 1. Ratios too
-    /// large for [`MAX_CAPACITY`] are rounded, and `rounded` says so.
+    /// large for `MAX_CAPACITY` are rounded, and `rounded` says so.
     pub fn new(topology: &Topology, reversed: bool) -> Network {
         let bps: Vec<f64> = topology
             .links()

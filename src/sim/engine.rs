@@ -13,7 +13,7 @@ use crate::Error;
 /// the queue moves every event a few times, and its traffic was the engine's largest cost.
 ///
 /// Bits 62-63 are the kind; an arrival carries its transfer (bits 0-31) and the link it goes on
-/// to (bits 32-61, [`Event::AT_DESTINATION`] where it has arrived), worked out as the transfer
+/// to (bits 32-61, `Event::AT_DESTINATION` where it has arrived), worked out as the transfer
 /// starts the hop, its record at hand: an arrival that joins a busy link's queue then reads
 /// nothing but that link's state (where it read the transfer's record, then the link's, one miss
 /// behind the other).
@@ -37,7 +37,7 @@ pub enum EventKind {
     Issue,
 }
 
-/// Links an [`Event`] can name: 30 bits, one value taken by [`Event::AT_DESTINATION`].
+/// Links an [`Event`] can name: 30 bits, one value taken by `Event::AT_DESTINATION`.
 pub const MAX_LINKS: usize = (1 << 30) - 1;
 
 impl Event {

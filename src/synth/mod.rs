@@ -2,7 +2,7 @@
 //! over a time-expanded network. A producer of the schedule IR like the baselines; what it
 //! produces is validated and simulated like any other schedule.
 //!
-//! All-gather and broadcast spread chunks forward ([`greedy::run`]). Reduce-scatter and reduce
+//! All-gather and broadcast spread chunks forward (`greedy::run`). Reduce-scatter and reduce
 //! are the same spreading on the transposed network, run backwards in time with reductions.
 //! All-reduce is reduce-scatter, then all-gather of each piece from the moment its reduction is
 //! done. Several collectives at once are matched together, sharing the links.
@@ -491,7 +491,7 @@ pub fn synthesize(
 
 /// [`synthesize`] without a sketch, on networks already unwound from `topology`: planned on
 /// switch hierarchies (by symmetry, or port by port from the root of a rooted collective; up to
-/// [`symmetric::SEARCHED_UP_TO`] NPUs, and for the integer program, beside the search over
+/// `symmetric::SEARCHED_UP_TO` NPUs, and for the integer program, beside the search over
 /// unwindings, the faster simulated schedule kept), else the search ([`synthesize_unwound`]).
 pub fn synthesize_cached(
     topology: &Topology,
