@@ -268,7 +268,7 @@ fn bad_layouts_exit_2_naming_the_constraint() {
 }
 
 /// FP8 training (`--precision fp8`) on an H100 box: faster than BF16, by less than the ratio of
-/// the measured FP8 and BF16 matmul rates (1402.6 / 792.1: attention, the logit layer and the
+/// the measured FP8 and BF16 matmul rates (1402.6 / 794.5: attention, the logit layer and the
 /// element-wise work stay in BF16, and the casts cost memory passes), with the same FLOPs
 /// counted, and a larger memory estimate for the FP8 weight copies.
 #[test]
@@ -300,7 +300,7 @@ fn fp8_trains_faster_but_not_by_the_matmul_ratio() {
     let ((bf16, bf16_memory), (fp8, fp8_memory)) = (run("bf16"), run("fp8"));
     let speedup = bf16 / fp8;
     assert!(
-        speedup > 1.2 && speedup < 1402.6 / 792.1,
+        speedup > 1.2 && speedup < 1402.6 / 794.5,
         "FP8 {fp8} s against BF16 {bf16} s"
     );
     assert!(fp8_memory > bf16_memory);
@@ -601,7 +601,7 @@ fn megatron_table_1_small_rows_near_the_paper() {
 /// megatron_ptdp.md`) in the layouts of NVIDIA's scripts (`examples/sc21/run_table_1.sh`:
 /// micro-batches, virtual stages from the layers a virtual stage, PyTorch DDP for the rows
 /// without a pipeline): every row within 20% of the paper and at least five of ten within 15%
-/// (results/README.md: collsim is high on all of them, by 9.6% to 18.9%). The 529.6B and 1008B
+/// (results/README.md: collsim is high on all of them, by 10.2% to 19.8%). The 529.6B and 1008B
 /// rows take half a minute each.
 #[test]
 #[ignore = "ten layouts up to 3072 GPUs, about 2 minutes: `cargo test --release --test llm -- --ignored megatron_table_1_all`"]
@@ -647,7 +647,7 @@ fn megatron_table_1_all_rows() {
 /// README's model FLOPs utilization with data parallelism 1, in the paper's layouts), with the
 /// A100 compute model unchanged: each row's model FLOPs, 72 B s l h^2 (1 + s/(6h) + V/(12 h l))
 /// (what is recomputed not counted), over the simulated step within 15% of the README's, the
-/// issue's tolerance (results/README.md: 22B +12.5%, the others within 3.5%). The README's hardware utilization adds the paper's
+/// issue's tolerance (results/README.md: 22B +13.4%, the others within 4.5%). The README's hardware utilization adds the paper's
 /// count of what selective recomputation repeats, a fixed ratio of the same step.
 #[test]
 fn megatron_2022_sequence_parallel_runs_match_their_flops_utilization() {

@@ -4,8 +4,9 @@
 //!
 //! One figure per GPU sets the matmul rate: the maximum achievable BF16 matmul FLOPS measured on
 //! one GPU by Stas Bekman's `mamf-finder` (github.com/stas00/ml-engineering,
-//! compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"), never a
-//! figure fitted to training runs. That rate is the best over shapes; a given product loses to
+//! compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", every
+//! figure from the one table as it stands since September 2025: the mean of 100 products after
+//! 50 warm-up ones at the best shape found), never a figure fitted to training runs. That rate is the best over shapes; a given product loses to
 //! dimension quantisation as NVIDIA's "Matrix Multiplication Background User's Guide"
 //! (DU-09799-001, sections 2.3 and 3) describes it: cuBLAS computes the output in thread-block
 //! tiles (its most efficient, 256 x 128 or 128 x 256), one per SM at a time, so a product runs
@@ -86,19 +87,21 @@ impl Gpu {
         };
         Ok(match name.to_ascii_lowercase().as_str() {
             // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s, 108 SMs (datasheet, and the NVIDIA
-            // guide's own wave example); MAMF 267.9 (CUDA 12.1); no FP8 tensor cores.
-            "a100" => gpu("A100", 312.0, 267.9, None, 2.039, 80.0, 108),
-            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 792.1 (CUDA 12.1), FP8
-            // 1402.6 (torch 2.7.0+cu126).
-            "h100" => gpu("H100", 989.0, 792.1, Some(1402.6), 3.35, 80.0, 132),
-            // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5, FP8 1453.4.
+            // guide's own wave example); MAMF 271.2 (torch 2.6.0+cu126); no FP8 tensor cores.
+            "a100" => gpu("A100", 312.0, 271.2, None, 2.039, 80.0, 108),
+            // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 794.5 (torch
+            // 2.7.0+cu126, the table's H100 and H200 row), FP8 1402.6 (torch 2.7.0+cu126).
+            "h100" => gpu("H100", 989.0, 794.5, Some(1402.6), 3.35, 80.0, 132),
+            // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5, FP8 1453.4 (torch
+            // 2.7.1+cu128).
             "h200" => gpu("H200", 989.0, 794.5, Some(1453.4), 4.8, 141.0, 132),
             // B200 SXM (HGX B200): 2250 TFLOP/s, 8 TB/s, 180 GB, 148 SMs; MAMF 1745, FP8
-            // 3432.5.
+            // 3432.5 (torch 2.7.1+cu128).
             "b200" => gpu("B200", 2250.0, 1745.0, Some(3432.5), 8.0, 180.0, 148),
             // MI300X: 1307 TFLOP/s, 5.3 TB/s, 192 GB, 304 compute units (cuBLAS's tiles assumed
-            // for hipBLASLt); MAMF 781.9 (ROCm 6.2); the table's FP8 row is empty.
-            "mi300x" => gpu("MI300X", 1307.0, 781.9, None, 5.3, 192.0, 304),
+            // for hipBLASLt); MAMF 668.4 (torch 2.5.1, ROCm 6.3, PyTorch's TunableOp on); the
+            // table's FP8 row is empty.
+            "mi300x" => gpu("MI300X", 1307.0, 668.4, None, 5.3, 192.0, 304),
             _ => {
                 return Err(Error::input(format!(
                     "--gpu '{name}': expected a100, h100, h200, b200 or mi300x"
@@ -497,7 +500,7 @@ mod tests {
         let a100 = Gpu::parse("a100").unwrap();
         // 27648 x 8192 outputs: 108 x 64 tiles of 256 x 128, whole waves on 108 SMs.
         let p = product(1.0, 27648.0, 8192.0, 8192.0);
-        assert!((p.flops() / a100.matmul(p) / 267.9e12 - 1.0).abs() < 1e-12);
+        assert!((p.flops() / a100.matmul(p) / 271.2e12 - 1.0).abs() < 1e-12);
         // Attention's scores (k = head dim 128) are bound by memory on an A100.
         let p = product(96.0, 2048.0, 2048.0, 128.0);
         assert!(a100.matmul(p) > p.flops() / a100.matmul_flops);
