@@ -34,7 +34,8 @@ mod problem;
 mod split;
 
 use instants::Instants;
-pub(crate) use problem::{Holding, Members, Problem, Send, NONE};
+use problem::MAX_SENDS;
+pub(crate) use problem::{ensure_send_ids, Holding, Members, Problem, Send, NONE};
 
 /// How many chunks that reached a link's source together a random choice looks at.
 const TIE_WINDOW: usize = 64;
@@ -680,55 +681,6 @@ fn delays_to_destinations(
 /// about 1 B a send on a 96x96 mesh and 0.4 B on 200x200.
 const LOG_BYTES_PER_SEND: u64 = 2;
 
-/// The most sends one run can make: sends are numbered in 32 bits ([`Send::via`]), [`NONE`]
-/// excluded. A 256x256 mesh's all-gather (4,294,901,760 sends) is the largest square mesh's.
-pub(crate) const MAX_SENDS: u64 = NONE as u64;
-
-/// Refuses a problem whose copies alone need more sends than [`MAX_SENDS`]: those wanted and
-/// not held from the start (a chunk with one destination may take several hops: those are
-/// counted as [`run`] makes them). Checked where problems are built, before any estimate.
-pub(crate) fn ensure_send_ids(npus: u32, problem: &Problem) -> Result<(), Error> {
-    let held = problem
-        .initial
-        .iter()
-        .filter(|h| problem.wants(h.npu, h.chunk))
-        .count() as u64;
-    let copies = copies_wanted(npus, problem).saturating_sub(held);
-    if copies > MAX_SENDS {
-        return Err(Error::input(format!(
-            "synthesis numbers its sends in 32 bits: {copies} sends are more than the \
-             {MAX_SENDS} it can number; try fewer NPUs or chunks"
-        )));
-    }
-    Ok(())
-}
-
-/// How many (NPU, chunk) pairs must be delivered: every member of a chunk's group, or its one
-/// destination.
-fn copies_wanted(n: u32, problem: &Problem) -> u64 {
-    let mut chunks_per_group = vec![0u64; problem.groups.len()];
-    let mut unicast = 0;
-    for (c, &g) in problem.chunk_group.iter().enumerate() {
-        match problem.unicast(c as u32) {
-            Some(_) => unicast += 1,
-            None => chunks_per_group[g as usize] += 1,
-        }
-    }
-    let copies: u64 = problem
-        .groups
-        .iter()
-        .zip(&chunks_per_group)
-        .map(|(group, &count)| {
-            let members = match group {
-                Members::All => n as u64,
-                Members::Some(flags) => flags.iter().filter(|&&f| f).count() as u64,
-            };
-            members * count
-        })
-        .sum();
-    copies + unicast
-}
-
 /// Bytes a run of the greedy on `problem` holds at its peak, about: the claims (a bit per NPU
 /// and chunk), the links' slots and queues (twice: a split run's two workers each keep them,
 /// [`split`]) and the chunk logs.
@@ -848,7 +800,7 @@ impl<'a> State<'a> {
             state.to_dest = tables;
         }
         state.remaining = match state.own == (0..n) {
-            true => copies_wanted(n, problem),
+            true => problem.copies_wanted(n),
             // Split runs are all-gathers ([`split::Split::plan`]): every NPU wants every chunk.
             false => state.own.len() as u64 * chunks as u64,
         };

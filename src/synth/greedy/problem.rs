@@ -2,6 +2,7 @@
 //! must get them, and the matched sends.
 
 use crate::units::Time;
+use crate::Error;
 
 /// No transfer: the chunk was held from the start.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -101,6 +102,32 @@ impl Problem {
             None => self.member(npu, chunk),
         }
     }
+
+    /// How many (NPU, chunk) pairs must be delivered: every member of a chunk's group, or its one
+    /// destination.
+    pub(super) fn copies_wanted(&self, n: u32) -> u64 {
+        let mut chunks_per_group = vec![0u64; self.groups.len()];
+        let mut unicast = 0;
+        for (c, &g) in self.chunk_group.iter().enumerate() {
+            match self.unicast(c as u32) {
+                Some(_) => unicast += 1,
+                None => chunks_per_group[g as usize] += 1,
+            }
+        }
+        let copies: u64 = self
+            .groups
+            .iter()
+            .zip(&chunks_per_group)
+            .map(|(group, &count)| {
+                let members = match group {
+                    Members::All => n as u64,
+                    Members::Some(flags) => flags.iter().filter(|&&f| f).count() as u64,
+                };
+                members * count
+            })
+            .sum();
+        copies + unicast
+    }
 }
 
 /// One matched send: `chunk` over network link `link` from `start`, arriving at `arrive`, after
@@ -112,4 +139,27 @@ pub(crate) struct Send {
     pub via: u32,
     pub start: Time,
     pub arrive: Time,
+}
+
+/// The most sends one run can make: sends are numbered in 32 bits ([`Send::via`]), [`NONE`]
+/// excluded. A 256x256 mesh's all-gather (4,294,901,760 sends) is the largest square mesh's.
+pub(crate) const MAX_SENDS: u64 = NONE as u64;
+
+/// Refuses a problem whose copies alone need more sends than [`MAX_SENDS`]: those wanted and
+/// not held from the start (a chunk with one destination may take several hops: those are
+/// counted as [`super::run`] makes them). Checked where problems are built, before any estimate.
+pub(crate) fn ensure_send_ids(npus: u32, problem: &Problem) -> Result<(), Error> {
+    let held = problem
+        .initial
+        .iter()
+        .filter(|h| problem.wants(h.npu, h.chunk))
+        .count() as u64;
+    let copies = problem.copies_wanted(npus).saturating_sub(held);
+    if copies > MAX_SENDS {
+        return Err(Error::input(format!(
+            "synthesis numbers its sends in 32 bits: {copies} sends are more than the \
+             {MAX_SENDS} it can number; try fewer NPUs or chunks"
+        )));
+    }
+    Ok(())
 }
