@@ -39,25 +39,26 @@ impl Pace {
         }
     }
 
+    /// The pace [`PROGRESS_SECONDS_VARIABLE`] asks for: the default when it is unset, an error
+    /// naming it when it is set to anything but a pace.
+    fn from_environment() -> Result<Pace, String> {
+        match std::env::var_os(PROGRESS_SECONDS_VARIABLE) {
+            None => Ok(Pace::DEFAULT),
+            Some(v) => Pace::parse(&v.to_string_lossy()),
+        }
+    }
+
     /// The pace of this process: [`PROGRESS_SECONDS_VARIABLE`] when it is set and valid, else
     /// the default ([`check_progress_pace`] refuses an invalid value before any work starts).
     pub fn current() -> Pace {
         static PACE: OnceLock<Pace> = OnceLock::new();
-        *PACE.get_or_init(|| {
-            std::env::var(PROGRESS_SECONDS_VARIABLE)
-                .ok()
-                .and_then(|v| Pace::parse(&v).ok())
-                .unwrap_or(Pace::DEFAULT)
-        })
+        *PACE.get_or_init(|| Pace::from_environment().unwrap_or(Pace::DEFAULT))
     }
 }
 
 /// Refuses a set but invalid [`PROGRESS_SECONDS_VARIABLE`], naming it.
 pub fn check_progress_pace() -> Result<(), String> {
-    match std::env::var_os(PROGRESS_SECONDS_VARIABLE) {
-        None => Ok(()),
-        Some(v) => Pace::parse(&v.to_string_lossy()).map(|_| ()),
-    }
+    Pace::from_environment().map(|_| ())
 }
 
 /// A progress line for a log: `progress: <label>: k/total <what> (p%), N s`, and the time the

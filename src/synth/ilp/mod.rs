@@ -702,8 +702,18 @@ mod tests {
         Problem::all_gather(net.npus(), bytes, net.npus())
     }
 
+    /// A planner on the finest of `net`'s time-expanded networks for `p`'s chunks.
     fn planner<'a>(net: &'a Network, p: &'a Problem, congestion: bool) -> Planner<'a> {
-        let ten = Ten::candidates(net, p.chunk_bytes[0]).remove(0);
+        planner_on(
+            net,
+            p,
+            Ten::candidates(net, p.chunk_bytes[0]).remove(0),
+            congestion,
+        )
+    }
+
+    /// A planner on the time-expanded network `ten`.
+    fn planner_on<'a>(net: &'a Network, p: &'a Problem, ten: Ten, congestion: bool) -> Planner<'a> {
         let dist = Distances::of(net, &ten, p);
         Planner {
             net,
@@ -713,6 +723,14 @@ mod tests {
             congestion,
             build: Cell::new(Duration::ZERO),
         }
+    }
+
+    /// The program over `horizon` steps from `holds`, solved to the end.
+    fn solve_within(planner: &Planner, holds: &Holdings, horizon: u32) -> Outcome {
+        planner
+            .window(holds, horizon, false)
+            .solve(Deadline(None), false)
+            .unwrap()
     }
 
     /// [`cut_bound`] of the pairs `holds` leaves wanted, as the planner starts from them.
@@ -785,15 +803,9 @@ mod tests {
         let planner = planner(&net, &p, true);
         let holds = initial_holds(&net, &p);
         assert_eq!(bound_of(&planner, &holds), 4);
-        let solve = |horizon| {
-            planner
-                .window(&holds, horizon, false)
-                .solve(Deadline(None), false)
-                .unwrap()
-        };
-        let short = solve(3);
+        let short = solve_within(&planner, &holds, 3);
         assert!(short.optimal && !short.complete);
-        assert!(solve(4).complete);
+        assert!(solve_within(&planner, &holds, 4).complete);
     }
 
     proptest::proptest! {
@@ -825,15 +837,7 @@ mod tests {
             let p = all_gather(&net, 1 << 20);
             let holds = initial_holds(&net, &p);
             for ten in Ten::candidates(&net, 1 << 20) {
-                let dist = Distances::of(&net, &ten, &p);
-                let planner = Planner {
-                    net: &net,
-                    ten,
-                    dist,
-                    problem: &p,
-                    congestion: true,
-                    build: Cell::new(Duration::ZERO),
-                };
+                let planner = planner_on(&net, &p, ten, true);
                 let window = planner.window(&holds, 10_000, false);
                 let (earliest, to_go) = window.reach();
                 let plan = window.list_schedule(&earliest, &to_go);
@@ -883,15 +887,9 @@ mod tests {
         let p = all_gather(&net, 1 << 20);
         let planner = planner(&net, &p, true);
         let holds = initial_holds(&net, &p);
-        let short = planner
-            .window(&holds, 1, false)
-            .solve(Deadline(None), false)
-            .unwrap();
+        let short = solve_within(&planner, &holds, 1);
         assert!(short.optimal && !short.complete);
-        let enough = planner
-            .window(&holds, 2, false)
-            .solve(Deadline(None), false)
-            .unwrap();
+        let enough = solve_within(&planner, &holds, 2);
         assert!(enough.optimal && enough.complete);
         assert_eq!(enough.sends.len(), 12, "4 NPUs each receive 3 chunks once");
     }
@@ -906,10 +904,7 @@ mod tests {
         let planner = planner(&net, &p, false);
         let holds = initial_holds(&net, &p);
         assert_eq!(bound_of(&planner, &holds), 8);
-        let out = planner
-            .window(&holds, 6, false)
-            .solve(Deadline(None), false)
-            .unwrap();
+        let out = solve_within(&planner, &holds, 6);
         assert!(out.complete);
         let mut per_link_step = std::collections::HashMap::new();
         for s in &out.sends {
