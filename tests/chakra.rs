@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use collsim::workload::chakra::{AttributeProto, ChakraNode, GlobalMetadata, Value};
-use common::{collsim, scratch, stdout_of};
+use common::{collsim, scratch, stdout_of, Table};
 use prost::Message;
 
 fn repo(path: &str) -> String {
@@ -183,13 +183,8 @@ fn a_hand_built_two_rank_trace_takes_its_closed_form() {
         assert_eq!(ns(2) + ns(3), 16_000.0, "{row}");
     }
     let ranks = std::fs::read_to_string(dir.join("out/ranks.csv")).unwrap();
-    let header: Vec<&str> = ranks.lines().next().unwrap().split(',').collect();
-    let send_recv = header
-        .iter()
-        .position(|&h| h == "exposed_send_recv_ns")
-        .unwrap();
-    let rank1: Vec<&str> = ranks.lines().nth(2).unwrap().split(',').collect();
-    assert!((rank1[send_recv].parse::<f64>().unwrap() - message).abs() < 1e-3);
+    let send_recv = Table::parse(&ranks).number(1, "exposed_send_recv_ns");
+    assert!((send_recv - message).abs() < 1e-3);
     let timeline = std::fs::read_to_string(dir.join("out/timeline.json")).unwrap();
     let parsed: serde_json::Value = serde_json::from_str(&timeline).unwrap();
     let events = parsed["traceEvents"].as_array().unwrap();

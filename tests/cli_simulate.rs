@@ -2,7 +2,7 @@
 //! determinism, and bad input (exit status 2, one `error:` line, nothing left behind).
 
 mod common;
-use common::{collsim, first_row, summary};
+use common::{collsim, first_row, summary, Table};
 use std::path::Path;
 
 fn scratch(name: &str) -> common::Scratch {
@@ -143,15 +143,7 @@ fn out_folder_holds_consistent_csvs_and_two_runs_are_identical() {
         "topology,npus,collective,algorithm,size_bytes,chunks_per_npu,collective_time_ns,algbw_GBps,\
          busbw_GBps,bound_ns,efficiency,transfers,synthesis_ms,seed"
     ));
-    let time: f64 = summary
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .nth(6)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let time = Table::parse(&summary).number(0, "collective_time_ns");
     // The last transfer ends at the collective time; link bytes are transfer bytes times hops.
     let transfers = std::fs::read_to_string(a.join("transfers.csv")).unwrap();
     assert!(transfers.starts_with("id,src,dst,bytes,start_ns,end_ns\n"));

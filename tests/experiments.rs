@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{collsim, collsim_paced};
+use common::{collsim, collsim_paced, first_row, Table};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -58,10 +58,9 @@ fn bound_prints_the_forestcoll_optima() {
         let mut all = vec!["bound", "--format", "csv", "--collective", "all-gather"];
         all.extend_from_slice(args);
         let text = ok(&all);
-        let mut lines = text.lines();
-        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let table = Table::parse(&text);
         assert_eq!(
-            header,
+            table.header,
             [
                 "collective",
                 "size_bytes",
@@ -71,11 +70,7 @@ fn bound_prints_the_forestcoll_optima() {
                 "bound_ns"
             ]
         );
-        header
-            .iter()
-            .map(|h| h.to_string())
-            .zip(lines.next().unwrap().split(',').map(String::from))
-            .collect()
+        first_row(&text)
     };
     let cut = |args: &[&str]| row(args)["cut_bound_ns"].parse::<f64>().unwrap();
     let unit = ["--bandwidth", "1GB/s", "--latency", "0ns", "--size", "1GB"];

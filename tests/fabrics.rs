@@ -2,7 +2,7 @@
 //! EFLOPS's claim that halving-doubling with rank mapping never queues on a BiGraph.
 
 mod common;
-use common::{collsim, summary};
+use common::{collsim, summary, Table};
 
 /// A 64 MiB all-reduce by `algorithm` on `topology` at 50 GB/s and 500 ns, then `extra` flags.
 fn all_reduce(
@@ -60,20 +60,23 @@ fn a_shared_link_reports_its_queue_and_waiting_time() {
         String::from_utf8_lossy(&run.stderr)
     );
     let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
-    let mut rows = links
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect::<Vec<_>>());
-    let into_2 = rows.find(|r| r[0] == "3" && r[1] == "2").unwrap();
-    assert_eq!((into_2[5], into_2[6]), ("2", "20000"), "{links}");
-    for r in links
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect::<Vec<_>>())
-    {
-        if r[1] == "3" {
-            assert!(r[5] == "1" || r[5] == "0", "{r:?}");
-            assert_eq!(r[6], "0");
+    let table = Table::parse(&links);
+    let (src, dst) = (table.at("src"), table.at("dst"));
+    let (queue, queued) = (table.at("max_queue"), table.at("queued_ns"));
+    let into_2 = table
+        .rows
+        .iter()
+        .find(|r| r[src] == "3" && r[dst] == "2")
+        .unwrap();
+    assert_eq!(
+        (into_2[queue].as_str(), into_2[queued].as_str()),
+        ("2", "20000"),
+        "{links}"
+    );
+    for r in &table.rows {
+        if r[dst] == "3" {
+            assert!(r[queue] == "1" || r[queue] == "0", "{r:?}");
+            assert_eq!(r[queued], "0");
         }
     }
 }
@@ -311,10 +314,13 @@ fn two_step_tree_keeps_the_upper_pcie_links_free() {
         args.extend_from_slice(source);
         let time = time_of(&summary(&args));
         let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
-        let uplink_queue = links
-            .lines()
-            .find(|l| l.starts_with("4,6,"))
-            .map(|l| l.split(',').nth(5).unwrap().parse::<u32>().unwrap())
+        let table = Table::parse(&links);
+        let (src, dst, queue) = (table.at("src"), table.at("dst"), table.at("max_queue"));
+        let uplink_queue: u32 = table
+            .rows
+            .iter()
+            .find(|r| r[src] == "4" && r[dst] == "6")
+            .map(|r| r[queue].parse().unwrap())
             .unwrap();
         (time, uplink_queue)
     };

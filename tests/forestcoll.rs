@@ -15,7 +15,7 @@ use collsim::forest::{self, Forest, ForestRequest, Ratio};
 use collsim::schedule::validate;
 use collsim::sim::{simulate, SimOptions};
 use collsim::topology::{Topology, TopologyOptions};
-use common::{collsim, refused};
+use common::{collsim, refused, Table};
 use proptest::prelude::*;
 
 fn config(name: &str) -> String {
@@ -572,14 +572,9 @@ fn forestcoll_schedules_round_trip_with_their_routes() {
     );
     let time = |o: &Output| {
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        let mut rows = csv::Reader::from_reader(text.as_bytes());
-        let headers = rows.headers().unwrap().clone();
-        let row = rows.records().next().unwrap().unwrap();
-        let i = headers
-            .iter()
-            .position(|h| h == "collective_time_ns")
-            .unwrap();
-        row[i].to_string()
+        Table::parse(&text)
+            .cell(0, "collective_time_ns")
+            .to_string()
     };
     assert_eq!(time(&out), time(&out2));
     std::fs::remove_dir_all(&dir).unwrap();

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use collsim::llm::LlmModel;
-use common::{collsim, refused, scratch, stdout_of};
+use common::{collsim, refused, scratch, stdout_of, Table};
 
 fn model(name: &str) -> String {
     format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -14,14 +14,7 @@ fn model(name: &str) -> String {
 
 /// The value of `name` in the first row of a CSV summary.
 fn column(csv: &str, name: &str) -> f64 {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let i = header
-        .iter()
-        .position(|h| *h == name)
-        .unwrap_or_else(|| panic!("no column {name}"));
-    row[i].parse().unwrap()
+    Table::parse(csv).number(0, name)
 }
 
 /// Every shipped model loads, and those with a published parameter count match it.
@@ -163,11 +156,8 @@ fn a_search_names_the_fastest_layout() {
     }
     // The links carried what the iteration sent: every NVLink of the box was used.
     let links = std::fs::read_to_string(dir.join("links.csv")).unwrap();
-    let used = links
-        .lines()
-        .skip(1)
-        .filter(|l| l.split(',').nth(2) != Some("0"));
-    assert_eq!(used.count(), 16, "{links}");
+    let bytes = Table::parse(&links).numbers("bytes");
+    assert_eq!(bytes.iter().filter(|&&b| b > 0.0).count(), 16, "{links}");
 }
 
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
@@ -766,10 +756,8 @@ fn megatron_lm_h100_benchmark_table() {
         }
         args.push("--overlap-p2p-communication");
         let out = stdout_of(&args);
-        let last = out.lines().last().unwrap();
-        let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
-        let i = header.iter().position(|h| *h == "tflops_per_gpu").unwrap();
-        let predicted: f64 = last.split(',').nth(i).unwrap().parse().unwrap();
+        let table = Table::parse(&out);
+        let predicted = table.number(table.rows.len() - 1, "tflops_per_gpu");
         let error = predicted / measured - 1.0;
         eprintln!(
             "{file}: {predicted:.1} against {measured} ({:+.1}%)",

@@ -2,7 +2,7 @@
 //! (tests/data/nccl_tests/, copied from shared/reference/nccl_tests/ with their sources).
 
 mod common;
-use common::{collsim, refused, scratch, stdout_of};
+use common::{collsim, refused, scratch, stdout_of, Table};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests");
 
@@ -35,11 +35,9 @@ fn compare(op: &str, system: &str, log: &str, extra: &[&str]) -> Vec<Row> {
         &log,
     ];
     args.extend_from_slice(extra);
-    let text = stdout_of(&args);
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let table = Table::parse(&stdout_of(&args));
     assert_eq!(
-        &header[..10],
+        &table.header[..10],
         [
             "size",
             "count",
@@ -53,17 +51,13 @@ fn compare(op: &str, system: &str, log: &str, extra: &[&str]) -> Vec<Row> {
             "protocol"
         ]
     );
-    let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Row {
-                size: f[0].parse().unwrap(),
-                predicted: f[at("time_us")].parse().unwrap(),
-                measured: f[at("measured_time_us")].parse().ok(),
-                algorithm: f[at("algorithm")].to_string(),
-                protocol: f[at("protocol")].to_string(),
-            }
+    (0..table.rows.len())
+        .map(|i| Row {
+            size: table.number(i, "size") as u64,
+            predicted: table.number(i, "time_us"),
+            measured: table.cell(i, "measured_time_us").parse().ok(),
+            algorithm: table.cell(i, "algorithm").to_string(),
+            protocol: table.cell(i, "protocol").to_string(),
         })
         .collect()
 }
@@ -127,9 +121,9 @@ fn b200_two_box_all_reduce_within_bounds() {
 fn nvls_tree_across_boxes_runs_at_the_nic_rate() {
     let busbw = |system: &str, algo: &str| {
         let out = all_reduce_csv(system, &["-b", "4G", "-e", "4G", "--nccl-algo", algo]);
-        let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
-        assert_eq!(row[8], algo);
-        row[7].parse::<f64>().unwrap()
+        let table = Table::parse(&out);
+        assert_eq!(table.cell(0, "algorithm"), algo);
+        table.number(0, "busbw")
     };
     for system in ["hgx-h100:4", "hgx-h100:8"] {
         let (tree, ring) = (busbw(system, "NVLSTree"), busbw(system, "Ring"));
@@ -172,12 +166,8 @@ fn forced_all_reduce(system: &str, size: &str, algo: &str, proto: &str) -> Strin
 #[test]
 fn sizes_step_by_an_increment_and_the_reduction_is_named() {
     let column = |csv: &str, name: &str| -> Vec<String> {
-        let mut lines = csv.lines();
-        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        let at = header.iter().position(|h| *h == name).unwrap();
-        lines
-            .map(|l| l.split(',').nth(at).unwrap().to_string())
-            .collect()
+        let table = Table::parse(csv);
+        table.column(name).into_iter().map(String::from).collect()
     };
     let sizes = ["1048576", "2097152", "3145728", "4194304"];
     for step in [&["-f", "1", "-i", "1M"][..], &["-i", "1M"]] {
@@ -219,6 +209,36 @@ fn sizes_step_by_an_increment_and_the_reduction_is_named() {
     }
 }
 
+/// A measured run's command line works as written: nccl-tests' options that change no call's
+/// time (-t -n -w -c -a -p -N -T, and -m -z -G -C at their defaults) leave every row as it was;
+/// those that change what nccl-tests times are refused naming the option.
+#[test]
+fn nccl_tests_measurement_options_are_taken_or_refused() {
+    let plain = all_reduce_csv("dgx-a100:1", &["-b", "8", "-e", "128M", "-g", "8"]);
+    let as_run = all_reduce_csv(
+        "dgx-a100:1",
+        &[
+            "-b", "8", "-e", "128M", "-g", "8", "-t", "1", "-n", "20", "-w", "5", "-c", "1", "-a",
+            "1", "-p", "0", "-N", "1", "-T", "600", "-m", "1", "-z", "0", "-G", "0", "-C", "0",
+        ],
+    );
+    assert_eq!(plain, as_run);
+    for (bad, names) in [
+        (&["-m", "4"][..], "-m 4"),
+        (&["-z", "1"], "-z 1"),
+        (&["-G", "10"], "-G 10"),
+        (&["-C", "1"], "-C 1"),
+        (&["-a", "4"], "-a 4"),
+        (&["-t", "0"], "-t 0"),
+        (&["-t", "2", "-g", "8"], "-t 2"),
+    ] {
+        let mut args = vec!["nccl-tests", "all_reduce", "--topology", "dgx-a100:1"];
+        args.extend_from_slice(bad);
+        let err = refused(&collsim(&args));
+        assert!(err.contains(names), "{err}");
+    }
+}
+
 /// NVLS runs Simple's primitives: each loop a GPU's scatter posts one chunk of every head and
 /// waits NCCL's step latency (L = 3.4 us) before the next, so its link moves a loop of c us in
 /// c + L. On a B200 box (24 NVLS channels, 18 x 40.1 GB/s x 0.74 a GPU) the chunk is 64 KiB at
@@ -231,11 +251,7 @@ fn nvls_posts_a_loop_of_chunks_at_a_time() {
         "hgx-b200:1",
         &["-b", "1G", "-e", "2G", "-f", "2", "--nccl-algo", "NVLS"],
     );
-    let busbw: Vec<f64> = out
-        .lines()
-        .skip(1)
-        .map(|line| line.split(',').nth(7).unwrap().parse().unwrap())
-        .collect();
+    let busbw = Table::parse(&out).numbers("busbw");
     let ratio = busbw[0] / busbw[1];
     let per_channel = 18.0 * 40.1 * 0.74 / 24.0;
     let share = |chunk: f64| {
@@ -256,9 +272,11 @@ fn nvls_posts_a_loop_of_chunks_at_a_time() {
 fn ll128_only_where_nccl_enables_it() {
     let protocols = |system: &str| -> Vec<String> {
         let out = all_reduce_csv(system, &["-b", "256K", "-e", "64M", "-f", "2"]);
-        out.lines()
-            .skip(1)
-            .map(|l| l.split(',').nth(9).unwrap().to_string())
+        let table = Table::parse(&out);
+        table
+            .column("protocol")
+            .into_iter()
+            .map(String::from)
             .collect()
     };
     for system in ["pcie:8", "mi300x:1", "mi300x:2"] {
@@ -278,8 +296,7 @@ fn ll128_only_where_nccl_enables_it() {
 fn tree_ll128_across_boxes_near_nccls_estimate() {
     for (size, estimate) in [("4M", 128.0), ("16M", 243.0)] {
         let out = forced_all_reduce("hgx-h100:8", size, "Tree", "LL128");
-        let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
-        let time: f64 = row[5].parse().unwrap();
+        let time = Table::parse(&out).number(0, "time_us");
         assert!(
             time < 1.5 * estimate,
             "{size}: {time} us against {estimate}"
@@ -580,8 +597,8 @@ fn ll_latency_on_two_to_eight_gpus_within_20_percent() {
             "--format",
             "csv",
         ]);
-        let row: Vec<&str> = out.lines().last().unwrap().split(',').collect();
-        let predicted: f64 = row[5].parse().unwrap();
+        let table = Table::parse(&out);
+        let predicted = table.number(table.rows.len() - 1, "time_us");
         let error = predicted / measured - 1.0;
         assert!(
             error.abs() <= 0.20,
@@ -656,21 +673,17 @@ fn calibrate_recovers_known_figures_and_writes_a_system_file() {
         "all",
     ];
     let report = stdout_of(&args);
-    let header: Vec<&str> = report.lines().next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = report
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    assert_eq!(rows.len(), 13);
-    let worst = |c: usize| {
-        rows.iter()
-            .map(|r| r[c].parse::<f64>().unwrap().abs())
+    let table = Table::parse(&report);
+    assert_eq!(table.rows.len(), 13);
+    let worst = |name: &str| {
+        table
+            .numbers(name)
+            .into_iter()
+            .map(f64::abs)
             .fold(0.0, f64::max)
     };
-    assert!(worst(col("before_error")) > 0.2, "the defaults are off");
-    assert!(worst(col("after_error")) < 0.03, "{report}");
+    assert!(worst("before_error") > 0.2, "the defaults are off");
+    assert!(worst("after_error") < 0.03, "{report}");
     let text = std::fs::read_to_string(&fitted).unwrap();
     assert!(text.starts_with("# collsim calibrate on "), "{text}");
     let intra: f64 = text
@@ -798,15 +811,11 @@ fn collnet_sums_in_the_network_switches() {
             "csv",
         ];
         args.extend_from_slice(extra);
-        let out = stdout_of(&args);
-        let row: Vec<String> = out
-            .lines()
-            .nth(1)
-            .unwrap()
-            .split(',')
-            .map(String::from)
-            .collect();
-        (row[5].parse().unwrap(), row[8].clone())
+        let table = Table::parse(&stdout_of(&args));
+        (
+            table.number(0, "time_us"),
+            table.cell(0, "algorithm").to_string(),
+        )
     };
     let (t, algo) = time(&["--sharp"]);
     assert_eq!(algo, "CollNetDirect");
@@ -881,8 +890,7 @@ fn ring_simple_time_us(op: &str, system: &str, size: &str) -> f64 {
         "--format",
         "csv",
     ]);
-    let row: Vec<&str> = out.lines().nth(1).unwrap().split(',').collect();
-    row[5].parse().unwrap()
+    Table::parse(&out).number(0, "time_us")
 }
 
 /// The per-protocol latencies (`a100_latency_by_protocol.csv`, the Round 2 table of the `.md`:
@@ -955,15 +963,8 @@ fn latency_calibrated_on_two_gpu_counts_predicts_the_others() {
             "--format",
             "csv",
         ]);
-        let predicted: f64 = out
-            .lines()
-            .last()
-            .unwrap()
-            .split(',')
-            .nth(5)
-            .unwrap()
-            .parse()
-            .unwrap();
+        let table = Table::parse(&out);
+        let predicted = table.number(table.rows.len() - 1, "time_us");
         let measured: f64 = r[5].parse().unwrap();
         assert!(
             (predicted / measured - 1.0).abs() <= 0.2,

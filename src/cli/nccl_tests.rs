@@ -66,6 +66,104 @@ pub struct NcclTestsArgs {
     pub force: bool,
     #[arg(long, value_enum, default_value_t = TableFormat::Table)]
     pub format: TableFormat,
+    #[command(flatten)]
+    pub measurement: MeasurementArgs,
+}
+
+/// nccl-tests' options that set how it measures, not what NCCL runs: taken so that a measured
+/// run's command line works as written. Those that change no call's time are accepted and have
+/// no effect (a prediction is the time of one call in the steady state, the mean nccl-tests
+/// reports); those that change what the timer sees (several calls in one launch, CUDA graphs,
+/// a wait after each call, CPU time) are refused unless at their defaults.
+#[derive(Args, Debug)]
+pub struct MeasurementArgs {
+    /// Threads a process, each driving -g GPUs (-t); the ranks are processes x threads x -g, so
+    /// threads x -g may not pass the GPUs taking part
+    #[arg(short = 't', long = "nthreads")]
+    pub threads: Option<u32>,
+    /// Timed iterations (-n): no effect
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Warm-up iterations (-w): no effect
+    #[arg(short = 'w', long = "warmup_iters")]
+    pub warmup_iters: Option<u64>,
+    /// Data check (-c): no effect (nccl-tests checks outside its timed loop)
+    #[arg(short = 'c', long = "check")]
+    pub check: Option<u64>,
+    /// Which rank's time is reported (-a, 0-3): no effect (every rank's call ends together)
+    #[arg(short = 'a', long = "average")]
+    pub average: Option<u8>,
+    /// Parallel communicator set-up (-p): no effect
+    #[arg(short = 'p', long = "parallel_init")]
+    pub parallel_init: Option<u8>,
+    /// Run cycles (-N): no effect
+    #[arg(short = 'N', long = "run_cycles")]
+    pub run_cycles: Option<u64>,
+    /// Timeout in seconds (-T): no effect
+    #[arg(short = 'T', long = "timeout")]
+    pub timeout: Option<u64>,
+    /// Calls aggregated in one group (-m): only 1 (collsim times each call with its own launch)
+    #[arg(short = 'm', long = "agg_iters")]
+    pub agg_iters: Option<u64>,
+    /// Wait for each call before the next (-z): only 0
+    #[arg(short = 'z', long = "blocking")]
+    pub blocking: Option<u8>,
+    /// CUDA graph launches (-G): only 0
+    #[arg(short = 'G', long = "cudagraph")]
+    pub cuda_graph: Option<u64>,
+    /// Report CPU time (-C): only 0
+    #[arg(short = 'C', long = "report_cputime")]
+    pub report_cputime: Option<u8>,
+}
+
+impl MeasurementArgs {
+    /// Refuses what collsim cannot predict; `launch` and `gpus` bound `-t`.
+    fn check(&self, launch: Launch, gpus: u32) -> Result<(), Error> {
+        if let Some(t) = self.threads {
+            let g = launch.gpus_per_thread;
+            if t == 0 || u64::from(t) * u64::from(g) > u64::from(gpus) {
+                return Err(Error::input(format!(
+                    "-t {t}: threads x -g ({g}) GPUs must be between 1 and the {gpus} GPUs \
+                     taking part"
+                )));
+            }
+        }
+        if let Some(a) = self.average.filter(|&a| a > 3) {
+            return Err(Error::input(format!(
+                "-a {a}: expected 0 (rank 0), 1 (mean), 2 (min) or 3 (max)"
+            )));
+        }
+        let refused = [
+            (
+                "-m",
+                self.agg_iters.filter(|&m| m != 1),
+                "several calls in one group launch share their launch and overlap; collsim \
+                 times one call at a time",
+            ),
+            (
+                "-z",
+                self.blocking.map(u64::from).filter(|&z| z != 0),
+                "nccl-tests then waits on the host after each call, a cost collsim does not \
+                 model",
+            ),
+            (
+                "-G",
+                self.cuda_graph.filter(|&g| g != 0),
+                "CUDA graphs change the launch cost collsim charges each call",
+            ),
+            (
+                "-C",
+                self.report_cputime.map(u64::from).filter(|&c| c != 0),
+                "collsim predicts the GPU time of a call, not the CPU's",
+            ),
+        ];
+        for (flag, value, why) in refused {
+            if let Some(v) = value {
+                return Err(Error::input(format!("{flag} {v}: not supported: {why}")));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The GPU system NCCL runs on and how nccl-tests drives it, shared by `nccl-tests` and
@@ -259,6 +357,7 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     let kind = log::kind(&args.op)?;
     let (system, allowed, launch) = args.system.build(args.compare.as_deref())?;
     let gpus = system.gpus();
+    args.measurement.check(launch, gpus)?;
     let (min_text, max_text) = (
         args.min_bytes.as_deref().unwrap_or(DEFAULT_BYTES),
         args.max_bytes.as_deref().unwrap_or(DEFAULT_BYTES),

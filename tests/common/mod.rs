@@ -81,12 +81,78 @@ pub fn summary(args: &[&str]) -> std::collections::HashMap<String, String> {
 
 /// The first row of a CSV text (a header and rows, as summary.csv), by column.
 pub fn first_row(text: &str) -> std::collections::HashMap<String, String> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    header
+    let table = Table::parse(text);
+    let row = table.rows.first().expect("a row under the header");
+    table
+        .header
         .iter()
-        .map(|h| h.to_string())
-        .zip(row.iter().map(|v| v.to_string()))
+        .cloned()
+        .zip(row.iter().cloned())
         .collect()
+}
+
+/// A CSV text as collsim prints it: a header, then rows, read by the csv crate (so a quoted
+/// cell such as `"tp,dp,pp"` stays one cell).
+pub struct Table {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn parse(text: &str) -> Table {
+        let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+        let header = reader
+            .headers()
+            .unwrap_or_else(|e| panic!("no CSV header ({e}) in:\n{text}"))
+            .iter()
+            .map(String::from)
+            .collect();
+        let rows = reader
+            .records()
+            .map(|r| {
+                r.unwrap_or_else(|e| panic!("{e} in:\n{text}"))
+                    .iter()
+                    .map(String::from)
+                    .collect()
+            })
+            .collect();
+        Table { header, rows }
+    }
+
+    /// The position of column `name`.
+    pub fn at(&self, name: &str) -> usize {
+        self.header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {:?}", self.header))
+    }
+
+    /// Every row's cell of column `name`.
+    pub fn column(&self, name: &str) -> Vec<&str> {
+        let at = self.at(name);
+        self.rows.iter().map(|r| r[at].as_str()).collect()
+    }
+
+    /// Every row's cell of column `name`, as a number.
+    pub fn numbers(&self, name: &str) -> Vec<f64> {
+        self.column(name)
+            .iter()
+            .map(|c| {
+                c.parse()
+                    .unwrap_or_else(|_| panic!("{name}: '{c}' is not a number"))
+            })
+            .collect()
+    }
+
+    /// The cell of column `name` in row `row`.
+    pub fn cell(&self, row: usize, name: &str) -> &str {
+        &self.rows[row][self.at(name)]
+    }
+
+    /// The cell of column `name` in row `row`, as a number.
+    pub fn number(&self, row: usize, name: &str) -> f64 {
+        let c = self.cell(row, name);
+        c.parse()
+            .unwrap_or_else(|_| panic!("{name}: '{c}' is not a number"))
+    }
 }
