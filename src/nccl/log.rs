@@ -92,6 +92,9 @@ pub struct Row {
     pub time_us: f64,
     pub algbw: f64,
     pub busbw: f64,
+    /// Whether the row's redop column names a reduction (`sum`, `max`, ...) or `none`; `None`
+    /// where the row has no such column (a Markdown table).
+    pub reduces: Option<bool>,
     /// 1-based line in the log.
     pub line: usize,
 }
@@ -100,6 +103,7 @@ pub struct Row {
 /// held against (as [`ranks`] reads it off the log's own bandwidths).
 pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
     let rows = read(path, op)?;
+    holds_op(&rows, op, path)?;
     match ranks(&rows, kind(op)?) {
         Some(n) if n != gpus => {
             let part = if n < gpus {
@@ -117,6 +121,56 @@ pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
     }
 }
 
+/// Refuses rows that cannot be `op`'s, for logs that do not name their operation: a row whose
+/// redop column names a reduction where `op` has none (all_gather, alltoall and broadcast print
+/// `none`) or `none` where it reduces, or a busbw / algbw ratio outside what nccl-tests' factor
+/// gives `op` at any rank count (all-reduce 2(n-1)/n, from 1 to 2; all-gather, reduce-scatter
+/// and all-to-all (n-1)/n, from 1/2 to 1; broadcast and reduce 1).
+fn holds_op(rows: &[Row], op: &str, path: &Path) -> Result<(), Error> {
+    let kind = kind(op)?;
+    let reducing = matches!(
+        kind,
+        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce
+    );
+    if let Some(row) = rows
+        .iter()
+        .find(|r| r.reduces.is_some_and(|r| r != reducing))
+    {
+        let named = if reducing { "none" } else { "a reduction" };
+        return Err(Error::input(format!(
+            "{}:{}: the redop column holds {named}, which no {op} row does: the log holds \
+             another operation",
+            path.display(),
+            row.line
+        )));
+    }
+    let Some(row) = rows
+        .iter()
+        .filter(|r| r.algbw >= 1.0)
+        .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
+    else {
+        return Ok(());
+    };
+    let ratio = row.busbw / row.algbw;
+    let blur = ratio_blur(row);
+    let (low, high) = (kind.busbw_factor(2), kind.busbw_factor(u32::MAX));
+    if ratio < low - blur || ratio > high + blur {
+        return Err(Error::input(format!(
+            "{}:{}: busbw / algbw is {ratio:.3}, which no {op} gives (nccl-tests' factor lies \
+             between {low} and {high:.0}): the log holds another operation",
+            path.display(),
+            row.line
+        )));
+    }
+    Ok(())
+}
+
+/// How far a busbw / algbw ratio may be off for nccl-tests' two printed decimals.
+fn ratio_blur(row: &Row) -> f64 {
+    let ratio = row.busbw / row.algbw;
+    0.005 / row.algbw + 0.005 * ratio / row.algbw + 0.005 / row.busbw.max(1e-9)
+}
+
 /// How many ranks ran the measured `rows` of `kind`, as nccl-tests' own busbw / algbw ratio
 /// gives it (its bus-bandwidth factor of the rank count, [`CollectiveKind::busbw_factor`]),
 /// read off the row of the highest algbw; None where the ratio does not tell (broadcast and
@@ -127,8 +181,7 @@ pub fn ranks(rows: &[Row], kind: CollectiveKind) -> Option<u32> {
         .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
         .filter(|r| r.algbw >= 1.0)?;
     let ratio = row.busbw / row.algbw;
-    // nccl-tests prints two decimals: the ratio is known to within this.
-    let blur = 0.005 / row.algbw + 0.005 * ratio / row.algbw + 0.005 / row.busbw.max(1e-9);
+    let blur = ratio_blur(row);
     let (n, off) = (2..=1u32 << 16)
         .map(|n| (n, (kind.busbw_factor(n) - ratio).abs()))
         .min_by(|a, b| a.1.total_cmp(&b.1))?;
@@ -267,6 +320,19 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         None => return Ok(None),
     };
     let number = |s: &str| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+    // nccl-tests' words after the count: the type, then the reduction (`none` where there is
+    // none).
+    let words: Vec<&str> = f
+        .iter()
+        .skip(1)
+        .skip_while(|s| s.chars().all(|c| c.is_ascii_digit()))
+        .take_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
+        .copied()
+        .collect();
+    let reduces = match (line.starts_with('|'), words.as_slice()) {
+        (false, [_, redop]) => Some(*redop != "none"),
+        _ => None,
+    };
     let values: Vec<f64> = if line.starts_with('|') {
         f[1..].iter().filter_map(|s| number(s)).collect()
     } else {
@@ -299,6 +365,7 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         time_us: values[0],
         algbw: values[1],
         busbw: values[2],
+        reduces,
         line: 0,
     }))
 }
@@ -313,7 +380,61 @@ mod tests {
             time_us: size as f64 / algbw / 1e3,
             algbw,
             busbw,
+            reduces: None,
             line: 1,
+        }
+    }
+
+    /// A log that does not name its operation is still refused for another one's: by its
+    /// redop column (`sum` in an all-gather's rows, `none` in an all-reduce's), or, in a
+    /// Markdown table without one, by a busbw / algbw ratio no rank count gives the operation
+    /// (an all-reduce's 1.75 as an all-gather's, whose ratio stays below 1); each error names
+    /// the file and the line.
+    #[test]
+    fn rows_of_another_operation_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let header =
+            "#       size         count      type   redop    root     time   algbw   busbw \
+                      #wrong     time   algbw   busbw #wrong\n#        (B)    (elements)      \
+                      (us)  (GB/s)  (GB/s)\n";
+        let reduce = write(
+            "all_reduce.log",
+            &format!(
+                "{header}     1048576        262144     float     sum      -1    50.70   20.68   \
+                 36.19      0    50.12   20.92   36.61      0\n"
+            ),
+        );
+        let gather = write(
+            "all_gather.log",
+            &format!(
+                "{header}     1048576         32768     float    none      -1    36.72   28.55   \
+                 24.98      0    36.10   29.05   25.42      0\n"
+            ),
+        );
+        let table = write(
+            "table.md",
+            "| size_B | time_us | algbw_GBps | busbw_GBps |\n|---:|---:|---:|---:|\n\
+             | 1048576 | 50.70 | 20.68 | 36.19 |\n",
+        );
+        assert!(read_for(&reduce, "all_reduce", 8).is_ok());
+        assert!(read_for(&gather, "all_gather", 8).is_ok());
+        assert!(read_for(&table, "all_reduce", 8).is_ok());
+        for (path, op, why) in [
+            (&reduce, "all_gather", "redop column holds a reduction"),
+            (&reduce, "broadcast", "redop column holds a reduction"),
+            (&gather, "all_reduce", "redop column holds none"),
+            (&gather, "reduce_scatter", "redop column holds none"),
+            (&table, "all_gather", "busbw / algbw is 1.750"),
+            (&table, "broadcast", "busbw / algbw is 1.750"),
+        ] {
+            let err = read_for(path, op, 8).unwrap_err().to_string();
+            let at = format!("{}:", path.display());
+            assert!(err.contains(&at) && err.contains(why), "{op}: {err}");
         }
     }
 
