@@ -320,34 +320,30 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         None => return Ok(None),
     };
     let number = |s: &str| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
-    // nccl-tests' words after the count: the type, then the reduction (`none` where there is
-    // none).
-    let words: Vec<&str> = f
+    // nccl-tests' fields after the count: the type and the reduction (`none` where there is
+    // none), then (the root,) time, algbw and busbw.
+    let after_count: Vec<&str> = f
         .iter()
         .skip(1)
         .skip_while(|s| s.chars().all(|c| c.is_ascii_digit()))
-        .take_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
         .copied()
         .collect();
-    let reduces = match (line.starts_with('|'), words.as_slice()) {
+    let named = after_count
+        .iter()
+        .take_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
+        .count();
+    let reduces = match (line.starts_with('|'), &after_count[..named]) {
         (false, [_, redop]) => Some(*redop != "none"),
         _ => None,
     };
     let values: Vec<f64> = if line.starts_with('|') {
         f[1..].iter().filter_map(|s| number(s)).collect()
     } else {
-        // Skip count, type and redop (and root where the header has it).
-        let rest: Vec<&str> = f
-            .iter()
-            .skip(1)
-            .skip_while(|s| s.chars().all(|c| c.is_ascii_digit()))
-            .skip_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
-            .copied()
-            .collect();
+        let rest = &after_count[named..];
         let rest = if has_root && rest.first().is_some_and(|s| s.parse::<i64>().is_ok()) {
             &rest[1..]
         } else {
-            &rest[..]
+            rest
         };
         rest.iter()
             .take(3)
