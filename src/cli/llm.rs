@@ -372,10 +372,11 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
         Format::Text => {
             if outcomes.len() > 1 {
                 println!("{} layouts tried:", outcomes.len());
-                for o in &outcomes {
+                let labels: Vec<String> = outcomes.iter().map(|o| o.layout.describe()).collect();
+                let width = labels.iter().map(String::len).max().unwrap_or(0);
+                for (o, label) in outcomes.iter().zip(&labels) {
                     println!(
-                        "  {:<58} {:>10.3} s {:>8.1} TFLOP/s",
-                        o.layout.describe(),
+                        "  {label:<width$} {:>10.3} s {:>8.1} TFLOP/s",
                         o.step_time.as_secs_f64(),
                         o.tflops_per_gpu
                     );

@@ -248,7 +248,8 @@ impl Plan {
         let need = self.memory_per_gpu();
         if need > self.gpu.memory_bytes {
             // Only the remedies not already taken.
-            let mut remedies = vec!["raise --tp/--pp"];
+            let mut remedies =
+                vec!["raise --tp/--pp (comma lists try several: --tp 2,4,8 --pp 1,2,4)"];
             if l.zero == ZeroStage::None {
                 remedies.push("use --zero 1");
             }
