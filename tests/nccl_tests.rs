@@ -225,6 +225,7 @@ fn nccl_tests_measurement_options_are_taken_or_refused() {
     assert_eq!(plain, as_run);
     for (bad, names) in [
         (&["-m", "4"][..], "-m 4"),
+        (&["-m", "0"], "-m 0"),
         (&["-z", "1"], "-z 1"),
         (&["-G", "10"], "-G 10"),
         (&["-C", "1"], "-C 1"),

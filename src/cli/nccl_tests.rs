@@ -128,6 +128,9 @@ impl MeasurementArgs {
                 )));
             }
         }
+        if self.agg_iters == Some(0) {
+            return Err(Error::input("-m 0: aggregated iterations are at least 1"));
+        }
         if let Some(a) = self.average.filter(|&a| a > 3) {
             return Err(Error::input(format!(
                 "-a {a}: expected 0 (rank 0), 1 (mean), 2 (min) or 3 (max)"
