@@ -3,7 +3,7 @@
 //! number"); outputs are never half-written or written over without `--force`.
 
 mod common;
-use common::collsim;
+use common::{collsim, Table};
 use std::process::Command;
 
 fn scratch(name: &str) -> common::Scratch {
@@ -288,15 +288,14 @@ fn runs_are_byte_identical_across_thread_counts() {
             .map(|f| std::fs::read(out.join(f)).unwrap())
     };
     // Everything but the synthesis wall time (summary.csv's synthesis_ms, DESIGN.md's column).
-    let without_wall_time = |csv: &[u8]| -> Vec<String> {
-        let text = String::from_utf8(csv.to_vec()).unwrap();
-        let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-        let col = header.iter().position(|h| *h == "synthesis_ms").unwrap();
-        text.lines()
-            .map(|l| {
-                let mut cells: Vec<&str> = l.split(',').collect();
-                cells.remove(col);
-                cells.join(",")
+    let without_wall_time = |csv: &[u8]| -> Vec<Vec<String>> {
+        let mut table = Table::parse(std::str::from_utf8(csv).unwrap());
+        let col = table.at("synthesis_ms");
+        std::iter::once(&mut table.header)
+            .chain(&mut table.rows)
+            .map(|row| {
+                row.remove(col);
+                row.clone()
             })
             .collect()
     };
