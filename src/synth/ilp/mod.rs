@@ -733,6 +733,13 @@ mod tests {
             .unwrap()
     }
 
+    /// The list schedule over `horizon` steps from `holds` (the program's rules, no solver).
+    fn list_schedule_within(planner: &Planner, holds: &Holdings, horizon: u32) -> Vec<StepSend> {
+        let window = planner.window(holds, horizon, false);
+        let (earliest, to_go) = window.reach();
+        window.list_schedule(&earliest, &to_go)
+    }
+
     /// [`cut_bound`] of the pairs `holds` leaves wanted, as the planner starts from them.
     fn bound_of(planner: &Planner, holds: &Holdings) -> u32 {
         let wanted = missing(planner.problem, holds);
@@ -838,9 +845,7 @@ mod tests {
             let holds = initial_holds(&net, &p);
             for ten in Ten::candidates(&net, 1 << 20) {
                 let planner = planner_on(&net, &p, ten, true);
-                let window = planner.window(&holds, 10_000, false);
-                let (earliest, to_go) = window.reach();
-                let plan = window.list_schedule(&earliest, &to_go);
+                let plan = list_schedule_within(&planner, &holds, 10_000);
                 let end = plan
                     .iter()
                     .map(|s| s.step + planner.ten.span[s.link as usize])
@@ -858,9 +863,7 @@ mod tests {
         let p = all_gather(&net, 1 << 20);
         let planner = planner(&net, &p, true);
         let holds = initial_holds(&net, &p);
-        let window = planner.window(&holds, 40, false);
-        let (earliest, to_go) = window.reach();
-        let plan = window.list_schedule(&earliest, &to_go);
+        let plan = list_schedule_within(&planner, &holds, 40);
         let mut at = holds.clone();
         let mut busy_until = vec![0u32; net.links.len()];
         let mut sorted = plan.clone();
