@@ -144,15 +144,9 @@ fn holds_op(rows: &[Row], op: &str, path: &Path) -> Result<(), Error> {
             row.line
         )));
     }
-    let Some(row) = rows
-        .iter()
-        .filter(|r| r.algbw >= 1.0)
-        .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
-    else {
+    let Some((row, ratio, blur)) = bus_ratio(rows) else {
         return Ok(());
     };
-    let ratio = row.busbw / row.algbw;
-    let blur = ratio_blur(row);
     let (low, high) = (kind.busbw_factor(2), kind.busbw_factor(u32::MAX));
     if ratio < low - blur || ratio > high + blur {
         return Err(Error::input(format!(
@@ -165,10 +159,16 @@ fn holds_op(rows: &[Row], op: &str, path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// How far a busbw / algbw ratio may be off for nccl-tests' two printed decimals.
-fn ratio_blur(row: &Row) -> f64 {
+/// nccl-tests' busbw / algbw at the row of the highest algbw, and how far its two printed
+/// decimals leave that ratio uncertain; None where no algbw reaches 1 GB/s (too few digits).
+fn bus_ratio(rows: &[Row]) -> Option<(&Row, f64, f64)> {
+    let row = rows
+        .iter()
+        .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
+        .filter(|r| r.algbw >= 1.0)?;
     let ratio = row.busbw / row.algbw;
-    0.005 / row.algbw + 0.005 * ratio / row.algbw + 0.005 / row.busbw.max(1e-9)
+    let blur = 0.005 / row.algbw + 0.005 * ratio / row.algbw + 0.005 / row.busbw.max(1e-9);
+    Some((row, ratio, blur))
 }
 
 /// How many ranks ran the measured `rows` of `kind`, as nccl-tests' own busbw / algbw ratio
@@ -176,12 +176,7 @@ fn ratio_blur(row: &Row) -> f64 {
 /// read off the row of the highest algbw; None where the ratio does not tell (broadcast and
 /// reduce, whose factor is 1, bandwidths too small or ranks too many for the printed digits).
 pub fn ranks(rows: &[Row], kind: CollectiveKind) -> Option<u32> {
-    let row = rows
-        .iter()
-        .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
-        .filter(|r| r.algbw >= 1.0)?;
-    let ratio = row.busbw / row.algbw;
-    let blur = ratio_blur(row);
+    let (_, ratio, blur) = bus_ratio(rows)?;
     let (n, off) = (2..=1u32 << 16)
         .map(|n| (n, (kind.busbw_factor(n) - ratio).abs()))
         .min_by(|a, b| a.1.total_cmp(&b.1))?;
