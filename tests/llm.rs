@@ -160,6 +160,73 @@ fn a_search_names_the_fastest_layout() {
     assert_eq!(bytes.iter().filter(|&&b| b > 0.0).count(), 16, "{links}");
 }
 
+/// `--tp auto --pp auto` tries every tensor size that divides a box's GPUs and the heads, and
+/// every pipeline size that divides the layers and the GPUs; when none fits, the refusal is the
+/// most parallel layout's.
+#[test]
+fn auto_sizes_search_every_layout_megatron_accepts() {
+    let dir = scratch("collsim-llm", "auto");
+    // 1.7B: 24 heads, 24 layers; two boxes of 8: TP 1, 2, 4, 8 (dividing 8 and 24) and PP 1, 2,
+    // 4, 8 (dividing 24 and 16), every pair whose product divides 16.
+    stdout_of(&[
+        "train",
+        "--model",
+        &model("gpt_1.7b.yaml"),
+        "--topology",
+        "dgx-a100:2",
+        "--tp",
+        "auto",
+        "--pp",
+        "auto",
+        "--global-batch",
+        "32",
+        "--micro-batch",
+        "1",
+        "--virtual-stages",
+        "1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let summary = Table::parse(&std::fs::read_to_string(dir.join("summary.csv")).unwrap());
+    let mut tried: Vec<(u64, u64)> = (0..summary.rows.len())
+        .map(|r| {
+            (
+                summary.number(r, "tp") as u64,
+                summary.number(r, "pp") as u64,
+            )
+        })
+        .collect();
+    tried.sort();
+    let mut expected = Vec::new();
+    for tp in [1, 2, 4, 8] {
+        for pp in [1, 2, 4, 8] {
+            if 16 % (tp * pp) == 0 {
+                expected.push((tp, pp));
+            }
+        }
+    }
+    assert_eq!(tried, expected);
+    // GPT-3 175B fits no layout of one box: the refusal names the widest one tried.
+    let out = collsim(&[
+        "train",
+        "--model",
+        &model("gpt3_175b.yaml"),
+        "--topology",
+        "dgx-a100:1",
+        "--tp",
+        "auto",
+        "--pp",
+        "auto",
+        "--global-batch",
+        "8",
+    ]);
+    let err = refused(&out);
+    assert!(
+        err.contains("layouts tried") && err.contains("x DP 1") && err.contains("GB a GPU"),
+        "{err}"
+    );
+}
+
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
 #[test]
 fn bad_layouts_exit_2_naming_the_constraint() {

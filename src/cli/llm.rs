@@ -24,10 +24,12 @@ pub struct LlmArgs {
     /// (dgx-a100:N: a100, hgx-h100:N: h100, ...), else a100]
     #[arg(long, requires = "model")]
     pub gpu: Option<String>,
-    /// Tensor-parallel size; a comma-separated list searches them all
+    /// Tensor-parallel size; a comma-separated list searches them all, `auto` every size that
+    /// divides a box's GPUs and the model's heads
     #[arg(long, default_value = "1", requires = "model")]
     pub tp: String,
-    /// Pipeline-parallel size; a comma-separated list searches them all
+    /// Pipeline-parallel size; a comma-separated list searches them all, `auto` every divisor of
+    /// the model's layers that divides the GPUs
     #[arg(long, default_value = "1", requires = "model")]
     pub pp: String,
     /// Data-parallel size [default: GPUs / (tp x pp)]
@@ -146,6 +148,11 @@ fn either(flag: &str, value: &str, yes: &str, no: &str) -> Result<bool, Error> {
     }
 }
 
+/// The divisors of `n`, smallest first.
+fn divisors(n: u64) -> impl Iterator<Item = u64> {
+    (1..=n).filter(move |d| n.is_multiple_of(*d))
+}
+
 /// A flag's comma-separated list of positive sizes.
 fn sizes(flag: &str, text: &str) -> Result<Vec<u64>, Error> {
     let mut list = Vec::new();
@@ -177,11 +184,24 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     };
     let topology = args.topology.build()?;
     let gpus = topology.active_npus().len() as u64;
-    let tps = sizes("tp", &a.tp)?;
-    let pps = sizes("pp", &a.pp)?;
     if let Some(d) = a.dp {
         positive("dp", d)?;
     }
+    let box_gpus = system.as_ref().map_or(gpus, |s| u64::from(s.gpus_per_box));
+    let tps = match a.tp.as_str() {
+        "auto" => divisors(box_gpus.min(gpus))
+            .filter(|t| model.heads % t == 0 && model.kv_heads % t == 0)
+            .collect(),
+        text => sizes("tp", text)?,
+    };
+    // GPUs a data- and context-parallel replica spans, which the pipeline's stages divide.
+    let replica = gpus / (a.dp.unwrap_or(1).max(1) * a.cp.max(1));
+    let pps = match a.pp.as_str() {
+        "auto" => divisors(model.layers)
+            .filter(|p| replica.is_multiple_of(*p))
+            .collect(),
+        text => sizes("pp", text)?,
+    };
     let global_batch = positive(
         "global-batch",
         a.global_batch.ok_or_else(|| {

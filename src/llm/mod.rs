@@ -248,8 +248,7 @@ impl Plan {
         let need = self.memory_per_gpu();
         if need > self.gpu.memory_bytes {
             // Only the remedies not already taken.
-            let mut remedies =
-                vec!["raise --tp/--pp (comma lists try several: --tp 2,4,8 --pp 1,2,4)"];
+            let mut remedies = vec!["raise --tp/--pp (`--tp auto --pp auto` tries every size)"];
             if l.zero == ZeroStage::None {
                 remedies.push("use --zero 1");
             }
@@ -588,10 +587,18 @@ pub struct Search {
 }
 
 /// The layouts of `search` that Megatron accepts and that fit in memory, in the order listed;
-/// when none does, the first reason one was refused.
+/// when none does, why the most parallel one tried (the likeliest to fit) was refused.
 pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>, Error> {
     let mut fits = Vec::new();
-    let mut first_error = None;
+    // The refusal of the layout with the most model-parallel GPUs, and that count.
+    let mut refusal: Option<(u64, Error)> = None;
+    let mut refused = 0;
+    let mut refuse = |width: u64, e: Error| {
+        refused += 1;
+        if refusal.as_ref().is_none_or(|(w, _)| width > *w) {
+            refusal = Some((width, e));
+        }
+    };
     for &tp in &search.tp {
         for &pp in &search.pp {
             let per_replica = tp.saturating_mul(pp).saturating_mul(plan.layout.cp);
@@ -600,10 +607,13 @@ pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>
                 Some(d) => d,
                 None if gpus.is_multiple_of(per_replica) => gpus / per_replica,
                 None => {
-                    first_error.get_or_insert(Error::input(format!(
-                        "--tp {tp} x --pp {pp} x --cp {cp} does not divide the topology's {gpus} \
-                         GPUs"
-                    )));
+                    refuse(
+                        0,
+                        Error::input(format!(
+                            "--tp {tp} x --pp {pp} x --cp {cp} does not divide the topology's \
+                             {gpus} GPUs"
+                        )),
+                    );
                     continue;
                 }
             };
@@ -614,16 +624,17 @@ pub fn candidates(plan: &Plan, gpus: u64, search: &Search) -> Result<Vec<Layout>
                     (l.tp, l.pp, l.dp, l.micro_batch, l.virtual_stages) = (tp, pp, dp, b, v);
                     match candidate.check(gpus) {
                         Ok(()) => fits.push(candidate.layout),
-                        Err(e) => {
-                            first_error.get_or_insert(e);
-                        }
+                        Err(e) => refuse(per_replica, e),
                     }
                 }
             }
         }
     }
-    match (fits.is_empty(), first_error) {
-        (true, Some(e)) => Err(e),
+    match (fits.is_empty(), refusal) {
+        (true, Some((_, e))) if refused > 1 => Err(Error::input(format!(
+            "none of the {refused} layouts tried runs; the most parallel: {e}"
+        ))),
+        (true, Some((_, e))) => Err(e),
         _ => Ok(fits),
     }
 }
