@@ -199,6 +199,25 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
     Some((number, unit))
 }
 
+/// Parses a size as nccl-tests takes and prints it: a single-letter suffix `K`, `M`, `G`, `T`
+/// multiplies by a power of 1024 (`-b 8K`, `-e 8G`); otherwise [`parse_bytes`] (`1KiB`, `1GB`).
+pub fn parse_nccl_bytes(text: &str) -> Result<u64, UnitError> {
+    let t = text.trim();
+    if let Some((i, c)) = t.char_indices().last() {
+        if let Some(power) = "KMGT".find(c.to_ascii_uppercase()) {
+            let digits = &t[..i];
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                let too_large = || unit_error("size", text, "is too large");
+                let value: u64 = digits.parse().map_err(|_| too_large())?;
+                return value
+                    .checked_mul(1 << (10 * (power + 1)))
+                    .ok_or_else(too_large);
+            }
+        }
+    }
+    parse_bytes(t)
+}
+
 /// Parses a byte count: `4096`, `1KB` (1e3), `1KiB` (1024), `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`.
 /// Whole numbers are read exactly (every `u64` byte count); a count past `u64` is refused.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {

@@ -10,7 +10,7 @@ use crate::collective::CollectiveKind;
 use crate::nccl::{log, Allowed, Launch, Model, Prediction, Setting};
 use crate::report::{save_figure, LinePlot, OutputDir, Series};
 use crate::topology::GpuSystem;
-use crate::units::{format_bytes_approx, parse_bytes};
+use crate::units::format_bytes_approx;
 use crate::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -231,27 +231,9 @@ impl NcclSystemArgs {
     }
 }
 
-/// nccl-tests' sizes: `K`, `M`, `G`, `T` multiply by powers of 1024; collsim's units also work.
+/// A size flag in nccl-tests' notation ([`crate::units::parse_nccl_bytes`]).
 fn nccl_size(text: &str, flag: &str) -> Result<u64, Error> {
-    let t = text.trim();
-    let (digits, mult) = match t.char_indices().last() {
-        Some((i, c)) if "kKmMgGtT".contains(c) => {
-            let power = match c.to_ascii_uppercase() {
-                'K' => 1,
-                'M' => 2,
-                'G' => 3,
-                _ => 4,
-            };
-            (&t[..i], 1u64 << (10 * power))
-        }
-        _ => (t, 1),
-    };
-    match digits.parse::<u64>() {
-        Ok(v) => v
-            .checked_mul(mult)
-            .ok_or_else(|| Error::input(format!("{flag} '{text}' is too large"))),
-        Err(_) => parse_bytes(t).map_err(|e| Error::input(format!("{flag}: {e}"))),
-    }
+    crate::units::parse_nccl_bytes(text).map_err(|e| Error::input(format!("{flag}: {e}")))
 }
 
 /// Bytes of one element of nccl-tests' data types.

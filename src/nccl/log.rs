@@ -1,7 +1,9 @@
 //! Measured nccl-tests results: the log `all_reduce_perf` and friends print (the out-of-place
-//! columns of each data row), or a Markdown table of `size | time | algbw | busbw` rows. A log
-//! holding several tests marks each with its name (`# ... all_gather_perf ...`, `## all_gather,
-//! 8 ranks`); rows belong to the last name seen.
+//! columns of each data row), or a Markdown table: `size | time | algbw | busbw` rows, or any
+//! columns its header names (a size, and a time, algbw or busbw, the first of each: nccl-tests'
+//! out-of-place ones; sizes in bytes or as `1M`, `1MiB`; the missing figures follow from the
+//! others). A log holding several tests marks each with its name (`# ... all_gather_perf ...`,
+//! `## all_gather, 8 ranks`); rows belong to the last name seen.
 
 use std::path::Path;
 
@@ -102,8 +104,27 @@ pub struct Row {
 /// [`read`], refusing a log that ran on another number of ranks than the `gpus` it is to be
 /// held against (as [`ranks`] reads it off the log's own bandwidths).
 pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
-    let rows = read(path, op)?;
+    let mut rows = read(path, op)?;
     holds_op(&rows, op, path)?;
+    // A table without algbw or busbw: the missing one by nccl-tests' factor at these ranks.
+    let factor = kind(op)?.busbw_factor(gpus);
+    rows.retain_mut(|r| {
+        if r.busbw.is_nan() {
+            r.busbw = r.algbw * factor;
+        }
+        if r.algbw.is_nan() {
+            r.algbw = r.busbw / factor;
+            r.time_us = r.size as f64 / (r.algbw * 1e3);
+        }
+        // A busbw of 0.00 with no time column says nothing of the time.
+        r.time_us.is_finite()
+    });
+    if rows.is_empty() {
+        return Err(Error::input(format!(
+            "{}: no {op} row gives a time (a time or algbw column, or a busbw above 0)",
+            path.display()
+        )));
+    }
     match ranks(&rows, kind(op)?) {
         Some(n) if n != gpus => {
             let part = if n < gpus {
@@ -164,6 +185,7 @@ fn holds_op(rows: &[Row], op: &str, path: &Path) -> Result<(), Error> {
 fn bus_ratio(rows: &[Row]) -> Option<(&Row, f64, f64)> {
     let row = rows
         .iter()
+        .filter(|r| r.algbw.is_finite() && r.busbw.is_finite())
         .max_by(|a, b| a.algbw.total_cmp(&b.algbw))
         .filter(|r| r.algbw >= 1.0)?;
     let ratio = row.busbw / row.algbw;
@@ -220,13 +242,18 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
     let mut seen_ops: Vec<&'static str> = Vec::new();
     let mut unit: Option<(f64, usize)> = None;
     let mut has_root = false;
+    let mut columns: Option<Columns> = None;
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let line = raw.trim();
         if line.is_empty() {
             continue;
         }
-        if is_header(line) {
+        let named_row = columns.is_some_and(|c| c.is_row(line));
+        if !named_row && is_header(line) {
+            if line.starts_with('|') {
+                columns = Columns::of_header(line);
+            }
             if let Some(found) = named_op(line) {
                 current = Some(found);
                 if !seen_ops.contains(&found) {
@@ -252,9 +279,11 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
         if current.is_some_and(|c| c != op) {
             continue;
         }
-        let row = parse_row(line, has_root).map_err(|why| {
-            Error::input(format!("{shown}:{line_no}: {why}: '{}'", shorten(line)))
-        })?;
+        let row = match columns {
+            Some(c) => c.parse(line),
+            None => parse_row(line, has_root),
+        }
+        .map_err(|why| Error::input(format!("{shown}:{line_no}: {why}: '{}'", shorten(line))))?;
         if let Some(mut row) = row {
             row.line = line_no;
             row.time_us *= unit.map_or(1.0, |u| u.0);
@@ -275,6 +304,105 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
         )));
     }
     Ok(rows)
+}
+
+/// Where a Markdown table's header names the figures a row is read by, for tables that name
+/// their columns (nccl-tests' own, the count and type among them; in- and out-of-place pairs).
+#[derive(Clone, Copy, Debug)]
+struct Columns {
+    size: usize,
+    time: Option<usize>,
+    algbw: Option<usize>,
+    busbw: Option<usize>,
+    redop: Option<usize>,
+}
+
+impl Columns {
+    /// The columns a Markdown header line names: a size and an algbw or busbw at least; None
+    /// otherwise (rows are then read as `size | time | algbw | busbw`).
+    fn of_header(line: &str) -> Option<Columns> {
+        let cells: Vec<String> = fields(line)
+            .iter()
+            .map(|c| c.to_ascii_lowercase().replace([' ', '_', '-'], ""))
+            .collect();
+        let find = |words: &[&str]| {
+            cells
+                .iter()
+                .position(|c| words.iter().any(|w| c.contains(w)))
+        };
+        let columns = Columns {
+            size: find(&["size", "bytes"])?,
+            time: find(&["time"]),
+            algbw: find(&["algbw", "algorithmbandwidth"]),
+            busbw: find(&["busbw", "busbandwidth"]),
+            redop: find(&["redop"]),
+        };
+        (columns.algbw.is_some() || columns.busbw.is_some()).then_some(columns)
+    }
+
+    /// Whether `line` is a row of this table: its size cell holds a size.
+    fn is_row(&self, line: &str) -> bool {
+        line.starts_with('|')
+            && fields(line)
+                .get(self.size)
+                .and_then(|c| size_of(c))
+                .is_some()
+    }
+
+    /// A row's figures by column; the time or algbw missing from the table follows from the
+    /// other, and either from busbw later ([`read_for`], which knows the ranks): NaN until then.
+    fn parse(&self, line: &str) -> Result<Option<Row>, String> {
+        let f = fields(line);
+        let Some(size) = f.get(self.size).and_then(|c| size_of(c)) else {
+            return Ok(None);
+        };
+        let value = |column: Option<usize>, name: &str| -> Result<Option<f64>, String> {
+            let Some(i) = column else { return Ok(None) };
+            f.get(i)
+                .and_then(|c| c.split_whitespace().next())
+                .and_then(|c| c.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .map(Some)
+                .ok_or_else(|| format!("a data row without its {name} (truncated?)"))
+        };
+        let time = value(self.time, "time")?;
+        let algbw = value(self.algbw, "algbw")?;
+        let busbw = value(self.busbw, "busbw")?;
+        let (time_us, algbw) = match (time, algbw) {
+            (Some(t), _) if t <= 0.0 => return Err("a data row with a time of 0".into()),
+            (Some(t), Some(a)) => (t, a),
+            (Some(t), None) => (t, size as f64 / (t * 1e3)),
+            (None, Some(a)) if a > 0.0 => (size as f64 / (a * 1e3), a),
+            _ => (f64::NAN, f64::NAN),
+        };
+        Ok(Some(Row {
+            size,
+            time_us,
+            algbw,
+            busbw: busbw.unwrap_or(f64::NAN),
+            reduces: self
+                .redop
+                .and_then(|i| f.get(i))
+                .map(|r| !r.eq_ignore_ascii_case("none")),
+            line: 0,
+        }))
+    }
+}
+
+/// A size cell: bytes, with nccl-tests' `K`/`M`/`G` or collsim's units (`1M`, `1MiB`, `1 MiB`);
+/// a label after it (`1024 (1K)`) is ignored.
+fn size_of(cell: &str) -> Option<u64> {
+    let mut words = cell.split_whitespace();
+    let first = words.next()?;
+    if first.bytes().all(|b| b.is_ascii_digit()) {
+        if let Some(unit) = words
+            .next()
+            .filter(|w| w.chars().all(|c| c.is_ascii_alphabetic()))
+        {
+            return crate::units::parse_nccl_bytes(&format!("{first}{unit}")).ok();
+        }
+    }
+    crate::units::parse_nccl_bytes(first).ok()
 }
 
 fn shorten(line: &str) -> String {
@@ -500,6 +628,37 @@ mod tests {
             e.contains("holds all_gather, alltoall results, not all_reduce"),
             "{e}"
         );
+    }
+
+    /// Tables that name their columns are read by the names: nccl-tests' count and type are not
+    /// taken for the time, the out-of-place figures come first, sizes may carry units, and a
+    /// table of bus bandwidths alone gives times by nccl-tests' factor at the system's ranks.
+    #[test]
+    fn reads_tables_by_their_column_names() {
+        let full = write("| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |\n|---|---|---|---|---|---|---|---|---|\n| 1048576 | 262144 | float | sum | -1 | 30.5 | 34.38 | 60.16 | 0 |\n");
+        let row = read(full.path(), "all_reduce").unwrap()[0];
+        assert_eq!((row.size, row.time_us, row.busbw), (1 << 20, 30.5, 60.16));
+        assert_eq!(row.reduces, Some(true));
+        let pairs = write("| Size | in-place time_us | in-place busbw |\n|---|---|---|\n| 16M | 117.2 | 251.4 |\n| 1 GiB | 4012 | 468.3 |\n");
+        let rows = read(pairs.path(), "all_reduce").unwrap();
+        assert_eq!(rows[0].size, 16 << 20);
+        assert_eq!((rows[1].size, rows[1].time_us), (1 << 30, 4012.0));
+        let out_first = write("| size_B | out-of-place time | out-of-place busbw | in-place time | in-place busbw |\n| 1024 (1K) | 40.0 | 0.04 | 39.0 | 0.05 |\n");
+        assert_eq!(
+            read(out_first.path(), "all_reduce").unwrap()[0].time_us,
+            40.0
+        );
+        // busbw alone: 8 ranks' all-reduce factor 2 x 7/8 gives algbw 100 GB/s, so 10 us for
+        // 1 MB; the 0.00 row says nothing and is left out.
+        let bus =
+            write("| size_B | busbw_GBps |\n|---:|---:|\n| 8 | 0.00 |\n| 1000000 | 175.0 |\n");
+        let rows = read_for(bus.path(), "all_reduce", 8).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
+        assert!((rows[0].algbw - 100.0).abs() < 1e-9);
+        let cut = write("| size_B | time_us | busbw_GBps |\n| 1024 | 40.0 |\n");
+        let e = read(cut.path(), "all_reduce").unwrap_err().to_string();
+        assert!(e.contains(":2: a data row without its busbw"), "{e}");
     }
 
     #[test]
