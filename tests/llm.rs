@@ -227,6 +227,55 @@ fn auto_sizes_search_every_layout_megatron_accepts() {
     );
 }
 
+/// A Hugging Face config.json trains as the model file it describes: the same step as the
+/// shipped Llama 3 8B, with a note that its context length stood in for the training length,
+/// which `--seq` sets instead (a shorter sequence, a shorter step).
+#[test]
+fn a_hugging_face_config_trains_like_the_shipped_file() {
+    let dir = scratch("collsim-llm", "hf");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["LlamaForCausalLM"], "attention_dropout": 0.0,
+        "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+        "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 8, "rope_theta": 500000.0,
+        "tie_word_embeddings": false, "vocab_size": 128256}"#,
+    )
+    .unwrap();
+    let run = |model: &str, seq: Option<&str>| {
+        let mut args = vec![
+            "train",
+            "--model",
+            model,
+            "--topology",
+            "hgx-h100:1",
+            "--tp",
+            "8",
+            "--global-batch",
+            "8",
+            "--micro-batch",
+            "1",
+            "--format",
+            "csv",
+        ];
+        if let Some(s) = seq {
+            args.extend(["--seq", s]);
+        }
+        let out = collsim(&args);
+        assert!(out.status.success(), "{out:?}");
+        let step = column(&String::from_utf8_lossy(&out.stdout), "step_time_s");
+        (step, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (shipped, _) = run(&model("llama3_8b.yaml"), None);
+    let (from_config, note) = run(config.to_str().unwrap(), None);
+    assert_eq!(shipped, from_config);
+    assert!(note.contains("note:") && note.contains("--seq"), "{note}");
+    let (shorter, note) = run(config.to_str().unwrap(), Some("2048"));
+    assert!(shorter < 0.5 * from_config, "{shorter} vs {from_config}");
+    assert!(!note.contains("note:"), "{note}");
+}
+
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
 #[test]
 fn bad_layouts_exit_2_naming_the_constraint() {

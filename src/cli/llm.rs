@@ -17,9 +17,14 @@ use crate::Error;
 #[derive(Args, Debug, Default)]
 pub struct LlmArgs {
     /// Language model file (YAML: layers, hidden, heads, kv_heads, ffn, seq, vocab, experts,
-    /// top_k, gated_mlp; workloads/llm/ has GPT-3, Megatron's Table 1 models, Llama 3, an MoE)
+    /// top_k, gated_mlp; workloads/llm/ has GPT-3, Megatron's Table 1 models, Llama 3, an MoE),
+    /// or a Hugging Face config.json
     #[arg(long, conflicts_with_all = ["workload", "ranks_map", "system"])]
     pub model: Option<std::path::PathBuf>,
+    /// Tokens a sequence trains on, replacing the model file's `seq` (Megatron's --seq-length;
+    /// a Hugging Face config.json gives only its context length)
+    #[arg(long, requires = "model")]
+    pub seq: Option<u64>,
     /// GPU of every rank: a100, h100, h200, b200, mi300x [default: the GPU system's own
     /// (dgx-a100:N: a100, hgx-h100:N: h100, ...), else a100]
     #[arg(long, requires = "model")]
@@ -176,7 +181,10 @@ fn positive(flag: &str, value: u64) -> Result<u64, Error> {
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let a = &args.llm;
     let path = a.model.as_deref().expect("train --model");
-    let model = LlmModel::load(path)?;
+    let (model, note) = LlmModel::load_with_seq(path, a.seq)?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
     let system = args.topology.options().gpu_system()?;
     let gpu = match &a.gpu {
         Some(name) => Gpu::parse(name)?,

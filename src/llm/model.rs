@@ -7,29 +7,40 @@ use serde::Deserialize;
 
 use crate::Error;
 
-/// The model file's keys (`workloads/llm/*.yaml`).
+/// The model file's keys (`workloads/llm/*.yaml`); Megatron-LM's argument names are taken
+/// too (`num_layers`, `hidden_size`, `num_attention_heads`, `num_query_groups`,
+/// `ffn_hidden_size`, `seq_length`, `padded_vocab_size`, `num_experts`, `moe_router_topk`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ModelFile {
-    name: Option<String>,
-    layers: u64,
-    hidden: u64,
-    heads: u64,
-    kv_heads: Option<u64>,
-    ffn: Option<u64>,
-    seq: u64,
-    vocab: u64,
-    experts: Option<u64>,
-    top_k: Option<u64>,
+pub(super) struct ModelFile {
+    pub name: Option<String>,
+    #[serde(alias = "num_layers")]
+    pub layers: u64,
+    #[serde(alias = "hidden_size")]
+    pub hidden: u64,
+    #[serde(alias = "num_attention_heads")]
+    pub heads: u64,
+    #[serde(alias = "num_query_groups")]
+    pub kv_heads: Option<u64>,
+    #[serde(alias = "ffn_hidden_size")]
+    pub ffn: Option<u64>,
+    #[serde(alias = "seq_length")]
+    pub seq: u64,
+    #[serde(alias = "padded_vocab_size", alias = "vocab_size")]
+    pub vocab: u64,
+    #[serde(alias = "num_experts")]
+    pub experts: Option<u64>,
+    #[serde(alias = "moe_router_topk")]
+    pub top_k: Option<u64>,
     /// Gated MLP (SwiGLU: three matrices) as Llama has; GPT's is two.
-    gated_mlp: Option<bool>,
+    pub gated_mlp: Option<bool>,
     /// Whether the output layer shares the token embedding's weights (GPT: yes, Llama: no).
-    tied_embeddings: Option<bool>,
+    pub tied_embeddings: Option<bool>,
     /// Learned position embeddings (GPT) or rotary ones without weights (Llama).
-    position_embeddings: Option<String>,
+    pub position_embeddings: Option<String>,
     /// Whether training drops out attention probabilities and block outputs (Megatron's GPT
     /// default, 0.1 each) or not (Llama, Mixtral).
-    dropout: Option<bool>,
+    pub dropout: Option<bool>,
 }
 
 /// A decoder-only transformer.
@@ -128,15 +139,37 @@ impl Recompute {
 impl LlmModel {
     /// Reads a model file, naming the file and the key that is wrong.
     pub fn load(path: &Path) -> Result<LlmModel, Error> {
+        Ok(LlmModel::load_with_seq(path, None)?.0)
+    }
+
+    /// [`Self::load`], trained on sequences of `seq` tokens where given (Megatron's
+    /// `--seq-length`) instead of the file's; also reads a Hugging Face `config.json` (a file
+    /// with a `model_type` key), which gives no training length: without `seq` its context
+    /// length stands in, and the note returned says so.
+    pub fn load_with_seq(
+        path: &Path,
+        seq: Option<u64>,
+    ) -> Result<(LlmModel, Option<String>), Error> {
+        let shown = path.display().to_string();
         let text = crate::read_text(path, "cannot read model file")?;
-        let file: ModelFile = crate::yaml::from_str(&path.display().to_string(), &text)?;
         let stem = path
             .file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-        LlmModel::new(file, stem).map_err(|e| Error::input(format!("{}: {e}", path.display())))
+        let (mut file, mut note) = if super::hf_config::is_hugging_face(&text) {
+            let (file, note) = super::hf_config::read(&shown, &text, seq.is_some())?;
+            (file, Some(note))
+        } else {
+            (crate::yaml::from_str::<ModelFile>(&shown, &text)?, None)
+        };
+        if let Some(seq) = seq {
+            file.seq = seq;
+            note = None;
+        }
+        let model = LlmModel::new(file, stem).map_err(|e| Error::input(format!("{shown}: {e}")))?;
+        Ok((model, note))
     }
 
-    fn new(file: ModelFile, stem: String) -> Result<LlmModel, String> {
+    pub(super) fn new(file: ModelFile, stem: String) -> Result<LlmModel, String> {
         // Bounds far above any model trained, so that no count of weights, FLOPs or bytes
         // overflows.
         let limit = |name: &str| match name {
@@ -405,6 +438,16 @@ mod tests {
                 "{ours} vs {billions}B"
             );
         }
+    }
+
+    /// Megatron-LM's argument names read as the model file's own keys.
+    #[test]
+    fn megatron_argument_names_are_keys() {
+        let text = "num_layers: 96\nhidden_size: 12288\nnum_attention_heads: 96\n\
+                    seq_length: 2048\npadded_vocab_size: 51200\n";
+        let file: ModelFile = crate::yaml::from_str("m.yaml", text).unwrap();
+        let m = LlmModel::new(file, "gpt".into()).unwrap();
+        assert_eq!(m, gpt(96, 12288, 96));
     }
 
     #[test]

@@ -1,0 +1,253 @@
+//! Hugging Face `config.json` files, the shape every model on the Hub is published with, read
+//! as collsim's model files: layers, width, heads and key-value heads, the MLP's width, the
+//! vocabulary, experts and the experts a token visits, by the keys and defaults of the
+//! `transformers` library's configuration classes (`LlamaConfig`, `MixtralConfig`,
+//! `GPT2Config`, ...). What the keys leave open follows the family: a gated MLP where the
+//! activation is SiLU (Llama, Mistral, Qwen) or the family is Gemma's, learned position
+//! embeddings for GPT-2, GPT-Neo, BigCode and OPT (rotary or ALiBi, without weights, for the
+//! rest), tied embeddings unless `tie_word_embeddings` is false (the library's default), and
+//! dropout where any of the dropout probabilities is above 0.
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+use super::model::ModelFile;
+use crate::Error;
+
+/// Whether a model file is a Hugging Face configuration: a mapping with a `model_type` key.
+pub(super) fn is_hugging_face(text: &str) -> bool {
+    text.contains("model_type")
+        && serde_yaml::from_str::<Value>(text).is_ok_and(|v| v.get("model_type").is_some())
+}
+
+/// The keys read, under the names the families give them.
+#[derive(Deserialize)]
+struct HfConfig {
+    model_type: String,
+    #[serde(rename = "_name_or_path")]
+    name_or_path: Option<String>,
+    num_hidden_layers: Option<u64>,
+    n_layer: Option<u64>,
+    hidden_size: Option<u64>,
+    n_embd: Option<u64>,
+    num_attention_heads: Option<u64>,
+    n_head: Option<u64>,
+    num_key_value_heads: Option<u64>,
+    num_kv_heads: Option<u64>,
+    multi_query: Option<bool>,
+    intermediate_size: Option<u64>,
+    moe_intermediate_size: Option<u64>,
+    n_inner: Option<u64>,
+    ffn_dim: Option<u64>,
+    max_position_embeddings: Option<u64>,
+    n_positions: Option<u64>,
+    seq_length: Option<u64>,
+    vocab_size: Option<u64>,
+    num_local_experts: Option<u64>,
+    num_experts: Option<u64>,
+    n_routed_experts: Option<u64>,
+    num_experts_per_tok: Option<u64>,
+    tie_word_embeddings: Option<bool>,
+    hidden_act: Option<String>,
+    activation_function: Option<String>,
+    kv_lora_rank: Option<Value>,
+    shared_expert_intermediate_size: Option<Value>,
+    #[serde(default)]
+    attention_dropout: Value,
+    #[serde(default)]
+    attn_pdrop: Value,
+    #[serde(default)]
+    resid_pdrop: Value,
+    #[serde(default)]
+    hidden_dropout: Value,
+    #[serde(default)]
+    dropout: Value,
+}
+
+/// The model file a configuration describes, and a note of what stood in for the training
+/// sequence length (unless `seq_given`, when the caller replaces it).
+pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile, String), Error> {
+    let c: HfConfig = serde_yaml::from_str(text)
+        .map_err(|e| Error::input(format!("{file}: a Hugging Face config: {e}")))?;
+    let kind = c.model_type.as_str();
+    let refuse = |why: String| Error::input(format!("{file}: model_type '{kind}': {why}"));
+    if c.kv_lora_rank.is_some() {
+        return Err(refuse(
+            "multi-head latent attention (kv_lora_rank) is not modelled".into(),
+        ));
+    }
+    if c.shared_expert_intermediate_size.is_some() || c.n_routed_experts.is_some() {
+        return Err(refuse("shared experts are not modelled".into()));
+    }
+    let need = |value: Option<u64>, keys: &str| {
+        value.ok_or_else(|| refuse(format!("no {keys} key: not a decoder collsim can read")))
+    };
+    let hidden = need(c.hidden_size.or(c.n_embd), "hidden_size (n_embd)")?;
+    let heads = need(
+        c.num_attention_heads.or(c.n_head),
+        "num_attention_heads (n_head)",
+    )?;
+    let experts = c.num_local_experts.or(c.num_experts).filter(|&e| e > 1);
+    let context = c.max_position_embeddings.or(c.n_positions).or(c.seq_length);
+    let seq = match (context, seq_given) {
+        (Some(s), _) => s,
+        (None, true) => 1,
+        (None, false) => {
+            return Err(refuse(
+                "no context length (max_position_embeddings, n_positions): give the length \
+                 trained on with --seq"
+                    .into(),
+            ))
+        }
+    };
+    let activation = c
+        .hidden_act
+        .or(c.activation_function)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let gated =
+        matches!(activation.as_str(), "silu" | "swish" | "swiglu") || kind.starts_with("gemma");
+    let learned = matches!(kind, "gpt2" | "gpt_neo" | "gpt_bigcode" | "opt");
+    let dropout = [
+        &c.attention_dropout,
+        &c.attn_pdrop,
+        &c.resid_pdrop,
+        &c.hidden_dropout,
+        &c.dropout,
+    ]
+    .iter()
+    .any(|v| v.as_f64().is_some_and(|p| p > 0.0));
+    let ffn = match experts {
+        Some(_) => c.moe_intermediate_size.or(c.intermediate_size),
+        None => c.intermediate_size.or(c.ffn_dim).or(c.n_inner),
+    };
+    let model = ModelFile {
+        // The Hub's name where the config keeps it; a bare `config.json` by its family.
+        name: c.name_or_path.filter(|n| !n.is_empty()).or_else(|| {
+            std::path::Path::new(file)
+                .file_stem()
+                .is_some_and(|s| s == "config")
+                .then(|| kind.to_string())
+        }),
+        layers: need(
+            c.num_hidden_layers.or(c.n_layer),
+            "num_hidden_layers (n_layer)",
+        )?,
+        hidden,
+        heads,
+        kv_heads: c
+            .num_key_value_heads
+            .or(c.num_kv_heads)
+            .or(c.multi_query.filter(|&m| m).map(|_| 1)),
+        ffn,
+        seq,
+        vocab: need(c.vocab_size, "vocab_size")?,
+        experts,
+        top_k: experts.and(c.num_experts_per_tok),
+        gated_mlp: Some(gated),
+        tied_embeddings: Some(c.tie_word_embeddings.unwrap_or(true)),
+        position_embeddings: Some(if learned { "learned" } else { "rotary" }.into()),
+        dropout: Some(dropout),
+    };
+    let note = format!(
+        "{file}: a Hugging Face config ({kind}); seq {seq} is its context length \
+         (max_position_embeddings), not necessarily the length it was trained on: --seq sets that"
+    );
+    Ok((model, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::llm::LlmModel;
+
+    fn load(json: &str, seq: Option<u64>) -> Result<(LlmModel, Option<String>), crate::Error> {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), json).unwrap();
+        LlmModel::load_with_seq(f.path(), seq)
+    }
+
+    fn shipped(name: &str) -> LlmModel {
+        let path = format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"));
+        LlmModel::load(std::path::Path::new(&path)).unwrap()
+    }
+
+    /// Meta-Llama-3-8B's config.json as the Hub publishes it gives the shipped Llama 3 8B file,
+    /// weight for weight; its context length stands in for seq, with a note.
+    #[test]
+    fn llama_3_8b_config_is_the_shipped_model() {
+        let json = r#"{"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+            "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+            "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+            "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "llama",
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+            "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+            "transformers_version": "4.40.0.dev0", "use_cache": true, "vocab_size": 128256}"#;
+        let (model, note) = load(json, None).unwrap();
+        let ours = shipped("llama3_8b.yaml");
+        assert_eq!(
+            LlmModel {
+                name: ours.name.clone(),
+                ..model
+            },
+            ours
+        );
+        assert!(note.unwrap().contains("seq 8192"));
+        let (longer, note) = load(json, Some(2048)).unwrap();
+        assert_eq!((longer.seq, note), (2048, None));
+    }
+
+    /// Mixtral-8x7B's config: 8 local experts, two a token, each expert the MLP's width.
+    #[test]
+    fn mixtral_config_is_the_shipped_model() {
+        let json = r#"{"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+            "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+            "max_position_embeddings": 32768, "model_type": "mixtral",
+            "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+            "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+            "sliding_window": null, "tie_word_embeddings": false, "vocab_size": 32000}"#;
+        let (model, _) = load(json, Some(4096)).unwrap();
+        let ours = shipped("mixtral_8x7b.yaml");
+        assert_eq!(
+            LlmModel {
+                name: ours.name.clone(),
+                ..model
+            },
+            ours
+        );
+    }
+
+    /// GPT-2's config (its own key names): learned positions, tied embeddings, dropout, a
+    /// plain MLP of 4 x hidden; 124,356,864 weights, the published 124,439,808 less the 82,944
+    /// biases collsim does not count.
+    #[test]
+    fn gpt2_config_reads_its_own_key_names() {
+        let json = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+            "attn_pdrop": 0.1, "embd_pdrop": 0.1, "layer_norm_epsilon": 1e-05,
+            "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": null,
+            "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
+        let (m, _) = load(json, None).unwrap();
+        assert_eq!(
+            (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn),
+            (12, 768, 12, 12, 3072)
+        );
+        assert!(m.learned_positions && m.tied_embeddings && m.dropout && !m.gated_mlp);
+        assert_eq!(m.params(), 124_439_808 - 82_944);
+    }
+
+    /// What collsim cannot model is refused naming the file and the key.
+    #[test]
+    fn configs_beyond_the_model_are_refused() {
+        let mla = r#"{"model_type": "deepseek_v3", "kv_lora_rank": 512, "hidden_size": 7168,
+            "num_attention_heads": 128, "num_hidden_layers": 61, "vocab_size": 129280}"#;
+        let e = load(mla, None).unwrap_err().to_string();
+        assert!(e.contains("kv_lora_rank"), "{e}");
+        let no_context = r#"{"model_type": "bloom", "n_layer": 70, "hidden_size": 14336,
+            "n_head": 112, "vocab_size": 250880}"#;
+        let e = load(no_context, None).unwrap_err().to_string();
+        assert!(e.contains("--seq"), "{e}");
+        let (bloom, _) = load(no_context, Some(2048)).unwrap();
+        assert_eq!((bloom.seq, bloom.ffn), (2048, 4 * 14336));
+    }
+}
