@@ -50,8 +50,13 @@ struct HfConfig {
     tie_word_embeddings: Option<bool>,
     hidden_act: Option<String>,
     activation_function: Option<String>,
+    head_dim: Option<u64>,
     kv_lora_rank: Option<Value>,
     shared_expert_intermediate_size: Option<Value>,
+    decoder_sparse_step: Option<u64>,
+    interleave_moe_layer_step: Option<u64>,
+    #[serde(default)]
+    mlp_only_layers: Vec<Value>,
     #[serde(default)]
     attention_dropout: Value,
     #[serde(default)]
@@ -67,8 +72,20 @@ struct HfConfig {
 /// The model file a configuration describes, and a note of what stood in for the training
 /// sequence length (unless `seq_given`, when the caller replaces it).
 pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile, String), Error> {
-    let c: HfConfig = serde_yaml::from_str(text)
-        .map_err(|e| Error::input(format!("{file}: a Hugging Face config: {e}")))?;
+    let bad = |e: serde_yaml::Error| Error::input(format!("{file}: a Hugging Face config: {e}"));
+    let whole: Value = serde_yaml::from_str(text).map_err(bad)?;
+    // A multimodal model's language decoder is its `text_config`.
+    let decoder = match whole.get("text_config") {
+        Some(text) if whole.get("hidden_size").is_none() => {
+            let mut text = text.clone();
+            if let (Value::Mapping(m), Some(kind)) = (&mut text, whole.get("model_type")) {
+                m.entry("model_type".into()).or_insert(kind.clone());
+            }
+            text
+        }
+        _ => whole,
+    };
+    let c: HfConfig = serde_yaml::from_value(decoder).map_err(bad)?;
     let kind = c.model_type.as_str();
     let refuse = |why: String| Error::input(format!("{file}: model_type '{kind}': {why}"));
     if c.kv_lora_rank.is_some() {
@@ -79,6 +96,15 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
     if c.shared_expert_intermediate_size.is_some() || c.n_routed_experts.is_some() {
         return Err(refuse("shared experts are not modelled".into()));
     }
+    if c.decoder_sparse_step.is_some_and(|n| n > 1)
+        || c.interleave_moe_layer_step.is_some_and(|n| n > 1)
+        || !c.mlp_only_layers.is_empty()
+    {
+        return Err(refuse(
+            "dense layers between the expert layers are not modelled (every layer is one kind)"
+                .into(),
+        ));
+    }
     let need = |value: Option<u64>, keys: &str| {
         value.ok_or_else(|| refuse(format!("no {keys} key: not a decoder collsim can read")))
     };
@@ -87,6 +113,12 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
         c.num_attention_heads.or(c.n_head),
         "num_attention_heads (n_head)",
     )?;
+    if let Some(d) = c.head_dim.filter(|&d| d * heads != hidden) {
+        return Err(refuse(format!(
+            "head_dim {d} x {heads} heads is not hidden_size {hidden}: attention wider or \
+             narrower than the model is not modelled"
+        )));
+    }
     let experts = c.num_local_experts.or(c.num_experts).filter(|&e| e > 1);
     let context = c.max_position_embeddings.or(c.n_positions).or(c.seq_length);
     let seq = match (context, seq_given) {
@@ -249,5 +281,27 @@ mod tests {
         assert!(e.contains("--seq"), "{e}");
         let (bloom, _) = load(no_context, Some(2048)).unwrap();
         assert_eq!((bloom.seq, bloom.ffn), (2048, 4 * 14336));
+        let wide_heads = r#"{"model_type": "qwen3", "hidden_size": 1024, "head_dim": 128,
+            "num_attention_heads": 16, "num_hidden_layers": 28, "vocab_size": 151936,
+            "max_position_embeddings": 40960}"#;
+        let e = load(wide_heads, None).unwrap_err().to_string();
+        assert!(e.contains("head_dim 128"), "{e}");
+        let sparse = r#"{"model_type": "qwen2_moe", "decoder_sparse_step": 2, "num_experts": 60,
+            "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
+            "vocab_size": 151936, "max_position_embeddings": 8192}"#;
+        let e = load(sparse, None).unwrap_err().to_string();
+        assert!(e.contains("dense layers between"), "{e}");
+    }
+
+    /// A multimodal model's decoder is read from its text_config.
+    #[test]
+    fn the_decoder_of_a_multimodal_config_is_its_text_config() {
+        let json = r#"{"model_type": "llava", "vision_config": {"hidden_size": 1024},
+            "text_config": {"hidden_act": "silu", "hidden_size": 4096,
+            "intermediate_size": 14336, "max_position_embeddings": 8192,
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "tie_word_embeddings": false, "vocab_size": 128256}}"#;
+        let (m, _) = load(json, None).unwrap();
+        assert_eq!(m.params(), shipped("llama3_8b.yaml").params());
     }
 }
