@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use collsim::algorithms::{generate, Algorithm};
 use collsim::collective::{Collective, CollectiveKind};
@@ -12,13 +11,7 @@ use collsim::sim::{simulate, SimOptions};
 use collsim::topology::{Topology, TopologyOptions};
 use collsim::units::Time;
 use collsim::workload::{load_workload, simulate_iteration, Breakdown, TrainOptions, Workload};
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
-}
+use common::{collsim, Table};
 
 fn scratch(name: &str) -> common::Scratch {
     common::scratch("collsim-train", name)
@@ -82,13 +75,12 @@ fn one_data_layer_is_its_compute_plus_one_all_reduce() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let csv = std::fs::read_to_string(out.join("breakdown.csv")).unwrap();
-    let mut lines = csv.lines();
+    let table = Table::parse(&csv);
     assert_eq!(
-        lines.next().unwrap(),
+        table.header.join(","),
         "workload,algorithm,forward_compute_ns,backward_compute_ns,exposed_comm_ns,total_ns,\
          exposed_data_parallel_ns,exposed_model_parallel_ns"
     );
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
     let t = TopologyOptions::new("ring:4")
         .with_links("50GiB/s", "0.5us")
         .build()
@@ -105,9 +97,12 @@ fn one_data_layer_is_its_compute_plus_one_all_reduce() {
     let ring = simulate(&t, &s, &SimOptions::default(), &mut ())
         .unwrap()
         .finish;
-    assert_eq!(row[5], (Time::from_ns(6000) + ring).ns_string());
-    assert_eq!(row[2], "1000");
-    assert_eq!(row[3], "5000");
+    assert_eq!(
+        table.cell(0, "total_ns"),
+        (Time::from_ns(6000) + ring).ns_string()
+    );
+    assert_eq!(table.cell(0, "forward_compute_ns"), "1000");
+    assert_eq!(table.cell(0, "backward_compute_ns"), "5000");
     assert!(std::fs::read(out.join("breakdown.png"))
         .unwrap()
         .starts_with(b"\x89PNG"));
