@@ -3,9 +3,9 @@
 
 mod common;
 
+use common::collsim;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use collsim::astra::{run, Settings};
 use collsim::topology::load_topology_file;
@@ -15,13 +15,6 @@ fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/astra_system")
         .join(path)
-}
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
 }
 
 fn text(p: &Path) -> String {

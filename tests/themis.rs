@@ -4,7 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::collsim;
 
 use collsim::algorithms::{
     generate, generate_with, Algorithm, DimAlgorithm, IntraDimension, MultiDimOptions,
@@ -15,13 +17,6 @@ use collsim::sim::{simulate, SimOptions};
 use collsim::topology::{Topology, TopologyOptions};
 use collsim::units::{Bandwidth, Time};
 use rand::{Rng, SeedableRng};
-
-fn collsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collsim"))
-        .args(args)
-        .output()
-        .expect("collsim runs")
-}
 
 fn config(path: &str) -> String {
     format!("{}/configs/{path}", env!("CARGO_MANIFEST_DIR"))
