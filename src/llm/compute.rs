@@ -320,7 +320,8 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let tokens = b * queries;
     let heads = model.heads as f64 / t;
     let dh = model.head_dim() as f64;
-    let qkv_out = (h + 2.0 * (model.kv_heads * model.head_dim()) as f64) / t;
+    let queries_width = model.query_width() as f64;
+    let qkv_out = (queries_width + 2.0 * (model.kv_heads * model.head_dim()) as f64) / t;
     let ffn = model.ffn as f64;
     let up = if model.gated_mlp { 2.0 } else { 1.0 };
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
@@ -332,7 +333,7 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     };
     let products = [
         product(1.0, tokens, qkv_out, h),
-        product(1.0, tokens, h, h / t),
+        product(1.0, tokens, h, queries_width / t),
         product(1.0, expert_tokens, up * ffn / t, h),
         product(1.0, expert_tokens, h, ffn / t),
     ]

@@ -9,7 +9,8 @@ use crate::Error;
 
 /// The model file's keys (`workloads/llm/*.yaml`); Megatron-LM's argument names are taken
 /// too (`num_layers`, `hidden_size`, `num_attention_heads`, `num_query_groups`,
-/// `ffn_hidden_size`, `seq_length`, `padded_vocab_size`, `num_experts`, `moe_router_topk`).
+/// `kv_channels`, `ffn_hidden_size`, `seq_length`, `padded_vocab_size`, `num_experts`,
+/// `moe_router_topk`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ModelFile {
@@ -22,6 +23,9 @@ pub(super) struct ModelFile {
     pub heads: u64,
     #[serde(alias = "num_query_groups")]
     pub kv_heads: Option<u64>,
+    /// Width of one attention head; hidden / heads when absent.
+    #[serde(alias = "kv_channels")]
+    pub head_dim: Option<u64>,
     #[serde(alias = "ffn_hidden_size")]
     pub ffn: Option<u64>,
     #[serde(alias = "seq_length")]
@@ -52,6 +56,8 @@ pub struct LlmModel {
     pub heads: u64,
     /// Key-value heads (grouped-query attention); `heads` when absent.
     pub kv_heads: u64,
+    /// Width of one attention head: hidden / heads unless the file says otherwise (Gemma).
+    pub head_dim: u64,
     /// MLP width (of one expert); 4 x hidden when absent.
     pub ffn: u64,
     pub seq: u64,
@@ -191,12 +197,22 @@ impl LlmModel {
                 Ok(v)
             }
         };
+        if file.head_dim.is_none() && file.heads > 0 && !file.hidden.is_multiple_of(file.heads) {
+            return Err(format!(
+                "hidden {} is not a multiple of heads {} (or give head_dim)",
+                file.hidden, file.heads
+            ));
+        }
         let model = LlmModel {
             name: file.name.unwrap_or(stem),
             layers: positive("layers", file.layers)?,
             hidden: positive("hidden", file.hidden)?,
             heads: positive("heads", file.heads)?,
             kv_heads: positive("kv_heads", file.kv_heads.unwrap_or(file.heads))?,
+            head_dim: positive(
+                "head_dim",
+                file.head_dim.unwrap_or(file.hidden / file.heads.max(1)),
+            )?,
             ffn: positive("ffn", file.ffn.unwrap_or(4 * file.hidden))?,
             seq: positive("seq", file.seq)?,
             vocab: positive("vocab", file.vocab)?,
@@ -215,12 +231,6 @@ impl LlmModel {
                 }
             },
         };
-        if !model.hidden.is_multiple_of(model.heads) {
-            return Err(format!(
-                "hidden {} is not a multiple of heads {}",
-                model.hidden, model.heads
-            ));
-        }
         if !model.heads.is_multiple_of(model.kv_heads) {
             return Err(format!(
                 "heads {} is not a multiple of kv_heads {}",
@@ -237,7 +247,13 @@ impl LlmModel {
     }
 
     pub fn head_dim(&self) -> u64 {
-        self.hidden / self.heads
+        self.head_dim
+    }
+
+    /// Width of the queries (and of the attention's output): heads x head_dim, the hidden size
+    /// but where heads are set wider or narrower.
+    pub fn query_width(&self) -> u64 {
+        self.heads * self.head_dim
     }
 
     /// What one layer keeps for its backward pass (see [`LayerActivations`]).
@@ -256,6 +272,7 @@ impl LlmModel {
             HALF
         };
         let h = self.hidden as f64;
+        let q = self.query_width() as f64;
         let kv = (self.kv_heads * self.head_dim()) as f64;
         let (ffn, experts) = (self.ffn as f64, self.top_k as f64);
         let up = if self.gated_mlp { 2.0 } else { 1.0 };
@@ -264,15 +281,15 @@ impl LlmModel {
         // (split).
         LayerActivations {
             replicated: HALF * 2.0 * h + input * (h + experts * h) + 2.0 * masks * h,
-            split: HALF * (h + 2.0 * kv + experts * up * ffn) + input * (h + experts * ffn),
+            split: HALF * (q + 2.0 * kv + experts * up * ffn) + input * (q + experts * ffn),
             per_score: HALF + 3.0 * masks,
         }
     }
 
     /// Attention weights of one layer: Q, K, V and the output projection.
     pub fn attention_params(&self) -> u64 {
-        let h = self.hidden;
-        h * (h + 2 * self.kv_heads * self.head_dim()) + h * h
+        let (h, q) = (self.hidden, self.query_width());
+        h * (q + 2 * self.kv_heads * self.head_dim()) + q * h
     }
 
     /// MLP weights of one expert (of the layer's MLP when dense).
@@ -305,15 +322,15 @@ impl LlmModel {
     /// Forward FLOPs of one layer for one sequence: 2 per multiply-add of each weight a token
     /// meets (top_k experts' MLPs) and the attention scores and their use (4 s^2 h).
     pub fn layer_forward_flops(&self) -> f64 {
-        let (s, h) = (self.seq as f64, self.hidden as f64);
+        let s = self.seq as f64;
         let weights = self.attention_params() as f64 + (self.top_k * self.mlp_params()) as f64;
-        2.0 * s * weights + 4.0 * s * s * h
+        2.0 * s * weights + self.attention_core_flops()
     }
 
     /// FLOPs of the attention core (scores and their use) of one layer, one sequence, forward.
     pub fn attention_core_flops(&self) -> f64 {
-        let (s, h) = (self.seq as f64, self.hidden as f64);
-        4.0 * s * s * h
+        let s = self.seq as f64;
+        4.0 * s * s * self.query_width() as f64
     }
 
     /// FLOPs of one training iteration over `batch` sequences, counted as Narayanan et al.
@@ -344,6 +361,7 @@ mod tests {
                 hidden,
                 heads,
                 kv_heads: None,
+                head_dim: None,
                 ffn: None,
                 seq: 2048,
                 vocab: 51200,
@@ -381,6 +399,7 @@ mod tests {
                     hidden: 4096,
                     heads: 32,
                     kv_heads: Some(8),
+                    head_dim: None,
                     ffn: Some(14336),
                     seq: 8192,
                     vocab: 128256,
@@ -459,6 +478,7 @@ mod tests {
                 hidden: 100,
                 heads: 3,
                 kv_heads: None,
+                head_dim: None,
                 ffn: None,
                 seq: 8,
                 vocab: 8,
@@ -479,6 +499,7 @@ mod tests {
                 hidden: 4_000_000_000,
                 heads: 1,
                 kv_heads: None,
+                head_dim: None,
                 ffn: Some(8),
                 seq: 8,
                 vocab: 8,

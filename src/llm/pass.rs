@@ -382,6 +382,7 @@ mod tests {
             hidden: 2048,
             heads: 16,
             kv_heads: 8,
+            head_dim: 128,
             ffn: 8192,
             seq: 2048,
             vocab: 32000,

@@ -12,6 +12,7 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         hidden: 1024,
         heads: 16,
         kv_heads: 16,
+        head_dim: 64,
         ffn: 4096,
         seq: 1024,
         vocab: 1024,
@@ -258,6 +259,7 @@ impl OverlapRun {
             hidden: 5120,
             heads: 40,
             kv_heads: 40,
+            head_dim: 128,
             ffn: 20480,
             seq: 2048,
             ..tiny(4, 1)
@@ -717,6 +719,7 @@ fn bad_layouts_are_refused_by_name() {
     let mut huge = plan(model, 1, 1, 1, 8);
     huge.model.hidden = 65536;
     huge.model.heads = 64;
+    huge.model.head_dim = 1024;
     huge.model.ffn = 4 * 65536;
     refuse(huge, 1, "more than the A100's 80 GB");
 }
@@ -759,8 +762,9 @@ fn fp8_runs_the_linear_products_at_the_fp8_rate_and_pays_for_its_casts() {
         model.ffn,
         model.heads,
         model.kv_heads,
+        model.head_dim,
         model.seq,
-    ) = (8192, 32768, 64, 64, 4096);
+    ) = (8192, 32768, 64, 64, 128, 4096);
     let h100 = Gpu::parse("h100").unwrap();
     let work = |fp8| compute::Work {
         tp: 1,
