@@ -15,9 +15,12 @@ use super::model::ModelFile;
 use crate::Error;
 
 /// Whether a model file is a Hugging Face configuration: a mapping with a `model_type` key.
+/// A JSON file naming a `model_type` counts even where it does not parse, so that its error is
+/// reported as a configuration's.
 pub(super) fn is_hugging_face(text: &str) -> bool {
-    text.contains("model_type")
-        && serde_yaml::from_str::<Value>(text).is_ok_and(|v| v.get("model_type").is_some())
+    text.contains("\"model_type\"")
+        || text.contains("model_type")
+            && serde_yaml::from_str::<Value>(text).is_ok_and(|v| v.get("model_type").is_some())
 }
 
 /// The keys read, under the names the families give them.
@@ -76,6 +79,11 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
     let whole: Value = serde_yaml::from_str(text).map_err(bad)?;
     // A multimodal model's language decoder is its `text_config`.
     let decoder = match whole.get("text_config") {
+        Some(text) if !text.is_mapping() => {
+            return Err(Error::input(format!(
+                "{file}: text_config is not a mapping of the decoder's keys"
+            )))
+        }
         Some(text) if whole.get("hidden_size").is_none() => {
             let mut text = text.clone();
             if let (Value::Mapping(m), Some(kind)) = (&mut text, whole.get("model_type")) {
@@ -85,6 +93,11 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
         }
         _ => whole,
     };
+    if !decoder.is_mapping() {
+        return Err(Error::input(format!(
+            "{file}: a Hugging Face config is a mapping of keys"
+        )));
+    }
     let c: HfConfig = serde_yaml::from_value(decoder).map_err(bad)?;
     let kind = c.model_type.as_str();
     let refuse = |why: String| Error::input(format!("{file}: model_type '{kind}': {why}"));
