@@ -1,9 +1,10 @@
 //! Measured nccl-tests results: the log `all_reduce_perf` and friends print (the out-of-place
 //! columns of each data row), or a Markdown table: `size | time | algbw | busbw` rows, or any
-//! columns its header names (a size, and a time, algbw or busbw, the first of each: nccl-tests'
-//! out-of-place ones; sizes in bytes or as `1M`, `1MiB`; the missing figures follow from the
-//! others). A log holding several tests marks each with its name (`# ... all_gather_perf ...`,
-//! `## all_gather, 8 ranks`); rows belong to the last name seen.
+//! columns its header names, in Markdown or CSV (a size, and a time, algbw or busbw, the first
+//! of each: nccl-tests' out-of-place ones; sizes in bytes or as `1M`, `1MiB`; the missing
+//! figures follow from the others; an operation column picks the rows). A log holding several
+//! tests marks each with its name (`# ... all_gather_perf ...`, `## all_gather, 8 ranks`); rows
+//! belong to the last name seen.
 
 use std::path::Path;
 
@@ -251,7 +252,7 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
         }
         let named_row = columns.is_some_and(|c| c.is_row(line));
         if !named_row && is_header(line) {
-            if line.starts_with('|') {
+            if is_table(line) {
                 columns = Columns::of_header(line);
             }
             if let Some(found) = named_op(line) {
@@ -276,11 +277,11 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
             }
             continue;
         }
-        if current.is_some_and(|c| c != op) {
+        if current.is_some_and(|c| c != op) || columns.is_none() && is_csv(line) {
             continue;
         }
         let row = match columns {
-            Some(c) => c.parse(line),
+            Some(c) => c.parse(line, op),
             None => parse_row(line, has_root),
         }
         .map_err(|why| Error::input(format!("{shown}:{line_no}: {why}: '{}'", shorten(line))))?;
@@ -315,11 +316,13 @@ struct Columns {
     algbw: Option<usize>,
     busbw: Option<usize>,
     redop: Option<usize>,
+    /// The operation of each row, in a table of several.
+    op: Option<usize>,
 }
 
 impl Columns {
-    /// The columns a Markdown header line names: a size and an algbw or busbw at least; None
-    /// otherwise (rows are then read as `size | time | algbw | busbw`).
+    /// The columns a Markdown or CSV header line names: a size and an algbw or busbw at least;
+    /// None otherwise (Markdown rows are then read as `size | time | algbw | busbw`).
     fn of_header(line: &str) -> Option<Columns> {
         let cells: Vec<String> = fields(line)
             .iter()
@@ -336,13 +339,16 @@ impl Columns {
             algbw: find(&["algbw", "algorithmbandwidth"]),
             busbw: find(&["busbw", "busbandwidth"]),
             redop: find(&["redop"]),
+            op: cells
+                .iter()
+                .position(|c| ["op", "operation", "collective", "coll"].contains(&c.as_str())),
         };
         (columns.algbw.is_some() || columns.busbw.is_some()).then_some(columns)
     }
 
     /// Whether `line` is a row of this table: its size cell holds a size.
     fn is_row(&self, line: &str) -> bool {
-        line.starts_with('|')
+        is_table(line)
             && fields(line)
                 .get(self.size)
                 .and_then(|c| size_of(c))
@@ -351,11 +357,16 @@ impl Columns {
 
     /// A row's figures by column; the time or algbw missing from the table follows from the
     /// other, and either from busbw later ([`read_for`], which knows the ranks): NaN until then.
-    fn parse(&self, line: &str) -> Result<Option<Row>, String> {
+    fn parse(&self, line: &str, op: &str) -> Result<Option<Row>, String> {
         let f = fields(line);
         let Some(size) = f.get(self.size).and_then(|c| size_of(c)) else {
             return Ok(None);
         };
+        if let Some(i) = self.op {
+            if f.get(i).and_then(|c| named_op(c)) != Some(op) {
+                return Ok(None);
+            }
+        }
         let value = |column: Option<usize>, name: &str| -> Result<Option<f64>, String> {
             let Some(i) = column else { return Ok(None) };
             f.get(i)
@@ -423,9 +434,23 @@ fn looks_like_row(line: &str) -> bool {
         .is_some_and(|f| f.chars().all(|c| c.is_ascii_digit()))
 }
 
+/// A row or header of a Markdown or CSV table.
+fn is_table(line: &str) -> bool {
+    line.starts_with('|') || is_csv(line)
+}
+
+/// A line of comma-separated values (nccl-tests' own lines hold no commas).
+fn is_csv(line: &str) -> bool {
+    !line.starts_with('#') && !line.starts_with('|') && line.contains(',')
+}
+
 fn fields(line: &str) -> Vec<&str> {
     if line.starts_with('|') {
         line.trim_matches('|').split('|').map(str::trim).collect()
+    } else if is_csv(line) {
+        line.split(',')
+            .map(|f| f.trim().trim_matches('"'))
+            .collect()
     } else {
         line.split_whitespace().collect()
     }
@@ -656,6 +681,11 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
         assert!((rows[0].algbw - 100.0).abs() < 1e-9);
+        // CSV with an operation column: the asked operation's rows only.
+        let csv = write("op,size,count,type,redop,root,time,algbw,busbw\nall_gather,1048576,262144,float,none,-1,20.0,52.43,45.88\nall_reduce,1048576,262144,float,sum,-1,30.5,34.38,60.16\n");
+        let rows = read(csv.path(), "all_reduce").unwrap();
+        assert_eq!((rows.len(), rows[0].time_us, rows[0].line), (1, 30.5, 3));
+        assert_eq!(read(csv.path(), "all_gather").unwrap()[0].time_us, 20.0);
         let cut = write("| size_B | time_us | busbw_GBps |\n| 1024 | 40.0 |\n");
         let e = read(cut.path(), "all_reduce").unwrap_err().to_string();
         assert!(e.contains(":2: a data row without its busbw"), "{e}");
