@@ -127,9 +127,15 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
         "num_attention_heads (n_head)",
     )?;
     let experts = c.num_local_experts.or(c.num_experts).filter(|&e| e > 1);
-    let context = c.max_position_embeddings.or(c.n_positions).or(c.seq_length);
+    let context = [
+        (c.max_position_embeddings, "max_position_embeddings"),
+        (c.n_positions, "n_positions"),
+        (c.seq_length, "seq_length"),
+    ]
+    .into_iter()
+    .find_map(|(value, key)| value.map(|v| (v, key)));
     let seq = match (context, seq_given) {
-        (Some(s), _) => s,
+        (Some((s, _)), _) => s,
         (None, true) => 1,
         (None, false) => {
             return Err(refuse(
@@ -189,9 +195,10 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
         position_embeddings: Some(if learned { "learned" } else { "rotary" }.into()),
         dropout: Some(dropout),
     };
+    let key = context.map_or("--seq", |(_, key)| key);
     let note = format!(
-        "{file}: a Hugging Face config ({kind}); seq {seq} is its context length \
-         (max_position_embeddings), not necessarily the length it was trained on: --seq sets that"
+        "{file}: a Hugging Face config ({kind}); seq {seq} is its context length ({key}), not \
+         necessarily the length it was trained on: --seq sets that"
     );
     Ok((model, note))
 }
@@ -232,7 +239,11 @@ mod tests {
             },
             ours
         );
-        assert!(note.unwrap().contains("seq 8192"));
+        let note = note.unwrap();
+        assert!(
+            note.contains("seq 8192 is its context length (max_position_embeddings)"),
+            "{note}"
+        );
         let (longer, note) = load(json, Some(2048)).unwrap();
         assert_eq!((longer.seq, note), (2048, None));
     }
