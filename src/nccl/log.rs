@@ -102,6 +102,18 @@ pub struct Row {
     pub line: usize,
 }
 
+impl Row {
+    /// The one of time and algbw a table left out (NaN), from the other: algbw = size / time.
+    fn complete(&mut self) {
+        let size = self.size as f64;
+        if self.time_us.is_nan() && self.algbw > 0.0 {
+            self.time_us = size / (self.algbw * 1e3);
+        } else if self.algbw.is_nan() && self.time_us > 0.0 {
+            self.algbw = size / (self.time_us * 1e3);
+        }
+    }
+}
+
 /// [`read`], refusing a log that ran on another number of ranks than the `gpus` it is to be
 /// held against (as [`ranks`] reads it off the log's own bandwidths).
 pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
@@ -115,7 +127,7 @@ pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
         }
         if r.algbw.is_nan() {
             r.algbw = r.busbw / factor;
-            r.time_us = r.size as f64 / (r.algbw * 1e3);
+            r.complete();
         }
         // A busbw of 0.00 with no time column says nothing of the time.
         r.time_us.is_finite()
@@ -288,6 +300,7 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
         if let Some(mut row) = row {
             row.line = line_no;
             row.time_us *= unit.map_or(1.0, |u| u.0);
+            row.complete();
             if !rows.iter().any(|r: &Row| r.size == row.size) {
                 rows.push(row);
             }
@@ -355,8 +368,9 @@ impl Columns {
                 .is_some()
     }
 
-    /// A row's figures by column; the time or algbw missing from the table follows from the
-    /// other, and either from busbw later ([`read_for`], which knows the ranks): NaN until then.
+    /// A row's figures by column, NaN where the table has none: [`Row::complete`] derives the
+    /// time or algbw from the other once the time is in microseconds, [`read_for`] both from
+    /// busbw (it knows the ranks).
     fn parse(&self, line: &str, op: &str) -> Result<Option<Row>, String> {
         let f = fields(line);
         let Some(size) = f.get(self.size).and_then(|c| size_of(c)) else {
@@ -379,17 +393,13 @@ impl Columns {
         let time = value(self.time, "time")?;
         let algbw = value(self.algbw, "algbw")?;
         let busbw = value(self.busbw, "busbw")?;
-        let (time_us, algbw) = match (time, algbw) {
-            (Some(t), _) if t <= 0.0 => return Err("a data row with a time of 0".into()),
-            (Some(t), Some(a)) => (t, a),
-            (Some(t), None) => (t, size as f64 / (t * 1e3)),
-            (None, Some(a)) if a > 0.0 => (size as f64 / (a * 1e3), a),
-            _ => (f64::NAN, f64::NAN),
-        };
+        if time.is_some_and(|t| t <= 0.0) {
+            return Err("a data row with a time of 0".into());
+        }
         Ok(Some(Row {
             size,
-            time_us,
-            algbw,
+            time_us: time.unwrap_or(f64::NAN),
+            algbw: algbw.unwrap_or(f64::NAN),
             busbw: busbw.unwrap_or(f64::NAN),
             reduces: self
                 .redop
@@ -681,6 +691,12 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
         assert!((rows[0].algbw - 100.0).abs() < 1e-9);
+        // A time derived from algbw is in microseconds whatever unit an earlier table's time
+        // column had.
+        let later = write("## all_gather\n| size_B | time (ms) | busbw |\n| 1048576 | 0.05 | 18.0 |\n## all_reduce\n| size_B | algbw |\n| 1000000 | 100.0 |\n");
+        assert_eq!(read(later.path(), "all_gather").unwrap()[0].time_us, 50.0);
+        let rows = read(later.path(), "all_reduce").unwrap();
+        assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
         // CSV with an operation column: the asked operation's rows only.
         let csv = write("op,size,count,type,redop,root,time,algbw,busbw\nall_gather,1048576,262144,float,none,-1,20.0,52.43,45.88\nall_reduce,1048576,262144,float,sum,-1,30.5,34.38,60.16\n");
         let rows = read(csv.path(), "all_reduce").unwrap();
