@@ -161,13 +161,14 @@ fn a_search_names_the_fastest_layout() {
 }
 
 /// `--tp auto --pp auto` tries every tensor size that divides a box's GPUs and the heads, and
-/// every pipeline size that divides the layers and the GPUs; when none fits, the refusal is the
-/// most parallel layout's.
+/// every pipeline size up to the layers that divides the GPUs, kept where the layers split over
+/// it; when none fits, the refusal is the most parallel layout's.
 #[test]
 fn auto_sizes_search_every_layout_megatron_accepts() {
     let dir = scratch("collsim-llm", "auto");
     // 1.7B: 24 heads, 24 layers; two boxes of 8: TP 1, 2, 4, 8 (dividing 8 and 24) and PP 1, 2,
-    // 4, 8 (dividing 24 and 16), every pair whose product divides 16.
+    // 4, 8 (dividing 24 and 16; 16 does not split 24 layers), every pair whose product divides
+    // 16.
     stdout_of(&[
         "train",
         "--model",
@@ -206,6 +207,39 @@ fn auto_sizes_search_every_layout_megatron_accepts() {
         }
     }
     assert_eq!(tried, expected);
+    // Pipeline sizes that do not divide the layers run where the first and last stages take
+    // the rest: 10 layers on 8 GPUs, one on each end stage, split only over 4 stages (4 each
+    // in the middle two).
+    let uneven = dir.join("uneven.yaml");
+    std::fs::write(
+        &uneven,
+        "layers: 10\nhidden: 256\nheads: 4\nseq: 128\nvocab: 1000\n",
+    )
+    .unwrap();
+    let out = stdout_of(&[
+        "train",
+        "--model",
+        uneven.to_str().unwrap(),
+        "--topology",
+        "dgx-a100:1",
+        "--tp",
+        "1",
+        "--pp",
+        "auto",
+        "--first-stage-layers",
+        "1",
+        "--last-stage-layers",
+        "1",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "1",
+        "--virtual-stages",
+        "1",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(column(&out, "pp"), 4.0);
     // GPT-3 175B fits no layout of one box: the refusal names the widest one tried.
     let out = collsim(&[
         "train",

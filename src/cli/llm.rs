@@ -33,7 +33,7 @@ pub struct LlmArgs {
     /// divides a box's GPUs and the model's heads
     #[arg(long, default_value = "1", requires = "model")]
     pub tp: String,
-    /// Pipeline-parallel size; a comma-separated list searches them all, `auto` every divisor of
+    /// Pipeline-parallel size; a comma-separated list searches them all, `auto` every size up to
     /// the model's layers that divides the GPUs
     #[arg(long, default_value = "1", requires = "model")]
     pub pp: String,
@@ -204,9 +204,11 @@ pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     };
     // GPUs a data- and context-parallel replica spans, which the pipeline's stages divide.
     let replica = gpus / (a.dp.unwrap_or(1).max(1) * a.cp.max(1));
+    // Sizes up to the layers; whether the layers split over them (evenly, or as
+    // --first/last-stage-layers say) is the layout check's to say, as for a listed size.
     let pps = match a.pp.as_str() {
-        "auto" => divisors(model.layers)
-            .filter(|p| replica.is_multiple_of(*p))
+        "auto" => divisors(replica)
+            .take_while(|&p| p <= model.layers)
             .collect(),
         text => sizes("pp", text)?,
     };
