@@ -14,15 +14,6 @@ use serde_yaml::Value;
 use super::model::ModelFile;
 use crate::Error;
 
-/// Whether a model file is a Hugging Face configuration: a mapping with a `model_type` key.
-/// A JSON file naming a `model_type` counts even where it does not parse, so that its error is
-/// reported as a configuration's.
-pub(super) fn is_hugging_face(text: &str) -> bool {
-    text.contains("\"model_type\"")
-        || text.contains("model_type")
-            && serde_yaml::from_str::<Value>(text).is_ok_and(|v| v.get("model_type").is_some())
-}
-
 /// The keys read, under the names the families give them.
 #[derive(Deserialize)]
 struct HfConfig {
@@ -72,11 +63,28 @@ struct HfConfig {
     dropout: Value,
 }
 
-/// The model file a configuration describes, and a note of what stood in for the training
-/// sequence length (unless `seq_given`, when the caller replaces it).
-pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile, String), Error> {
+/// A model file read as a Hugging Face configuration, if it is one (a mapping with a
+/// `model_type` key; a JSON file naming `"model_type"` counts even where it does not parse, so
+/// that its error is reported): the model file it describes, and a note of what stood in for
+/// the training sequence length (unless `seq_given`, when the caller replaces it).
+pub(super) fn read(
+    file: &str,
+    text: &str,
+    seq_given: bool,
+) -> Option<Result<(ModelFile, String), Error>> {
+    if !text.contains("model_type") {
+        return None;
+    }
+    match crate::yaml::from_str::<Value>(file, text) {
+        Ok(whole) if whole.get("model_type").is_some() => Some(describe(file, whole, seq_given)),
+        Err(e) if text.contains("\"model_type\"") => Some(Err(e)),
+        _ => None,
+    }
+}
+
+/// [`read`] of a parsed configuration.
+fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, String), Error> {
     let bad = |e: serde_yaml::Error| Error::input(format!("{file}: a Hugging Face config: {e}"));
-    let whole: Value = serde_yaml::from_str(text).map_err(bad)?;
     // A multimodal model's language decoder is its `text_config`.
     let decoder = match whole.get("text_config") {
         Some(text) if !text.is_mapping() => {
@@ -93,11 +101,6 @@ pub(super) fn read(file: &str, text: &str, seq_given: bool) -> Result<(ModelFile
         }
         _ => whole,
     };
-    if !decoder.is_mapping() {
-        return Err(Error::input(format!(
-            "{file}: a Hugging Face config is a mapping of keys"
-        )));
-    }
     let c: HfConfig = serde_yaml::from_value(decoder).map_err(bad)?;
     let kind = c.model_type.as_str();
     let refuse = |why: String| Error::input(format!("{file}: model_type '{kind}': {why}"));

@@ -161,11 +161,12 @@ impl LlmModel {
         let stem = path
             .file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-        let (mut file, mut note) = if super::hf_config::is_hugging_face(&text) {
-            let (file, note) = super::hf_config::read(&shown, &text, seq.is_some())?;
-            (file, Some(note))
-        } else {
-            (crate::yaml::from_str::<ModelFile>(&shown, &text)?, None)
+        let (mut file, mut note) = match super::hf_config::read(&shown, &text, seq.is_some()) {
+            Some(config) => {
+                let (file, note) = config?;
+                (file, Some(note))
+            }
+            None => (crate::yaml::from_str::<ModelFile>(&shown, &text)?, None),
         };
         if let Some(seq) = seq {
             file.seq = seq;
