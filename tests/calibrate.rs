@@ -122,6 +122,62 @@ fn calibrate_recovers_known_figures_and_writes_a_system_file() {
     assert_eq!(std::fs::read_to_string(&truth).unwrap(), truth_text);
 }
 
+/// An nccl-tests table saved as CSV (here `nccl-tests --format csv`'s own) is a log to fit, not
+/// a table of measured calls: the fit recovers the fabric figure it was predicted with.
+#[test]
+fn calibrate_reads_nccl_tests_tables_saved_as_csv() {
+    let dir = scratch("calibrate", "csv_log");
+    let truth = dir.join("truth.yml");
+    std::fs::write(
+        &truth,
+        "gpu_system:\n  base: dgx-a100\n  calibrated:\n    intra_gbps: 168\n",
+    )
+    .unwrap();
+    let log = dir.join("measured.csv");
+    let sweep = stdout_of(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        truth.to_str().unwrap(),
+        "--gpus",
+        "4",
+        "-b",
+        "1M",
+        "-e",
+        "64M",
+        "--format",
+        "csv",
+    ]);
+    std::fs::write(&log, sweep).unwrap();
+    let fitted = dir.join("fitted.yml");
+    let report = stdout_of(&[
+        "calibrate",
+        log.to_str().unwrap(),
+        "--op",
+        "all_reduce",
+        "--topology",
+        "dgx-a100:1",
+        "--gpus",
+        "4",
+        "--figures",
+        "intra_gbps",
+        "--out",
+        fitted.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(Table::parse(&report).rows.len(), 7, "{report}");
+    let text = std::fs::read_to_string(&fitted).unwrap();
+    let intra: f64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("intra_gbps:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((intra / 168.0 - 1.0).abs() < 0.01, "{intra}");
+}
+
 /// A log that names no operation needs --op; an --op the log lacks is named.
 #[test]
 fn calibrate_refuses_logs_it_cannot_read() {

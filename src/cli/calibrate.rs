@@ -8,17 +8,17 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::nccl_tests::{NcclSystemArgs, TableFormat};
-use crate::nccl::calibrate::{fit, read_calls, Fit, Measurement, Residual, KINDS};
+use crate::nccl::calibrate::{fit, is_calls_table, read_calls, Fit, Measurement, Residual, KINDS};
 use crate::nccl::{log, Launch, Model, Setting};
 use crate::topology::system_file;
 use crate::Error;
 
 #[derive(Args, Debug)]
 pub struct CalibrateArgs {
-    /// Measured nccl-tests logs of the system (nccl-tests' own output, or Markdown tables of
-    /// size, time, algbw, busbw), or tables of measured calls (FILE.csv: columns
-    /// op,gpus,nccl_algo,nccl_proto,size,time_us; the last three may be empty) for calls run on
-    /// part of a box or with NCCL_ALGO / NCCL_PROTO set
+    /// Measured nccl-tests logs of the system (nccl-tests' own output, or Markdown
+    /// or CSV tables of size, time, algbw, busbw), or tables of measured calls (FILE.csv with
+    /// only the columns op,gpus,nccl_algo,nccl_proto,size,time_us; gpus, nccl_algo and
+    /// nccl_proto may be empty) for calls run on part of a box or with NCCL_ALGO / NCCL_PROTO set
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     #[command(flatten)]
@@ -71,10 +71,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     }
     let mut measured = Vec::new();
     for path in &args.logs {
-        if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-        {
+        if is_calls_table(path)? {
             let calls = read_calls(path)?;
             measured.extend(
                 calls

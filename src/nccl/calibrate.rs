@@ -45,6 +45,29 @@ struct CallRow {
     time_us: f64,
 }
 
+/// The columns a table of measured calls may have (see [`read_calls`]).
+const CALL_COLUMNS: [&str; 6] = ["op", "gpus", "nccl_algo", "nccl_proto", "size", "time_us"];
+
+/// Whether `path` is a table of measured calls rather than an nccl-tests table saved as CSV:
+/// a `.csv` file whose header has only the calls table's columns (an nccl-tests table has
+/// algbw, busbw, count or type beside them).
+pub fn is_calls_table(path: &std::path::Path) -> Result<bool, Error> {
+    if !path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
+        return Ok(false);
+    }
+    let text = crate::read_text(path, "cannot read measured calls")?;
+    let header = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .unwrap_or("");
+    Ok(header
+        .split(',')
+        .all(|c| CALL_COLUMNS.contains(&c.trim())))
+}
+
 /// Reads a table of measured calls (CSV columns `op,gpus,nccl_algo,nccl_proto,size,time_us`;
 /// `gpus`, `nccl_algo` and `nccl_proto` may be empty for the whole system at NCCL's choice; lines
 /// starting with `#` are comments): the
