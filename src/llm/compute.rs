@@ -341,6 +341,7 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let rest = linear_gpu.reserving(reserved);
     let scores = b * heads * queries * s;
     let core = match w.attention {
+        // The whole score matrix, a window's mask or not.
         Attention::Standard => {
             // Scale-mask-softmax reads and writes the scores; dropout, if the model has it,
             // reads them and writes them and a one-byte mask; their backward moves twice as
@@ -357,8 +358,10 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
             (products + stream, gradients + 2.0 * stream)
         }
         // One kernel: the products at the matmul rate, Q, K, V and the output read or written
-        // once; its backward twice that.
+        // once; its backward twice that. A sliding window skips the blocks beyond it
+        // (FlashAttention's `window_size`): the scores it counts are the window's.
         Attention::Flash => {
+            let scores = b * heads * queries * model.attended_keys();
             let core = gpu.matmul_rate(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh);
             (core, 2.0 * core)
         }
@@ -538,6 +541,45 @@ mod tests {
         }
         let (forward, backward) = forward_and_backward(&a100, &[p]);
         assert!((backward / forward - (1.0 + 648.0 / 576.0)).abs() < 1e-12);
+    }
+
+    /// FlashAttention's kernel skips the blocks beyond a sliding window: at 32K tokens (its
+    /// products compute-bound) its time falls with the keys counted; scores kept in memory are
+    /// the whole matrix, window or not; nothing else in the layer changes.
+    #[test]
+    fn a_window_shortens_flash_attention_only() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/llm/llama3_8b.yaml");
+        let full = LlmModel::load(std::path::Path::new(path)).unwrap();
+        let full = LlmModel { seq: 32768, ..full };
+        let windowed = LlmModel {
+            attention_window: Some(4096),
+            windowed_layers: full.layers,
+            ..full.clone()
+        };
+        let a100 = Gpu::parse("a100").unwrap();
+        let work = |attention| Work {
+            tp: 8,
+            cp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::None,
+            attention,
+            fp8: false,
+        };
+        let flash = work(Attention::Flash);
+        let (a, b) = (
+            layer_parts(&full, &a100, &flash, 0),
+            layer_parts(&windowed, &a100, &flash, 0),
+        );
+        let share = windowed.attended_keys() / 32768.0;
+        assert!((b.core.0 / a.core.0 - share).abs() < 1e-12);
+        assert!((b.core.1 / a.core.1 - share).abs() < 1e-12);
+        assert_eq!((a.linear, a.elementwise), (b.linear, b.elementwise));
+        let standard = work(Attention::Standard);
+        assert_eq!(
+            layer_parts(&full, &a100, &standard, 0),
+            layer_parts(&windowed, &a100, &standard, 0)
+        );
     }
 
     #[test]

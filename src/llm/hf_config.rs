@@ -5,8 +5,12 @@
 //! `GPT2Config`, ...). What the keys leave open follows the family: a gated MLP where the
 //! activation is SiLU (Llama, Mistral, Qwen) or the family is Gemma's, learned position
 //! embeddings for GPT-2, GPT-Neo, BigCode and OPT (rotary or ALiBi, without weights, for the
-//! rest), tied embeddings unless `tie_word_embeddings` is false (the library's default), and
-//! dropout where any of the dropout probabilities is above 0.
+//! rest), tied embeddings unless `tie_word_embeddings` is false (the library's default),
+//! dropout where any of the dropout probabilities is above 0, and a sliding window where
+//! `sliding_window` is set and not switched off (`use_sliding_window`: Qwen), in the layers
+//! `layer_types` names `sliding_attention`, else as the family's configuration class lays
+//! them out: all but every `sliding_window_pattern`-th (Gemma 3), every other from the first
+//! (Gemma 2), those from `max_window_layers` on (Qwen 2), every layer (Mistral).
 
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -51,6 +55,13 @@ struct HfConfig {
     interleave_moe_layer_step: Option<u64>,
     #[serde(default)]
     mlp_only_layers: Vec<Value>,
+    #[serde(default)]
+    sliding_window: Value,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<u64>,
+    sliding_window_pattern: Option<u64>,
+    #[serde(default)]
+    layer_types: Vec<Value>,
     #[serde(default)]
     attention_dropout: Value,
     #[serde(default)]
@@ -169,6 +180,30 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         Some(_) => c.moe_intermediate_size.or(c.intermediate_size),
         None => c.intermediate_size.or(c.ffn_dim).or(c.n_inner),
     };
+    let layers = need(
+        c.num_hidden_layers.or(c.n_layer),
+        "num_hidden_layers (n_layer)",
+    )?;
+    let window = c
+        .sliding_window
+        .as_u64()
+        .filter(|_| c.use_sliding_window != Some(false));
+    let windowed_layers = window.map(|_| {
+        if !c.layer_types.is_empty() {
+            let sliding = c
+                .layer_types
+                .iter()
+                .filter(|t| t.as_str() == Some("sliding_attention"))
+                .count();
+            sliding as u64
+        } else if let Some(every) = c.sliding_window_pattern.filter(|&p| p > 0) {
+            layers - layers / every
+        } else if kind == "gemma2" {
+            layers.div_ceil(2)
+        } else {
+            layers - c.max_window_layers.unwrap_or(0).min(layers)
+        }
+    });
     let model = ModelFile {
         // The Hub's name where the config keeps it; a bare `config.json` by its family.
         name: c.name_or_path.filter(|n| !n.is_empty()).or_else(|| {
@@ -177,10 +212,7 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
                 .is_some_and(|s| s == "config")
                 .then(|| kind.to_string())
         }),
-        layers: need(
-            c.num_hidden_layers.or(c.n_layer),
-            "num_hidden_layers (n_layer)",
-        )?,
+        layers,
         hidden,
         heads,
         kv_heads: c
@@ -197,6 +229,8 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         tied_embeddings: Some(c.tie_word_embeddings.unwrap_or(true)),
         position_embeddings: Some(if learned { "learned" } else { "rotary" }.into()),
         dropout: Some(dropout),
+        attention_window: window,
+        windowed_layers,
     };
     let key = context.map_or("--seq", |(_, key)| key);
     let note = format!(
@@ -327,6 +361,66 @@ mod tests {
             (4096, true, true)
         );
         assert_eq!(m.params(), 8_538_074_112 + 175_104 - 393_216);
+    }
+
+    /// Sliding windows as the families lay them out: Mistral 7B v0.1 (its published config;
+    /// 7,241,732,096 weights, plus collsim's RMSNorm biases) in every layer; Qwen 2's window
+    /// switched off by `use_sliding_window`; Gemma 2 every other layer from the first; Gemma 3
+    /// all but every sixth; `layer_types` counted where the config lists them.
+    #[test]
+    fn sliding_windows_are_read_as_the_families_lay_them_out() {
+        let mistral = r#"{"architectures": ["MistralForCausalLM"], "bos_token_id": 1,
+            "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+            "initializer_range": 0.02, "intermediate_size": 14336,
+            "max_position_embeddings": 32768, "model_type": "mistral",
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+            "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+            "vocab_size": 32000}"#;
+        let (m, _) = load(mistral, None).unwrap();
+        assert_eq!((m.attention_window, m.windowed_layers), (Some(4096), 32));
+        assert_eq!(m.params(), 7_241_732_096 + 2 * 4096 * 32 + 4096);
+        assert_eq!(m.attended_keys(), 2.0 * 4096.0 - 4096.0 * 4096.0 / 32768.0);
+        let (short, _) = load(mistral, Some(4096)).unwrap();
+        assert_eq!(short.attended_keys(), 4096.0);
+        let windows = |json: &str| {
+            let m = load(json, None).unwrap().0;
+            (m.attention_window, m.windowed_layers)
+        };
+        let common = r#""hidden_size": 2048, "num_attention_heads": 16,
+            "num_hidden_layers": 12, "vocab_size": 1000, "max_position_embeddings": 8192"#;
+        for (keys, expected) in [
+            (
+                r#""model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": false"#,
+                (None, 0),
+            ),
+            (
+                r#""model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 8"#,
+                (Some(4096), 4),
+            ),
+            (
+                r#""model_type": "gemma2", "sliding_window": 4096"#,
+                (Some(4096), 6),
+            ),
+            (
+                r#""model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 6"#,
+                (Some(1024), 10),
+            ),
+            (
+                r#""model_type": "x", "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]"#,
+                (Some(128), 2),
+            ),
+            (
+                r#""model_type": "mixtral", "sliding_window": null"#,
+                (None, 0),
+            ),
+        ] {
+            assert_eq!(
+                windows(&format!("{{{keys}, {common}}}")),
+                expected,
+                "{keys}"
+            );
+        }
     }
 
     /// A multimodal model's decoder is read from its text_config.

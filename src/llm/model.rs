@@ -45,6 +45,13 @@ pub(super) struct ModelFile {
     /// Whether training drops out attention probabilities and block outputs (Megatron's GPT
     /// default, 0.1 each) or not (Llama, Mixtral).
     pub dropout: Option<bool>,
+    /// Sliding-window attention: each query attends to at most this many tokens, itself and
+    /// those before it (Mistral 7B v0.1's 4096, Gemma 2's local layers).
+    #[serde(alias = "sliding_window")]
+    pub attention_window: Option<u64>,
+    /// How many of the layers attend through the window (the rest attend to the whole
+    /// sequence); every layer when absent.
+    pub windowed_layers: Option<u64>,
 }
 
 /// A decoder-only transformer.
@@ -71,6 +78,9 @@ pub struct LlmModel {
     pub learned_positions: bool,
     /// Dropout in training (masks kept for the backward pass, a kernel's work).
     pub dropout: bool,
+    /// Sliding-window attention's window, tokens, and how many layers use it (0: none).
+    pub attention_window: Option<u64>,
+    pub windowed_layers: u64,
 }
 
 /// Bytes one layer keeps for its backward pass, per token of a micro-batch, as Korthikanti et
@@ -222,6 +232,24 @@ impl LlmModel {
             gated_mlp: file.gated_mlp.unwrap_or(false),
             tied_embeddings: file.tied_embeddings.unwrap_or(true),
             dropout: file.dropout.unwrap_or(true),
+            attention_window: match file.attention_window {
+                Some(w) => Some(positive("attention_window", w)?),
+                None => None,
+            },
+            windowed_layers: match (file.attention_window, file.windowed_layers) {
+                (None, Some(_)) => {
+                    return Err("'windowed_layers' without an 'attention_window'".into())
+                }
+                (None, None) => 0,
+                (Some(_), None) => file.layers,
+                (Some(_), Some(n)) if n > file.layers => {
+                    return Err(format!(
+                        "'windowed_layers' {n} is more than the {} layers",
+                        file.layers
+                    ))
+                }
+                (Some(_), Some(n)) => n,
+            },
             learned_positions: match file.position_embeddings.as_deref() {
                 None | Some("learned") => true,
                 Some("rotary") => false,
@@ -331,7 +359,26 @@ impl LlmModel {
     /// FLOPs of the attention core (scores and their use) of one layer, one sequence, forward.
     pub fn attention_core_flops(&self) -> f64 {
         let s = self.seq as f64;
-        4.0 * s * s * self.query_width() as f64
+        4.0 * s * self.attended_keys() * self.query_width() as f64
+    }
+
+    /// Keys a query's scores are counted over, on average over the layers: the whole sequence
+    /// (the s x s scores of Narayanan et al.'s count, which does not halve for the causal mask),
+    /// or in a windowed layer that count shrunk by the window as the causal triangle's area
+    /// shrinks to the band's. With a window `w` below the sequence `s` a query attends to
+    /// `w - w^2 / (2 s)` keys on average against the triangle's `s / 2`, so the count is
+    /// `2 w - w^2 / s`, which is `s` at `w = s`.
+    pub fn attended_keys(&self) -> f64 {
+        let s = self.seq as f64;
+        let windowed = match self.attention_window {
+            Some(w) if (w as f64) < s => {
+                let w = w as f64;
+                2.0 * w - w * w / s
+            }
+            _ => s,
+        };
+        let share = self.windowed_layers as f64 / self.layers as f64;
+        share * windowed + (1.0 - share) * s
     }
 
     /// FLOPs of one training iteration over `batch` sequences, counted as Narayanan et al.
@@ -372,6 +419,8 @@ mod tests {
                 tied_embeddings: None,
                 position_embeddings: None,
                 dropout: None,
+                attention_window: None,
+                windowed_layers: None,
             },
             "gpt".into(),
         )
@@ -410,6 +459,8 @@ mod tests {
                     tied_embeddings: Some(false),
                     position_embeddings: Some("rotary".into()),
                     dropout: Some(false),
+                    attention_window: None,
+                    windowed_layers: None,
                 },
                 "llama".into(),
             )
@@ -423,6 +474,55 @@ mod tests {
         let two = llama(2);
         assert_eq!(two.replicated - one.replicated, 2.0 * h);
         assert_eq!(two.split - one.split, 2.0 * 3.0 * 14336.0);
+    }
+
+    /// A window at or beyond the sequence changes nothing; below it a windowed layer's scores
+    /// count `2 w - w^2 / s` keys a query (the band's area against the causal triangle's,
+    /// scaled to the s x s convention), and layers without the window count `s`: the count is
+    /// the layers' mean, and the attention FLOPs follow it.
+    #[test]
+    fn a_sliding_window_shrinks_the_attended_keys() {
+        let with = |window: Option<u64>, windowed: Option<u64>| {
+            let file = ModelFile {
+                name: None,
+                layers: 8,
+                hidden: 1024,
+                heads: 16,
+                kv_heads: None,
+                head_dim: None,
+                ffn: None,
+                seq: 2048,
+                vocab: 51200,
+                experts: None,
+                top_k: None,
+                gated_mlp: None,
+                tied_embeddings: None,
+                position_embeddings: None,
+                dropout: None,
+                attention_window: window,
+                windowed_layers: windowed,
+            };
+            LlmModel::new(file, "w".into())
+        };
+        let full = with(None, None).unwrap();
+        assert_eq!(full.attended_keys(), 2048.0);
+        assert_eq!(with(Some(4096), None).unwrap().attended_keys(), 2048.0);
+        let band = 2.0 * 512.0 - 512.0 * 512.0 / 2048.0;
+        let all = with(Some(512), None).unwrap();
+        assert_eq!((all.windowed_layers, all.attended_keys()), (8, band));
+        let half = with(Some(512), Some(4)).unwrap();
+        assert_eq!(half.attended_keys(), (band + 2048.0) / 2.0);
+        let ratio = half.attention_core_flops() / full.attention_core_flops();
+        assert!((ratio - half.attended_keys() / 2048.0).abs() < 1e-12);
+        assert!(with(None, Some(4))
+            .unwrap_err()
+            .contains("without an 'attention_window'"));
+        assert!(with(Some(512), Some(9))
+            .unwrap_err()
+            .contains("more than the 8 layers"));
+        assert!(with(Some(0), None)
+            .unwrap_err()
+            .contains("'attention_window' must be"));
     }
 
     #[test]
@@ -489,6 +589,8 @@ mod tests {
                 tied_embeddings: None,
                 position_embeddings: None,
                 dropout: None,
+                attention_window: None,
+                windowed_layers: None,
             },
             "m".into(),
         );
@@ -510,6 +612,8 @@ mod tests {
                 tied_embeddings: None,
                 position_embeddings: None,
                 dropout: None,
+                attention_window: None,
+                windowed_layers: None,
             },
             "m".into(),
         );

@@ -392,6 +392,8 @@ mod tests {
             tied_embeddings: false,
             learned_positions: false,
             dropout: false,
+            attention_window: None,
+            windowed_layers: 0,
         };
         // BF16, and FP8 with its casts.
         for fp8 in [false, true] {

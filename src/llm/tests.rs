@@ -22,6 +22,8 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         tied_embeddings: true,
         learned_positions: true,
         dropout: true,
+        attention_window: None,
+        windowed_layers: 0,
     }
 }
 
