@@ -181,8 +181,8 @@ fn positive(flag: &str, value: u64) -> Result<u64, Error> {
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
     let a = &args.llm;
     let path = a.model.as_deref().expect("train --model");
-    let (model, note) = LlmModel::load_with_seq(path, a.seq)?;
-    if let Some(note) = note {
+    let (model, notes) = LlmModel::load_with_seq(path, a.seq)?;
+    for note in notes {
         eprintln!("note: {note}");
     }
     let system = args.topology.options().gpu_system()?;

@@ -244,7 +244,7 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
 mod tests {
     use crate::llm::LlmModel;
 
-    fn load(json: &str, seq: Option<u64>) -> Result<(LlmModel, Option<String>), crate::Error> {
+    fn load(json: &str, seq: Option<u64>) -> Result<(LlmModel, Vec<String>), crate::Error> {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), json).unwrap();
         LlmModel::load_with_seq(f.path(), seq)
@@ -276,13 +276,15 @@ mod tests {
             },
             ours
         );
-        let note = note.unwrap();
+        let [note] = &note[..] else {
+            panic!("{note:?}")
+        };
         assert!(
             note.contains("seq 8192 is its context length (max_position_embeddings)"),
             "{note}"
         );
         let (longer, note) = load(json, Some(2048)).unwrap();
-        assert_eq!((longer.seq, note), (2048, None));
+        assert_eq!((longer.seq, note), (2048, vec![]));
     }
 
     /// Mixtral-8x7B's config: 8 local experts, two a token, each expert the MLP's width.
@@ -377,12 +379,17 @@ mod tests {
             "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
             "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
             "vocab_size": 32000}"#;
-        let (m, _) = load(mistral, None).unwrap();
+        let (m, notes) = load(mistral, None).unwrap();
         assert_eq!((m.attention_window, m.windowed_layers), (Some(4096), 32));
+        assert!(
+            notes[1].contains("sliding-window attention of 4096 tokens in 32 of the 32 layers"),
+            "{notes:?}"
+        );
         assert_eq!(m.params(), 7_241_732_096 + 2 * 4096 * 32 + 4096);
         assert_eq!(m.attended_keys(), 2.0 * 4096.0 - 4096.0 * 4096.0 / 32768.0);
-        let (short, _) = load(mistral, Some(4096)).unwrap();
+        let (short, notes) = load(mistral, Some(4096)).unwrap();
         assert_eq!(short.attended_keys(), 4096.0);
+        assert_eq!(notes.len(), 1, "the window's note stays: {notes:?}");
         let windows = |json: &str| {
             let m = load(json, None).unwrap().0;
             (m.attention_window, m.windowed_layers)

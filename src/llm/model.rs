@@ -161,29 +161,38 @@ impl LlmModel {
     /// [`Self::load`], trained on sequences of `seq` tokens where given (Megatron's
     /// `--seq-length`) instead of the file's; also reads a Hugging Face `config.json` (a file
     /// with a `model_type` key), which gives no training length: without `seq` its context
-    /// length stands in, and the note returned says so.
-    pub fn load_with_seq(
-        path: &Path,
-        seq: Option<u64>,
-    ) -> Result<(LlmModel, Option<String>), Error> {
+    /// length stands in. The notes returned say what was read that the user did not write:
+    /// that stand-in, and a config's sliding window.
+    pub fn load_with_seq(path: &Path, seq: Option<u64>) -> Result<(LlmModel, Vec<String>), Error> {
         let shown = path.display().to_string();
         let text = crate::read_text(path, "cannot read model file")?;
         let stem = path
             .file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-        let (mut file, mut note) = match super::hf_config::read(&shown, &text, seq.is_some()) {
+        let (mut file, context) = match super::hf_config::read(&shown, &text, seq.is_some()) {
             Some(config) => {
                 let (file, note) = config?;
                 (file, Some(note))
             }
             None => (crate::yaml::from_str::<ModelFile>(&shown, &text)?, None),
         };
-        if let Some(seq) = seq {
-            file.seq = seq;
-            note = None;
-        }
+        let from_config = context.is_some();
+        let mut notes: Vec<String> = match seq {
+            Some(seq) => {
+                file.seq = seq;
+                Vec::new()
+            }
+            None => context.into_iter().collect(),
+        };
         let model = LlmModel::new(file, stem).map_err(|e| Error::input(format!("{shown}: {e}")))?;
-        Ok((model, note))
+        if let (true, Some(window)) = (from_config, model.attention_window) {
+            notes.push(format!(
+                "{shown}: sliding-window attention of {window} tokens in {} of the {} layers \
+                 (FlashAttention's time and the model FLOPs count the window's keys)",
+                model.windowed_layers, model.layers
+            ));
+        }
+        Ok((model, notes))
     }
 
     pub(super) fn new(file: ModelFile, stem: String) -> Result<LlmModel, String> {
