@@ -310,6 +310,66 @@ fn a_hugging_face_config_trains_like_the_shipped_file() {
     assert!(!note.contains("note:"), "{note}");
 }
 
+/// Mistral 7B v0.1's published config windows every layer's attention at 4096 tokens: trained
+/// on 16K sequences, FlashAttention's step is shorter than the same config's without the window
+/// and scores kept in memory (`--attention standard`) take as long either way; a note says so.
+#[test]
+fn a_sliding_window_shortens_flash_attention_steps() {
+    let dir = scratch("collsim-llm", "window");
+    let config = |window: &str| {
+        let path = dir.join(format!("mistral_{window}.json"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"architectures": ["MistralForCausalLM"], "hidden_act": "silu",
+                "hidden_size": 4096, "intermediate_size": 14336,
+                "max_position_embeddings": 32768, "model_type": "mistral",
+                "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                "sliding_window": {window}, "tie_word_embeddings": false, "vocab_size": 32000}}"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let (windowed, full) = (config("4096"), config("null"));
+    let run = |model: &std::path::Path, attention: &str| {
+        let out = collsim(&[
+            "train",
+            "--model",
+            model.to_str().unwrap(),
+            "--seq",
+            "16384",
+            "--attention",
+            attention,
+            "--topology",
+            "hgx-h100:1",
+            "--tp",
+            "8",
+            "--global-batch",
+            "4",
+            "--micro-batch",
+            "1",
+            "--format",
+            "csv",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let step = column(&String::from_utf8_lossy(&out.stdout), "step_time_s");
+        (step, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let ((flash_windowed, note), (flash_full, none)) =
+        (run(&windowed, "flash"), run(&full, "flash"));
+    assert!(
+        flash_windowed < 0.95 * flash_full,
+        "{flash_windowed} vs {flash_full}"
+    );
+    assert!(
+        note.contains("4096 tokens in 32 of the 32 layers"),
+        "{note}"
+    );
+    assert!(!none.contains("sliding-window"), "{none}");
+    assert_eq!(run(&windowed, "standard").0, run(&full, "standard").0);
+}
+
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
 #[test]
 fn bad_layouts_exit_2_naming_the_constraint() {
