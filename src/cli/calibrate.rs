@@ -85,7 +85,8 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
             Some(w) => w.clone(),
             None if named.is_empty() => {
                 return Err(Error::input(format!(
-                    "{}: the log names no operation (all_reduce_perf, ...); say which with --op",
+                    "{}: the log names no operation (a line naming all_reduce_perf, ..., or an \
+                     op column); say which with --op",
                     path.display()
                 )))
             }
