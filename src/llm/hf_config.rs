@@ -7,10 +7,11 @@
 //! embeddings for GPT-2, GPT-Neo, BigCode and OPT (rotary or ALiBi, without weights, for the
 //! rest), tied embeddings unless `tie_word_embeddings` is false (the library's default),
 //! dropout where any of the dropout probabilities is above 0, and a sliding window where
-//! `sliding_window` is set and not switched off (`use_sliding_window`: Qwen), in the layers
-//! `layer_types` names `sliding_attention`, else as the family's configuration class lays
-//! them out: all but every `sliding_window_pattern`-th (Gemma 3), every other from the first
-//! (Gemma 2), those from `max_window_layers` on (Qwen 2), every layer (Mistral).
+//! `sliding_window` is set and not switched off (`use_sliding_window`, false by default for
+//! Qwen), in the layers `layer_types` names `sliding_attention`, else as the family's
+//! configuration class lays them out: all but every `sliding_window_pattern`-th (Gemma 3),
+//! every other from the first (Gemma 2), those from `max_window_layers` on (Qwen 2), every
+//! layer (Mistral).
 
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -184,10 +185,9 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         c.num_hidden_layers.or(c.n_layer),
         "num_hidden_layers (n_layer)",
     )?;
-    let window = c
-        .sliding_window
-        .as_u64()
-        .filter(|_| c.use_sliding_window != Some(false));
+    // Qwen's configuration classes keep a window in the file but switch it off by default.
+    let windowing = c.use_sliding_window.unwrap_or(!kind.starts_with("qwen"));
+    let window = c.sliding_window.as_u64().filter(|_| windowing);
     let windowed_layers = window.map(|_| {
         if !c.layer_types.is_empty() {
             let sliding = c
@@ -367,7 +367,7 @@ mod tests {
 
     /// Sliding windows as the families lay them out: Mistral 7B v0.1 (its published config;
     /// 7,241,732,096 weights, plus collsim's RMSNorm biases) in every layer; Qwen 2's window
-    /// switched off by `use_sliding_window`; Gemma 2 every other layer from the first; Gemma 3
+    /// switched off by `use_sliding_window` (and by default); Gemma 2 every other layer from the first; Gemma 3
     /// all but every sixth; `layer_types` counted where the config lists them.
     #[test]
     fn sliding_windows_are_read_as_the_families_lay_them_out() {
@@ -404,6 +404,10 @@ mod tests {
             (
                 r#""model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 8"#,
                 (Some(4096), 4),
+            ),
+            (
+                r#""model_type": "qwen3", "sliding_window": 4096"#,
+                (None, 0),
             ),
             (
                 r#""model_type": "gemma2", "sliding_window": 4096"#,
