@@ -57,11 +57,15 @@ fn shipped_models_have_their_published_sizes() {
         ("gpt_1008b.yaml", 1008.0),
         // Korthikanti et al.'s 22B (arXiv 2205.05198, Table 3).
         ("gpt_22b.yaml", 22.0),
+        // BigScience's 176,247,271,424 less the biases and embedding norm collsim leaves out.
+        ("bloom_176b.yaml", 176.238211072),
     ] {
         let tolerance = if file.starts_with("mcore") {
             0.03
         } else if file.starts_with("gpt_") {
             0.05 / billions + 0.001
+        } else if file.starts_with("bloom") {
+            1e-12
         } else {
             0.005
         };
