@@ -344,4 +344,21 @@ fn measured_call_tables_name_the_bad_line() {
         );
         assert!(!out.exists());
     }
+    // A header in quotes is the same table's.
+    let file = dir.join("calls.csv");
+    std::fs::write(
+        &file,
+        "\"op\",\"gpus\",\"nccl_algo\",\"nccl_proto\",\"size\",\"time_us\"\n# a note\ngather,2,Ring,LL,8,12\n",
+    )
+    .unwrap();
+    let r = collsim(&[
+        "calibrate",
+        file.to_str().unwrap(),
+        "--topology",
+        "dgx-a100:1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = refused(&r);
+    assert!(err.contains("calls.csv:3: op 'gather'"), "{err}");
 }

@@ -63,7 +63,9 @@ pub fn is_calls_table(path: &std::path::Path) -> Result<bool, Error> {
         .lines()
         .find(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .unwrap_or("");
-    Ok(header.split(',').all(|c| CALL_COLUMNS.contains(&c.trim())))
+    Ok(header
+        .split(',')
+        .all(|c| CALL_COLUMNS.contains(&c.trim().trim_matches('"'))))
 }
 
 /// Reads a table of measured calls (CSV columns `op,gpus,nccl_algo,nccl_proto,size,time_us`;
