@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::nccl_tests::{NcclSystemArgs, TableFormat};
-use crate::nccl::calibrate::{fit, is_calls_table, read_calls, Fit, Measurement, Residual, KINDS};
+use crate::nccl::calibrate::{fit, read_calls, Fit, Measurement, Residual, KINDS};
 use crate::nccl::{log, Launch, Model, Setting};
 use crate::topology::system_file;
 use crate::Error;
@@ -71,8 +71,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     }
     let mut measured = Vec::new();
     for path in &args.logs {
-        if is_calls_table(path)? {
-            let calls = read_calls(path)?;
+        if let Some(calls) = read_calls(path)? {
             measured.extend(
                 calls
                     .into_iter()

@@ -48,39 +48,35 @@ struct CallRow {
 /// The columns a table of measured calls may have (see [`read_calls`]).
 const CALL_COLUMNS: [&str; 6] = ["op", "gpus", "nccl_algo", "nccl_proto", "size", "time_us"];
 
-/// Whether `path` is a table of measured calls rather than an nccl-tests table saved as CSV:
-/// a `.csv` file whose header has only the calls table's columns (an nccl-tests table has
-/// algbw, busbw, count or type beside them).
-pub fn is_calls_table(path: &std::path::Path) -> Result<bool, Error> {
+/// Reads a table of measured calls (CSV columns `op,gpus,nccl_algo,nccl_proto,size,time_us`;
+/// `gpus`, `nccl_algo` and `nccl_proto` may be empty for the whole system at NCCL's choice; lines
+/// starting with `#` are comments): the measurements nccl-tests logs cannot hold together, such
+/// as one protocol's latency over GPU counts. `None` where `path` is no such table: not a `.csv`
+/// file, or one whose header has columns the calls table has not (an nccl-tests table saved as
+/// CSV: algbw, busbw, count, type). Errors name the file and line.
+pub fn read_calls(path: &std::path::Path) -> Result<Option<Vec<Measurement>>, Error> {
     if !path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
     {
-        return Ok(false);
+        return Ok(None);
     }
-    let text = crate::read_text(path, "cannot read measured calls")?;
-    let header = text
-        .lines()
-        .find(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .unwrap_or("");
-    Ok(header
-        .split(',')
-        .all(|c| CALL_COLUMNS.contains(&c.trim().trim_matches('"'))))
-}
-
-/// Reads a table of measured calls (CSV columns `op,gpus,nccl_algo,nccl_proto,size,time_us`;
-/// `gpus`, `nccl_algo` and `nccl_proto` may be empty for the whole system at NCCL's choice; lines
-/// starting with `#` are comments): the
-/// measurements nccl-tests logs cannot hold together, such as one protocol's latency over GPU
-/// counts. Errors name the file and line.
-pub fn read_calls(path: &std::path::Path) -> Result<Vec<Measurement>, Error> {
     let file = path.display().to_string();
     let text = crate::read_text(path, "cannot read measured calls")?;
+    // Lines the CSV reader reads: not blank, not comments.
+    let record = |l: &&str| !l.trim().is_empty() && !l.starts_with('#');
+    let header = text.lines().find(record).unwrap_or("");
+    if !header
+        .split(',')
+        .all(|c| CALL_COLUMNS.contains(&c.trim().trim_matches('"')))
+    {
+        return Ok(None);
+    }
     // The file's line of each record (the reader's own count skips comment lines).
     let lines: Vec<usize> = text
         .lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter(|(_, l)| record(l))
         .map(|(i, _)| i + 1)
         .collect();
     let mut reader = csv::ReaderBuilder::new()
@@ -125,7 +121,7 @@ pub fn read_calls(path: &std::path::Path) -> Result<Vec<Measurement>, Error> {
     if measured.is_empty() {
         return Err(Error::input(format!("{file}: no measured calls")));
     }
-    Ok(measured)
+    Ok(Some(measured))
 }
 
 /// A figure calibration may move.
