@@ -6,6 +6,31 @@ use common::{collsim, refused, scratch, stdout_of, Table};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests");
 
+/// `nccl-tests all_reduce` on the first 4 GPUs of `topology`, with `extra` arguments.
+fn all_reduce_on_4(topology: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        topology,
+        "--gpus",
+        "4",
+    ];
+    args.extend_from_slice(extra);
+    stdout_of(&args)
+}
+
+/// The NVLink figure a written system file holds.
+fn intra_gbps_of(system_file: &str) -> f64 {
+    system_file
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("intra_gbps:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// `calibrate` round trip: a log predicted on a system whose figures are known (a GPU-system
 /// file with the fabric at 70% of NCCL's figure and LL128 at half its rate) is fitted from the
 /// named system's defaults; the written file reproduces the log (every size within 3%), recovers
@@ -20,18 +45,7 @@ fn calibrate_recovers_known_figures_and_writes_a_system_file() {
     )
     .unwrap();
     let sweep = |topology: &str| {
-        let mut out = stdout_of(&[
-            "nccl-tests",
-            "all_reduce",
-            "--topology",
-            topology,
-            "--gpus",
-            "4",
-            "-b",
-            "64K",
-            "-e",
-            "256M",
-        ]);
+        let mut out = all_reduce_on_4(topology, &["-b", "64K", "-e", "256M"]);
         out.insert_str(0, "# all_reduce_perf\n");
         out
     };
@@ -66,13 +80,7 @@ fn calibrate_recovers_known_figures_and_writes_a_system_file() {
     assert!(worst("after_error") < 0.03, "{report}");
     let text = std::fs::read_to_string(&fitted).unwrap();
     assert!(text.starts_with("# collsim calibrate on "), "{text}");
-    let intra: f64 = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("intra_gbps:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let intra = intra_gbps_of(&text);
     assert!((intra / 168.0 - 1.0).abs() < 0.03, "{intra}");
     // The written file stands in for the system wherever a GPU system is taken.
     let again = sweep(fitted.to_str().unwrap());
@@ -134,20 +142,10 @@ fn calibrate_reads_nccl_tests_tables_saved_as_csv() {
     )
     .unwrap();
     let log = dir.join("measured.csv");
-    let sweep = stdout_of(&[
-        "nccl-tests",
-        "all_reduce",
-        "--topology",
+    let sweep = all_reduce_on_4(
         truth.to_str().unwrap(),
-        "--gpus",
-        "4",
-        "-b",
-        "1M",
-        "-e",
-        "64M",
-        "--format",
-        "csv",
-    ]);
+        &["-b", "1M", "-e", "64M", "--format", "csv"],
+    );
     std::fs::write(&log, sweep).unwrap();
     let fitted = dir.join("fitted.yml");
     let report = stdout_of(&[
@@ -168,13 +166,7 @@ fn calibrate_reads_nccl_tests_tables_saved_as_csv() {
     ]);
     assert_eq!(Table::parse(&report).rows.len(), 7, "{report}");
     let text = std::fs::read_to_string(&fitted).unwrap();
-    let intra: f64 = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("intra_gbps:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let intra = intra_gbps_of(&text);
     assert!((intra / 168.0 - 1.0).abs() < 0.01, "{intra}");
 }
 
@@ -316,19 +308,19 @@ fn latency_calibrated_on_two_gpu_counts_predicts_the_others() {
 fn measured_call_tables_name_the_bad_line() {
     let dir = scratch("calibrate", "calls");
     let out = dir.join("x.yml");
-    for (body, expected) in [
-        ("all_reduce,9,Ring,LL,8,12", "--gpus 9"),
-        ("all_reduce,2,Ring,LL,8,abc", "float"),
-        ("all_reduce,2,Ring,XX,8,12", "--nccl-proto 'XX'"),
-        ("gather,2,Ring,LL,8,12", "op 'gather'"),
-        ("all_reduce,2,Ring,LL,8,-1", "positive"),
+    let header = "op,gpus,nccl_algo,nccl_proto,size,time_us";
+    // A header in quotes, as spreadsheets save it, is the same table's.
+    let quoted = "\"op\",\"gpus\",\"nccl_algo\",\"nccl_proto\",\"size\",\"time_us\"";
+    for (header, body, expected) in [
+        (header, "all_reduce,9,Ring,LL,8,12", "--gpus 9"),
+        (header, "all_reduce,2,Ring,LL,8,abc", "float"),
+        (header, "all_reduce,2,Ring,XX,8,12", "--nccl-proto 'XX'"),
+        (header, "gather,2,Ring,LL,8,12", "op 'gather'"),
+        (header, "all_reduce,2,Ring,LL,8,-1", "positive"),
+        (quoted, "gather,2,Ring,LL,8,12", "calls.csv:3: op 'gather'"),
     ] {
         let file = dir.join("calls.csv");
-        std::fs::write(
-            &file,
-            format!("op,gpus,nccl_algo,nccl_proto,size,time_us\n# a note\n{body}\n"),
-        )
-        .unwrap();
+        std::fs::write(&file, format!("{header}\n# a note\n{body}\n")).unwrap();
         let r = collsim(&[
             "calibrate",
             file.to_str().unwrap(),
@@ -340,25 +332,8 @@ fn measured_call_tables_name_the_bad_line() {
         let err = refused(&r);
         assert!(
             err.contains("calls.csv:3:") && err.contains(expected),
-            "{body}: {err}"
+            "{header} {body}: {err}"
         );
         assert!(!out.exists());
     }
-    // A header in quotes is the same table's.
-    let file = dir.join("calls.csv");
-    std::fs::write(
-        &file,
-        "\"op\",\"gpus\",\"nccl_algo\",\"nccl_proto\",\"size\",\"time_us\"\n# a note\ngather,2,Ring,LL,8,12\n",
-    )
-    .unwrap();
-    let r = collsim(&[
-        "calibrate",
-        file.to_str().unwrap(),
-        "--topology",
-        "dgx-a100:1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let err = refused(&r);
-    assert!(err.contains("calls.csv:3: op 'gather'"), "{err}");
 }

@@ -17,6 +17,29 @@ fn column(csv: &str, name: &str) -> f64 {
     Table::parse(csv).number(0, name)
 }
 
+/// `train` of `model` on one H100 box at TP 8, micro-batch 1, with `extra` arguments: its step
+/// time and what it wrote to stderr.
+fn step_on_one_h100_box(model: &str, extra: &[&str]) -> (f64, String) {
+    let mut args = vec![
+        "train",
+        "--model",
+        model,
+        "--topology",
+        "hgx-h100:1",
+        "--tp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--format",
+        "csv",
+    ];
+    args.extend_from_slice(extra);
+    let out = collsim(&args);
+    assert!(out.status.success(), "{out:?}");
+    let step = column(&String::from_utf8_lossy(&out.stdout), "step_time_s");
+    (step, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// Every shipped model loads, and those with a published parameter count match it.
 #[test]
 fn shipped_models_have_their_published_sizes() {
@@ -282,28 +305,11 @@ fn a_hugging_face_config_trains_like_the_shipped_file() {
     )
     .unwrap();
     let run = |model: &str, seq: Option<&str>| {
-        let mut args = vec![
-            "train",
-            "--model",
-            model,
-            "--topology",
-            "hgx-h100:1",
-            "--tp",
-            "8",
-            "--global-batch",
-            "8",
-            "--micro-batch",
-            "1",
-            "--format",
-            "csv",
-        ];
+        let mut extra = vec!["--global-batch", "8"];
         if let Some(s) = seq {
-            args.extend(["--seq", s]);
+            extra.extend(["--seq", s]);
         }
-        let out = collsim(&args);
-        assert!(out.status.success(), "{out:?}");
-        let step = column(&String::from_utf8_lossy(&out.stdout), "step_time_s");
-        (step, String::from_utf8_lossy(&out.stderr).into_owned())
+        step_on_one_h100_box(model, &extra)
     };
     let (shipped, _) = run(&model("llama3_8b.yaml"), None);
     let (from_config, note) = run(config.to_str().unwrap(), None);
@@ -337,28 +343,15 @@ fn a_sliding_window_shortens_flash_attention_steps() {
     };
     let (windowed, full) = (config("4096"), config("null"));
     let run = |model: &std::path::Path, attention: &str| {
-        let out = collsim(&[
-            "train",
-            "--model",
-            model.to_str().unwrap(),
+        let extra = [
             "--seq",
             "16384",
             "--attention",
             attention,
-            "--topology",
-            "hgx-h100:1",
-            "--tp",
-            "8",
             "--global-batch",
             "4",
-            "--micro-batch",
-            "1",
-            "--format",
-            "csv",
-        ]);
-        assert!(out.status.success(), "{out:?}");
-        let step = column(&String::from_utf8_lossy(&out.stdout), "step_time_s");
-        (step, String::from_utf8_lossy(&out.stderr).into_owned())
+        ];
+        step_on_one_h100_box(model.to_str().unwrap(), &extra)
     };
     let ((flash_windowed, note), (flash_full, none)) =
         (run(&windowed, "flash"), run(&full, "flash"));

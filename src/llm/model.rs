@@ -410,30 +410,31 @@ impl LlmModel {
 mod tests {
     use super::*;
 
+    /// A GPT model file: sequence 2048, vocabulary 51,200, every optional key absent.
+    fn gpt_file(layers: u64, hidden: u64, heads: u64) -> ModelFile {
+        ModelFile {
+            name: None,
+            layers,
+            hidden,
+            heads,
+            kv_heads: None,
+            head_dim: None,
+            ffn: None,
+            seq: 2048,
+            vocab: 51200,
+            experts: None,
+            top_k: None,
+            gated_mlp: None,
+            tied_embeddings: None,
+            position_embeddings: None,
+            dropout: None,
+            attention_window: None,
+            windowed_layers: None,
+        }
+    }
+
     fn gpt(layers: u64, hidden: u64, heads: u64) -> LlmModel {
-        LlmModel::new(
-            ModelFile {
-                name: None,
-                layers,
-                hidden,
-                heads,
-                kv_heads: None,
-                head_dim: None,
-                ffn: None,
-                seq: 2048,
-                vocab: 51200,
-                experts: None,
-                top_k: None,
-                gated_mlp: None,
-                tied_embeddings: None,
-                position_embeddings: None,
-                dropout: None,
-                attention_window: None,
-                windowed_layers: None,
-            },
-            "gpt".into(),
-        )
-        .unwrap()
+        LlmModel::new(gpt_file(layers, hidden, heads), "gpt".into()).unwrap()
     }
 
     /// Korthikanti et al.'s count for GPT, s b h (10 + 24/t) + 5 a s^2 b / t bytes a layer:
@@ -453,12 +454,7 @@ mod tests {
         let llama = |top_k| {
             LlmModel::new(
                 ModelFile {
-                    name: None,
-                    layers: 32,
-                    hidden: 4096,
-                    heads: 32,
                     kv_heads: Some(8),
-                    head_dim: None,
                     ffn: Some(14336),
                     seq: 8192,
                     vocab: 128256,
@@ -468,8 +464,7 @@ mod tests {
                     tied_embeddings: Some(false),
                     position_embeddings: Some("rotary".into()),
                     dropout: Some(false),
-                    attention_window: None,
-                    windowed_layers: None,
+                    ..gpt_file(32, 4096, 32)
                 },
                 "llama".into(),
             )
@@ -493,23 +488,9 @@ mod tests {
     fn a_sliding_window_shrinks_the_attended_keys() {
         let with = |window: Option<u64>, windowed: Option<u64>| {
             let file = ModelFile {
-                name: None,
-                layers: 8,
-                hidden: 1024,
-                heads: 16,
-                kv_heads: None,
-                head_dim: None,
-                ffn: None,
-                seq: 2048,
-                vocab: 51200,
-                experts: None,
-                top_k: None,
-                gated_mlp: None,
-                tied_embeddings: None,
-                position_embeddings: None,
-                dropout: None,
                 attention_window: window,
                 windowed_layers: windowed,
+                ..gpt_file(8, 1024, 16)
             };
             LlmModel::new(file, "w".into())
         };
@@ -583,46 +564,19 @@ mod tests {
     fn bad_shapes_are_refused_by_name() {
         let e = LlmModel::new(
             ModelFile {
-                name: None,
-                layers: 2,
-                hidden: 100,
-                heads: 3,
-                kv_heads: None,
-                head_dim: None,
-                ffn: None,
                 seq: 8,
                 vocab: 8,
-                experts: None,
-                top_k: None,
-                gated_mlp: None,
-                tied_embeddings: None,
-                position_embeddings: None,
-                dropout: None,
-                attention_window: None,
-                windowed_layers: None,
+                ..gpt_file(2, 100, 3)
             },
             "m".into(),
         );
         assert!(e.unwrap_err().contains("heads 3"));
         let huge = LlmModel::new(
             ModelFile {
-                name: None,
-                layers: 2,
-                hidden: 4_000_000_000,
-                heads: 1,
-                kv_heads: None,
-                head_dim: None,
                 ffn: Some(8),
                 seq: 8,
                 vocab: 8,
-                experts: None,
-                top_k: None,
-                gated_mlp: None,
-                tied_embeddings: None,
-                position_embeddings: None,
-                dropout: None,
-                attention_window: None,
-                windowed_layers: None,
+                ..gpt_file(2, 4_000_000_000, 1)
             },
             "m".into(),
         );
