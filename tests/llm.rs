@@ -367,6 +367,54 @@ fn a_sliding_window_shortens_flash_attention_steps() {
     assert_eq!(run(&windowed, "standard").0, run(&full, "standard").0);
 }
 
+/// A model file in Megatron's key names with shared experts
+/// (`moe_shared_expert_intermediate_size`) trains slower and holds more than the same experts
+/// without them: every token also runs the shared MLP.
+#[test]
+fn shared_experts_lengthen_the_step() {
+    let dir = scratch("collsim-llm", "shared");
+    let file = |shared: &str| {
+        let path = dir.join(format!("moe{}.yaml", shared.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "num_layers: 16\nhidden_size: 2048\nnum_attention_heads: 16\n\
+                 ffn_hidden_size: 1408\nseq_length: 4096\npadded_vocab_size: 151936\n\
+                 num_experts: 64\nmoe_router_topk: 4\ngated_mlp: true\n{shared}"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let shared = file("moe_shared_expert_intermediate_size: 5632\n");
+    let routed = file("");
+    let run = |path: &Path| {
+        let out = collsim(&[
+            "train",
+            "--model",
+            path.to_str().unwrap(),
+            "--topology",
+            "hgx-h100:1",
+            "--tp",
+            "2",
+            "--ep",
+            "4",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "8",
+            "--format",
+            "csv",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let csv = String::from_utf8_lossy(&out.stdout).into_owned();
+        (column(&csv, "step_time_s"), column(&csv, "memory_gb"))
+    };
+    let ((step, memory), (routed_step, routed_memory)) = (run(&shared), run(&routed));
+    assert!(step > 1.05 * routed_step, "{step} vs {routed_step}");
+    assert!(memory > routed_memory, "{memory} vs {routed_memory}");
+}
+
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
 #[test]
 fn bad_layouts_exit_2_naming_the_constraint() {

@@ -266,6 +266,18 @@ pub struct LinearTime {
     pub weight_gradient: f64,
 }
 
+impl std::ops::Add for LinearTime {
+    type Output = LinearTime;
+
+    fn add(self, other: LinearTime) -> LinearTime {
+        LinearTime {
+            forward: self.forward + other.forward,
+            input_gradient: self.input_gradient + other.input_gradient,
+            weight_gradient: self.weight_gradient + other.weight_gradient,
+        }
+    }
+}
+
 impl LinearTime {
     fn of(gpu: &Gpu, p: Product) -> LinearTime {
         let [input, weight] = gradients(p);
@@ -282,7 +294,8 @@ impl LinearTime {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerParts {
     /// The four linear layers in forward order: query-key-value, attention output, MLP up (and
-    /// gate), MLP down.
+    /// gate), MLP down; a mixture of experts' MLP products are its routed experts' and its
+    /// shared experts' together.
     pub linear: [LinearTime; 4],
     /// The same products with `reserved` SMs left to a communication kernel beside them.
     pub linear_reserved: [LinearTime; 4],
@@ -338,6 +351,23 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         product(1.0, expert_tokens, h, ffn / t),
     ]
     .map(|p| Product { element, ..p });
+    // Shared experts: an MLP every token meets, beside the routed experts' products.
+    let shared = model.shared_ffn as f64;
+    let shared_products = (shared > 0.0).then(|| {
+        [
+            product(1.0, tokens, up * shared / t, h),
+            product(1.0, tokens, h, shared / t),
+        ]
+        .map(|p| Product { element, ..p })
+    });
+    let linear_times = |gpu: &Gpu| {
+        let mut times = products.map(|p| LinearTime::of(gpu, p));
+        if let Some([shared_up, shared_down]) = shared_products {
+            times[2] = times[2] + LinearTime::of(gpu, shared_up);
+            times[3] = times[3] + LinearTime::of(gpu, shared_down);
+        }
+        times
+    };
     let rest = linear_gpu.reserving(reserved);
     let scores = b * heads * queries * s;
     let core = match w.attention {
@@ -376,7 +406,8 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     } else {
         norms_and_adds
     };
-    let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * model.top_k as f64 * ffn / t);
+    let mlp_width = model.top_k as f64 * ffn + shared;
+    let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * mlp_width / t);
     // Transformer Engine's FP8 casts. Forward: the norms and the activation write their
     // outputs in FP8 themselves (LayerNormLinear, LayerNormMLP), and each FP8 input's
     // transposed copy for its weight gradient is written (1 byte an element); the attention
@@ -386,16 +417,25 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         let [qkv, proj, up_proj, down] = products;
         let inputs = |p: Product| p.m * p.k;
         let outputs = |p: Product| p.m * p.n;
+        let shared = shared_products.as_slice().iter().flatten();
         (
-            inputs(qkv) + inputs(up_proj) + inputs(down) + 4.0 * inputs(proj),
-            4.0 * products.iter().map(|&p| outputs(p)).sum::<f64>(),
+            inputs(qkv)
+                + inputs(up_proj)
+                + inputs(down)
+                + 4.0 * inputs(proj)
+                + shared.clone().map(|&p| inputs(p)).sum::<f64>(),
+            4.0 * products
+                .iter()
+                .chain(shared)
+                .map(|&p| outputs(p))
+                .sum::<f64>(),
         )
     } else {
         (0.0, 0.0)
     };
     LayerParts {
-        linear: products.map(|p| LinearTime::of(&linear_gpu, p)),
-        linear_reserved: products.map(|p| LinearTime::of(&rest, p)),
+        linear: linear_times(&linear_gpu),
+        linear_reserved: linear_times(&rest),
         core,
         elementwise: (
             gpu.stream(elementwise + cast_forward),
@@ -580,6 +620,51 @@ mod tests {
             layer_parts(&full, &a100, &standard, 0),
             layer_parts(&windowed, &a100, &standard, 0)
         );
+    }
+
+    /// Shared experts are a dense MLP every token meets beside the routed experts: a layer's
+    /// MLP products with them take their time plus exactly that of a dense model's MLP of the
+    /// shared width, and its activation function moves that MLP's bytes too.
+    #[test]
+    fn shared_experts_add_a_dense_mlp_of_their_width() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/workloads/llm/mixtral_8x7b.yaml"
+        );
+        let routed = LlmModel::load(std::path::Path::new(path)).unwrap();
+        let shared = LlmModel {
+            shared_ffn: 2 * 1408,
+            ..routed.clone()
+        };
+        let dense = LlmModel {
+            experts: 1,
+            top_k: 1,
+            ffn: 2 * 1408,
+            ..routed.clone()
+        };
+        let h100 = Gpu::parse("h100").unwrap();
+        let work = Work {
+            tp: 2,
+            cp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+            fp8: false,
+        };
+        let [with, without, alone] =
+            [&shared, &routed, &dense].map(|m| layer_parts(m, &h100, &work, 0));
+        for i in [2, 3] {
+            assert_eq!(with.linear[i], without.linear[i] + alone.linear[i]);
+        }
+        assert_eq!(with.linear[..2], without.linear[..2]);
+        assert_eq!(with.core, without.core);
+        let (h, t) = (4096.0, 2.0);
+        let activation = HALF * 4096.0 * 3.0 * 2816.0 / t;
+        assert!(
+            (with.elementwise.0 - without.elementwise.0 - h100.stream(activation)).abs() < 1e-15
+        );
+        assert!(shared.params() - routed.params() == 32 * 3 * 2816 * h as u64);
     }
 
     #[test]

@@ -51,7 +51,10 @@ struct HfConfig {
     activation_function: Option<String>,
     head_dim: Option<u64>,
     kv_lora_rank: Option<Value>,
-    shared_expert_intermediate_size: Option<Value>,
+    shared_expert_intermediate_size: Option<u64>,
+    n_shared_experts: Option<u64>,
+    first_k_dense_replace: Option<u64>,
+    moe_layer_freq: Option<u64>,
     decoder_sparse_step: Option<u64>,
     interleave_moe_layer_step: Option<u64>,
     #[serde(default)]
@@ -121,11 +124,10 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
             "multi-head latent attention (kv_lora_rank) is not modelled".into(),
         ));
     }
-    if c.shared_expert_intermediate_size.is_some() || c.n_routed_experts.is_some() {
-        return Err(refuse("shared experts are not modelled".into()));
-    }
     if c.decoder_sparse_step.is_some_and(|n| n > 1)
         || c.interleave_moe_layer_step.is_some_and(|n| n > 1)
+        || c.moe_layer_freq.is_some_and(|n| n > 1)
+        || c.first_k_dense_replace.is_some_and(|n| n > 0)
         || !c.mlp_only_layers.is_empty()
     {
         return Err(refuse(
@@ -141,7 +143,11 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         c.num_attention_heads.or(c.n_head),
         "num_attention_heads (n_head)",
     )?;
-    let experts = c.num_local_experts.or(c.num_experts).filter(|&e| e > 1);
+    let experts = c
+        .num_local_experts
+        .or(c.num_experts)
+        .or(c.n_routed_experts)
+        .filter(|&e| e > 1);
     let context = [
         (c.max_position_embeddings, "max_position_embeddings"),
         (c.n_positions, "n_positions"),
@@ -181,6 +187,18 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         Some(_) => c.moe_intermediate_size.or(c.intermediate_size),
         None => c.intermediate_size.or(c.ffn_dim).or(c.n_inner),
     };
+    // Shared experts: Qwen-MoE's one of its own width, with a gate; DeepSeekMoE's
+    // `n_shared_experts` of the routed ones' width; Llama 4's one of `intermediate_size`.
+    let shared_ffn = match experts {
+        Some(_) if kind.starts_with("llama4") => c.intermediate_size,
+        Some(_) => c.shared_expert_intermediate_size.filter(|&w| w > 0).or(c
+            .n_shared_experts
+            .filter(|&n| n > 0)
+            .zip(ffn)
+            .map(|(n, width)| n * width)),
+        None => None,
+    };
+    let shared_expert_gate = c.shared_expert_intermediate_size.is_some_and(|w| w > 0);
     let layers = need(
         c.num_hidden_layers.or(c.n_layer),
         "num_hidden_layers (n_layer)",
@@ -225,6 +243,8 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         vocab: need(c.vocab_size, "vocab_size")?,
         experts,
         top_k: experts.and(c.num_experts_per_tok),
+        shared_ffn,
+        shared_expert_gate: Some(shared_expert_gate && shared_ffn.is_some()),
         gated_mlp: Some(gated),
         tied_embeddings: Some(c.tie_word_embeddings.unwrap_or(true)),
         position_embeddings: Some(if learned { "learned" } else { "rotary" }.into()),
@@ -343,6 +363,60 @@ mod tests {
             "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
             "vocab_size": 151936, "max_position_embeddings": 8192}"#;
         let e = load(sparse, None).unwrap_err().to_string();
+        assert!(e.contains("dense layers between"), "{e}");
+    }
+
+    /// Qwen1.5-MoE-A2.7B's published config: 60 experts of 1408, four a token, and a shared
+    /// expert of 5632 with its gate. Its weights as `transformers` builds the model,
+    /// 14,315,784,192 (the model card's 14.3B: 24 layers of attention with query, key and
+    /// value biases, 60 experts, the router, the shared expert and its gate, two RMSNorms;
+    /// untied embeddings of 151,936 x 2048; the final norm), less the
+    /// biases collsim leaves out (3 x 2048 a layer) and plus the RMSNorm biases it counts (2 x
+    /// 2048 a layer, 2048 at the end): exactly. DeepSeekMoE's shared experts are
+    /// `n_shared_experts` of the routed ones' width, without a gate; its dense first layers are
+    /// refused.
+    #[test]
+    fn shared_experts_are_read_as_the_families_give_them() {
+        let qwen = r#"{"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0,
+            "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
+            "max_position_embeddings": 8192, "max_window_layers": 21,
+            "model_type": "qwen2_moe", "num_attention_heads": 16, "num_hidden_layers": 24,
+            "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "sliding_window": 32768, "tie_word_embeddings": false, "use_sliding_window": false,
+            "vocab_size": 151936, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
+            "num_experts": 60, "norm_topk_prob": false}"#;
+        let (m, _) = load(qwen, None).unwrap();
+        assert_eq!(
+            (
+                m.experts,
+                m.top_k,
+                m.ffn,
+                m.shared_ffn,
+                m.shared_expert_gate
+            ),
+            (60, 4, 1408, 5632, true)
+        );
+        assert_eq!(
+            m.params(),
+            14_315_784_192 - 24 * 3 * 2048 + 24 * 2 * 2048 + 2048
+        );
+        let deepseek = |first_dense: u64| {
+            format!(
+                r#"{{"model_type": "deepseek", "hidden_act": "silu", "hidden_size": 2048,
+                "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+                "first_k_dense_replace": {first_dense}, "num_attention_heads": 16,
+                "num_hidden_layers": 28, "vocab_size": 102400,
+                "max_position_embeddings": 4096}}"#
+            )
+        };
+        let (m, _) = load(&deepseek(0), None).unwrap();
+        assert_eq!(
+            (m.experts, m.ffn, m.shared_ffn, m.shared_expert_gate),
+            (64, 1408, 2 * 1408, false)
+        );
+        let e = load(&deepseek(1), None).unwrap_err().to_string();
         assert!(e.contains("dense layers between"), "{e}");
     }
 

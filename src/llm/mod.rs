@@ -395,8 +395,7 @@ impl Plan {
     /// Weights held by a GPU of the first stage (which also holds the embedding).
     pub fn params_per_gpu(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);
-        let layer =
-            (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp + 4 * m.hidden;
+        let layer = m.rank_layer_params(l.tp, l.ep);
         (self.stage_layers()[0] * layer + m.vocab * m.hidden / l.tp) as f64
     }
 
@@ -429,7 +428,7 @@ impl Plan {
                 ZeroStage::Gradients => 2.0 + (grads + optimizer) / dp,
                 ZeroStage::Parameters => {
                     let m = &self.model;
-                    let layer = (m.attention_params() + m.experts / l.ep * m.mlp_params()) / l.tp;
+                    let layer = m.rank_layer_params(l.tp, l.ep);
                     return self.params_per_gpu() * (2.0 + 2.0 + 12.0) / dp
                         + 2.0 * (2.0 + fp8_copies) * layer as f64;
                 }

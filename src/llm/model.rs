@@ -10,7 +10,7 @@ use crate::Error;
 /// The model file's keys (`workloads/llm/*.yaml`); Megatron-LM's argument names are taken
 /// too (`num_layers`, `hidden_size`, `num_attention_heads`, `num_query_groups`,
 /// `kv_channels`, `ffn_hidden_size`, `seq_length`, `padded_vocab_size`, `num_experts`,
-/// `moe_router_topk`).
+/// `moe_router_topk`, `moe_shared_expert_intermediate_size`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ModelFile {
@@ -36,6 +36,13 @@ pub(super) struct ModelFile {
     pub experts: Option<u64>,
     #[serde(alias = "moe_router_topk")]
     pub top_k: Option<u64>,
+    /// Shared experts' MLP width, all of them together: a dense MLP every token meets beside
+    /// the experts it is routed to (Qwen-MoE, DeepSeekMoE, Llama 4).
+    #[serde(alias = "moe_shared_expert_intermediate_size")]
+    pub shared_ffn: Option<u64>,
+    /// Whether a sigmoid gate (one weight a hidden unit) scales the shared experts' output
+    /// (Qwen-MoE's `shared_expert_gate`).
+    pub shared_expert_gate: Option<bool>,
     /// Gated MLP (SwiGLU: three matrices) as Llama has; GPT's is two.
     pub gated_mlp: Option<bool>,
     /// Whether the output layer shares the token embedding's weights (GPT: yes, Llama: no).
@@ -72,6 +79,9 @@ pub struct LlmModel {
     /// Experts per MoE layer (1: a dense model) and experts each token is routed to.
     pub experts: u64,
     pub top_k: u64,
+    /// Shared experts' MLP width, all together (0: none), and whether a gate scales their output.
+    pub shared_ffn: u64,
+    pub shared_expert_gate: bool,
     pub gated_mlp: bool,
     pub tied_embeddings: bool,
     /// Learned position embeddings (seq x hidden weights); false for rotary ones.
@@ -201,7 +211,7 @@ impl LlmModel {
         let limit = |name: &str| match name {
             "layers" => 1 << 12,
             "hidden" => 1 << 17,
-            "ffn" => 1 << 19,
+            "ffn" | "shared_ffn" => 1 << 19,
             "experts" => 1 << 9,
             _ => 1 << 22,
         };
@@ -238,6 +248,11 @@ impl LlmModel {
             vocab: positive("vocab", file.vocab)?,
             experts: positive("experts", file.experts.unwrap_or(1))?,
             top_k: positive("top_k", file.top_k.unwrap_or(1))?,
+            shared_ffn: match file.shared_ffn {
+                Some(width) => positive("shared_ffn", width)?,
+                None => 0,
+            },
+            shared_expert_gate: file.shared_expert_gate.unwrap_or(false),
             gated_mlp: file.gated_mlp.unwrap_or(false),
             tied_embeddings: file.tied_embeddings.unwrap_or(true),
             dropout: file.dropout.unwrap_or(true),
@@ -274,6 +289,12 @@ impl LlmModel {
                 "heads {} is not a multiple of kv_heads {}",
                 model.heads, model.kv_heads
             ));
+        }
+        if model.experts == 1 && (model.shared_ffn > 0 || model.shared_expert_gate) {
+            return Err("'shared_ffn' or 'shared_expert_gate' in a model without experts".into());
+        }
+        if model.shared_expert_gate && model.shared_ffn == 0 {
+            return Err("'shared_expert_gate' without a 'shared_ffn'".into());
         }
         if model.top_k > model.experts {
             return Err(format!(
@@ -313,13 +334,20 @@ impl LlmModel {
         let q = self.query_width() as f64;
         let kv = (self.kv_heads * self.head_dim()) as f64;
         let (ffn, experts) = (self.ffn as f64, self.top_k as f64);
+        // Shared experts keep their own up projections' input (the routed experts keep their
+        // permuted copies) and their hidden activations.
+        let (shared_input, shared) = match self.shared_ffn {
+            0 => (0.0, 0.0),
+            width => (h, width as f64),
+        };
         let up = if self.gated_mlp { 2.0 } else { 1.0 };
         let masks = if self.dropout { 1.0 } else { 0.0 };
         // Linear inputs: query-key-value and MLP-up (replicated), attention output and MLP-down
         // (split).
+        let mlp = experts * ffn + shared;
         LayerActivations {
-            replicated: HALF * 2.0 * h + input * (h + experts * h) + 2.0 * masks * h,
-            split: HALF * (q + 2.0 * kv + experts * up * ffn) + input * (q + experts * ffn),
+            replicated: HALF * 2.0 * h + input * (h + experts * h + shared_input) + 2.0 * masks * h,
+            split: HALF * (q + 2.0 * kv + up * mlp) + input * (q + mlp),
             per_score: HALF + 3.0 * masks,
         }
     }
@@ -332,18 +360,48 @@ impl LlmModel {
 
     /// MLP weights of one expert (of the layer's MLP when dense).
     pub fn mlp_params(&self) -> u64 {
-        let matrices = if self.gated_mlp { 3 } else { 2 };
-        matrices * self.hidden * self.ffn
+        self.mlp_params_of(self.ffn)
     }
 
-    /// Weights of one layer (every expert, the router, two layer norms).
+    /// Weights of an MLP `width` wide, of this model's kind (gated or not).
+    fn mlp_params_of(&self, width: u64) -> u64 {
+        let matrices = if self.gated_mlp { 3 } else { 2 };
+        matrices * self.hidden * width
+    }
+
+    /// Weights of the shared experts, with their gate: every token meets them.
+    pub fn shared_expert_params(&self) -> u64 {
+        let gate = if self.shared_expert_gate {
+            self.hidden
+        } else {
+            0
+        };
+        self.mlp_params_of(self.shared_ffn) + gate
+    }
+
+    /// Weights of one layer (every expert, the shared ones, the router, two layer norms).
     pub fn layer_params(&self) -> u64 {
         let router = if self.experts > 1 {
             self.hidden * self.experts
         } else {
             0
         };
-        self.attention_params() + self.experts * self.mlp_params() + router + 4 * self.hidden
+        self.attention_params()
+            + self.experts * self.mlp_params()
+            + self.shared_expert_params()
+            + router
+            + 4 * self.hidden
+    }
+
+    /// Weights of one layer a rank holds with `tp` tensor and `ep` expert ranks: its share of
+    /// the attention, of its experts and of the shared experts, and the two layer norms whole
+    /// (the router left out, as the gradient buckets and memory estimate leave it).
+    pub fn rank_layer_params(&self, tp: u64, ep: u64) -> u64 {
+        (self.attention_params()
+            + self.experts / ep * self.mlp_params()
+            + self.shared_expert_params())
+            / tp
+            + 4 * self.hidden
     }
 
     /// Every weight: layers, the token embedding (and the output layer when untied), learned
@@ -358,10 +416,13 @@ impl LlmModel {
     }
 
     /// Forward FLOPs of one layer for one sequence: 2 per multiply-add of each weight a token
-    /// meets (top_k experts' MLPs) and the attention scores and their use (4 s^2 h).
+    /// meets (top_k experts' MLPs and the shared experts) and the attention scores and their use
+    /// (4 s^2 h).
     pub fn layer_forward_flops(&self) -> f64 {
         let s = self.seq as f64;
-        let weights = self.attention_params() as f64 + (self.top_k * self.mlp_params()) as f64;
+        let weights = (self.attention_params()
+            + self.top_k * self.mlp_params()
+            + self.shared_expert_params()) as f64;
         2.0 * s * weights + self.attention_core_flops()
     }
 
@@ -424,6 +485,8 @@ mod tests {
             vocab: 51200,
             experts: None,
             top_k: None,
+            shared_ffn: None,
+            shared_expert_gate: None,
             gated_mlp: None,
             tied_embeddings: None,
             position_embeddings: None,
@@ -431,6 +494,34 @@ mod tests {
             attention_window: None,
             windowed_layers: None,
         }
+    }
+
+    /// Shared experts belong to a mixture of experts; their gate to shared experts.
+    #[test]
+    fn shared_experts_need_experts() {
+        let new = |experts, shared_ffn, shared_expert_gate| {
+            LlmModel::new(
+                ModelFile {
+                    experts,
+                    top_k: experts.map(|_| 2),
+                    shared_ffn,
+                    shared_expert_gate,
+                    ..gpt_file(2, 1024, 16)
+                },
+                "m".into(),
+            )
+        };
+        let e = new(None, Some(1024), None).unwrap_err();
+        assert!(e.contains("without experts"), "{e}");
+        let e = new(Some(8), None, Some(true)).unwrap_err();
+        assert!(e.contains("without a 'shared_ffn'"), "{e}");
+        let m = new(Some(8), Some(1024), Some(true)).unwrap();
+        let dense_mlp = 2 * 1024 * 1024;
+        assert_eq!(m.shared_expert_params(), dense_mlp + 1024);
+        assert_eq!(
+            m.layer_forward_flops() - new(Some(8), None, None).unwrap().layer_forward_flops(),
+            2.0 * 2048.0 * (dense_mlp + 1024) as f64
+        );
     }
 
     fn gpt(layers: u64, hidden: u64, heads: u64) -> LlmModel {

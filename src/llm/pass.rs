@@ -388,6 +388,8 @@ mod tests {
             vocab: 32000,
             experts: 1,
             top_k: 1,
+            shared_ffn: 0,
+            shared_expert_gate: false,
             gated_mlp: true,
             tied_embeddings: false,
             learned_positions: false,

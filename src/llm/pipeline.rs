@@ -259,8 +259,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
         (true, false) => (2, 2),
     };
     let expert_bytes = l.micro_batch * model.seq / cp * model.top_k * model.hidden * 2;
-    let layer_params = (model.attention_params() + model.experts / l.ep * model.mlp_params()) / tp
-        + 4 * model.hidden;
+    let layer_params = model.rank_layer_params(tp, l.ep);
     let embedding_params = model.vocab * model.hidden / tp;
     // Gradients are accumulated and reduced at this width a weight; weights travel in half
     // precision.

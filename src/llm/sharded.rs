@@ -25,8 +25,7 @@ pub fn program(plan: &Plan) -> Program {
     let activation = l.micro_batch * model.seq * model.hidden * 2;
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
-    let layer_bytes = 2
-        * ((model.attention_params() + model.experts * model.mlp_params()) / tp + 4 * model.hidden);
+    let layer_bytes = 2 * model.rank_layer_params(tp, 1);
     let embedding_bytes = 2 * model.vocab * model.hidden / tp;
     let bytes_of = |j: usize| layer_bytes + if j == 0 { embedding_bytes } else { 0 };
     let shard_params = plan.params_per_gpu() / dp as f64;

@@ -18,6 +18,8 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         vocab: 1024,
         experts,
         top_k: experts.min(2),
+        shared_ffn: 0,
+        shared_expert_gate: false,
         gated_mlp: false,
         tied_embeddings: true,
         learned_positions: true,
@@ -340,7 +342,7 @@ fn interleaved_sends_leave_while_the_next_step_computes() {
 /// Weights, gradients and optimizer state per weight as Megatron-LM's guide tabulates
 /// them: 20 bytes with FP16 gradients, 18 with FP32 ones; the distributed optimizer 4 +
 /// 16/d and 6 + 12/d (d the data times context ranks); ZeRO-3 the ZeRO paper's 16, all
-/// sharded, and two layers whole.
+/// sharded, and two layers whole (their norms with them).
 #[test]
 fn state_memory_follows_megatrons_bytes_per_weight() {
     let model = tiny(4, 1);
@@ -364,7 +366,7 @@ fn state_memory_follows_megatrons_bytes_per_weight() {
     }
     p.layout.precision = Precision::Bf16;
     p.layout.zero = ZeroStage::Parameters;
-    let layer = (model.attention_params() + model.mlp_params()) as f64;
+    let layer = (model.attention_params() + model.mlp_params() + 4 * model.hidden) as f64;
     assert!((p.state_bytes() - (weights * 16.0 / 4.0 + 4.0 * layer)).abs() < 1.0);
     // Context-parallel ranks hold the same weights: the distributed optimizer shards over
     // data times context parallelism (here 4 x 2).
