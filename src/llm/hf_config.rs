@@ -11,7 +11,9 @@
 //! Qwen), in the layers `layer_types` names `sliding_attention`, else as the family's
 //! configuration class lays them out: all but every `sliding_window_pattern`-th (Gemma 3),
 //! every other from the first (Gemma 2), those from `max_window_layers` on (Qwen 2), every
-//! layer (Mistral).
+//! layer (Mistral); chunked attention where `attention_chunk_size` is set (Llama 4), in the
+//! layers `layer_types` names `chunked_attention`, else those with rotary positions; shared
+//! experts as Qwen-MoE, DeepSeekMoE and Llama 4 give them.
 
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -66,6 +68,10 @@ struct HfConfig {
     sliding_window_pattern: Option<u64>,
     #[serde(default)]
     layer_types: Vec<Value>,
+    attention_chunk_size: Option<u64>,
+    #[serde(default)]
+    no_rope_layers: Vec<Value>,
+    no_rope_layer_interval: Option<u64>,
     #[serde(default)]
     attention_dropout: Value,
     #[serde(default)]
@@ -206,20 +212,38 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
     // Qwen's configuration classes keep a window in the file but switch it off by default.
     let windowing = c.use_sliding_window.unwrap_or(!kind.starts_with("qwen"));
     let window = c.sliding_window.as_u64().filter(|_| windowing);
+    // Layers `layer_types` names of a kind.
+    let named = |kind: &str| {
+        c.layer_types
+            .iter()
+            .filter(|t| t.as_str() == Some(kind))
+            .count() as u64
+    };
     let windowed_layers = window.map(|_| {
         if !c.layer_types.is_empty() {
-            let sliding = c
-                .layer_types
-                .iter()
-                .filter(|t| t.as_str() == Some("sliding_attention"))
-                .count();
-            sliding as u64
+            named("sliding_attention")
         } else if let Some(every) = c.sliding_window_pattern.filter(|&p| p > 0) {
             layers - layers / every
         } else if kind == "gemma2" {
             layers.div_ceil(2)
         } else {
             layers - c.max_window_layers.unwrap_or(0).min(layers)
+        }
+    });
+    // Llama 4's chunked attention: in the layers `layer_types` names `chunked_attention`, else
+    // in those with rotary positions (`no_rope_layers` 1; by default all but every
+    // `no_rope_layer_interval`-th, 4), the others attending to the whole sequence.
+    let chunked_layers = c.attention_chunk_size.map(|_| {
+        if !c.layer_types.is_empty() {
+            named("chunked_attention")
+        } else if !c.no_rope_layers.is_empty() {
+            c.no_rope_layers
+                .iter()
+                .filter(|r| r.as_u64() == Some(1))
+                .count() as u64
+        } else {
+            let every = c.no_rope_layer_interval.filter(|&n| n > 0).unwrap_or(4);
+            layers - layers / every
         }
     });
     let model = ModelFile {
@@ -251,6 +275,8 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         dropout: Some(dropout),
         attention_window: window,
         windowed_layers,
+        attention_chunk: c.attention_chunk_size,
+        chunked_layers,
     };
     let key = context.map_or("--seq", |(_, key)| key);
     let note = format!(
@@ -506,6 +532,44 @@ mod tests {
                 "{keys}"
             );
         }
+    }
+
+    /// Llama 4 Scout's decoder (its `text_config`): 16 experts of 8192, one a token, a shared
+    /// expert of the same width, and chunks of 8192 tokens in the 36 layers with rotary
+    /// positions (all but every fourth, the configuration class's default); `layer_types`
+    /// names the chunked layers where a config lists them.
+    #[test]
+    fn llama4_chunks_its_attention_and_shares_an_expert() {
+        let scout = r#"{"model_type": "llama4", "vision_config": {"hidden_size": 1408},
+            "text_config": {"attention_chunk_size": 8192, "head_dim": 128,
+            "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384, "interleave_moe_layer_step": 1,
+            "max_position_embeddings": 10485760, "model_type": "llama4_text",
+            "num_attention_heads": 40, "num_experts_per_tok": 1, "num_hidden_layers": 48,
+            "num_key_value_heads": 8, "num_local_experts": 16, "tie_word_embeddings": false,
+            "vocab_size": 202048}}"#;
+        let (m, notes) = load(scout, Some(32768)).unwrap();
+        assert_eq!(
+            (
+                m.experts,
+                m.top_k,
+                m.ffn,
+                m.shared_ffn,
+                m.shared_expert_gate
+            ),
+            (16, 1, 8192, 8192, false)
+        );
+        assert_eq!((m.attention_chunk, m.chunked_layers), (Some(8192), 36));
+        assert_eq!(m.attended_keys(), (36.0 * 8192.0 + 12.0 * 32768.0) / 48.0);
+        assert!(
+            notes[0].contains("chunked attention of 8192 tokens in 36 of the 48 layers"),
+            "{notes:?}"
+        );
+        let listed = r#"{"model_type": "x", "attention_chunk_size": 1024, "layer_types":
+            ["chunked_attention", "full_attention", "chunked_attention"], "hidden_size": 2048,
+            "num_attention_heads": 16, "num_hidden_layers": 3, "vocab_size": 1000,
+            "max_position_embeddings": 8192}"#;
+        assert_eq!(load(listed, None).unwrap().0.chunked_layers, 2);
     }
 
     /// A multimodal model's decoder is read from its text_config.

@@ -59,6 +59,13 @@ pub(super) struct ModelFile {
     /// How many of the layers attend through the window (the rest attend to the whole
     /// sequence); every layer when absent.
     pub windowed_layers: Option<u64>,
+    /// Chunked attention: the sequence cut into chunks of this many tokens, each query
+    /// attending to those before it in its own chunk only (Llama 4's `attention_chunk_size`).
+    #[serde(alias = "attention_chunk_size")]
+    pub attention_chunk: Option<u64>,
+    /// How many of the layers attend by chunks (other than those a window takes); every layer
+    /// when absent.
+    pub chunked_layers: Option<u64>,
 }
 
 /// A decoder-only transformer.
@@ -91,6 +98,9 @@ pub struct LlmModel {
     /// Sliding-window attention's window, tokens, and how many layers use it (0: none).
     pub attention_window: Option<u64>,
     pub windowed_layers: u64,
+    /// Chunked attention's chunk, tokens, and how many layers use it (0: none).
+    pub attention_chunk: Option<u64>,
+    pub chunked_layers: u64,
 }
 
 /// Bytes one layer keeps for its backward pass, per token of a micro-batch, as Korthikanti et
@@ -162,6 +172,24 @@ impl Recompute {
     }
 }
 
+/// How many layers attend locally (by a window or by chunks): `layers` of them given, every
+/// layer by default, none without the span (whose absence makes a count an error).
+fn local_layers(
+    (span_key, span): (&str, Option<u64>),
+    (count_key, count): (&str, Option<u64>),
+    layers: u64,
+) -> Result<u64, String> {
+    match (span, count) {
+        (None, Some(_)) => Err(format!("'{count_key}' without an '{span_key}'")),
+        (None, None) => Ok(0),
+        (Some(_), None) => Ok(layers),
+        (Some(_), Some(n)) if n > layers => Err(format!(
+            "'{count_key}' {n} is more than the {layers} layers"
+        )),
+        (Some(_), Some(n)) => Ok(n),
+    }
+}
+
 impl LlmModel {
     /// Reads a model file, naming the file and the key that is wrong.
     pub fn load(path: &Path) -> Result<LlmModel, Error> {
@@ -172,7 +200,7 @@ impl LlmModel {
     /// `--seq-length`) instead of the file's; also reads a Hugging Face `config.json` (a file
     /// with a `model_type` key), which gives no training length: without `seq` its context
     /// length stands in. The notes returned say what was read that the user did not write:
-    /// that stand-in, and a config's sliding window.
+    /// that stand-in, and a config's sliding window or chunked attention.
     pub fn load_with_seq(path: &Path, seq: Option<u64>) -> Result<(LlmModel, Vec<String>), Error> {
         let shown = path.display().to_string();
         let text = crate::read_text(path, "cannot read model file")?;
@@ -200,6 +228,13 @@ impl LlmModel {
                 "{shown}: sliding-window attention of {window} tokens in {} of the {} layers \
                  (FlashAttention's time and the model FLOPs count the window's keys)",
                 model.windowed_layers, model.layers
+            ));
+        }
+        if let (true, Some(chunk)) = (from_config, model.attention_chunk) {
+            notes.push(format!(
+                "{shown}: chunked attention of {chunk} tokens in {} of the {} layers \
+                 (FlashAttention's time and the model FLOPs count each chunk's keys)",
+                model.chunked_layers, model.layers
             ));
         }
         Ok((model, notes))
@@ -260,20 +295,20 @@ impl LlmModel {
                 Some(w) => Some(positive("attention_window", w)?),
                 None => None,
             },
-            windowed_layers: match (file.attention_window, file.windowed_layers) {
-                (None, Some(_)) => {
-                    return Err("'windowed_layers' without an 'attention_window'".into())
-                }
-                (None, None) => 0,
-                (Some(_), None) => file.layers,
-                (Some(_), Some(n)) if n > file.layers => {
-                    return Err(format!(
-                        "'windowed_layers' {n} is more than the {} layers",
-                        file.layers
-                    ))
-                }
-                (Some(_), Some(n)) => n,
+            windowed_layers: local_layers(
+                ("attention_window", file.attention_window),
+                ("windowed_layers", file.windowed_layers),
+                file.layers,
+            )?,
+            attention_chunk: match file.attention_chunk {
+                Some(c) => Some(positive("attention_chunk", c)?),
+                None => None,
             },
+            chunked_layers: local_layers(
+                ("attention_chunk", file.attention_chunk),
+                ("chunked_layers", file.chunked_layers),
+                file.layers,
+            )?,
             learned_positions: match file.position_embeddings.as_deref() {
                 None | Some("learned") => true,
                 Some("rotary") => false,
@@ -288,6 +323,12 @@ impl LlmModel {
             return Err(format!(
                 "heads {} is not a multiple of kv_heads {}",
                 model.heads, model.kv_heads
+            ));
+        }
+        if model.windowed_layers + model.chunked_layers > model.layers {
+            return Err(format!(
+                "{} windowed and {} chunked layers are more than the {} layers (give                  'windowed_layers' and 'chunked_layers')",
+                model.windowed_layers, model.chunked_layers, model.layers
             ));
         }
         if model.experts == 1 && (model.shared_ffn > 0 || model.shared_expert_gate) {
@@ -437,7 +478,10 @@ impl LlmModel {
     /// or in a windowed layer that count shrunk by the window as the causal triangle's area
     /// shrinks to the band's. With a window `w` below the sequence `s` a query attends to
     /// `w - w^2 / (2 s)` keys on average against the triangle's `s / 2`, so the count is
-    /// `2 w - w^2 / s`, which is `s` at `w = s`.
+    /// `2 w - w^2 / s`, which is `s` at `w = s`. A chunked layer's query attends within its
+    /// chunk: chunks of `c` (and a last one of the remainder `r`) cover `((s - r) c + r^2) / 2`
+    /// of the triangle's `s^2 / 2`, so the count is `((s - r) c + r^2) / s`: `c` where chunks
+    /// divide the sequence, `s` where one chunk holds it.
     pub fn attended_keys(&self) -> f64 {
         let s = self.seq as f64;
         let windowed = match self.attention_window {
@@ -447,8 +491,16 @@ impl LlmModel {
             }
             _ => s,
         };
-        let share = self.windowed_layers as f64 / self.layers as f64;
-        share * windowed + (1.0 - share) * s
+        let chunked = self.attention_chunk.map_or(s, |c| {
+            let r = (self.seq % c) as f64;
+            ((s - r) * c as f64 + r * r) / s
+        });
+        let layers = self.layers as f64;
+        let (window_share, chunk_share) = (
+            self.windowed_layers as f64 / layers,
+            self.chunked_layers as f64 / layers,
+        );
+        window_share * windowed + chunk_share * chunked + (1.0 - window_share - chunk_share) * s
     }
 
     /// FLOPs of one training iteration over `batch` sequences, counted as Narayanan et al.
@@ -493,6 +545,8 @@ mod tests {
             dropout: None,
             attention_window: None,
             windowed_layers: None,
+            attention_chunk: None,
+            chunked_layers: None,
         }
     }
 
@@ -604,6 +658,49 @@ mod tests {
         assert!(with(Some(0), None)
             .unwrap_err()
             .contains("'attention_window' must be"));
+    }
+
+    /// A chunked layer's query attends within its chunk: `c` keys where chunks divide the
+    /// sequence, `((s - r) c + r^2) / s` with a remainder `r`, the sequence where one chunk
+    /// holds it; windowed, chunked and full layers average by their counts.
+    #[test]
+    fn chunked_attention_counts_each_chunks_keys() {
+        let with = |window, windowed, chunk, chunked| {
+            let file = ModelFile {
+                attention_window: window,
+                windowed_layers: windowed,
+                attention_chunk: chunk,
+                chunked_layers: chunked,
+                ..gpt_file(8, 1024, 16)
+            };
+            LlmModel::new(file, "c".into())
+        };
+        assert_eq!(
+            with(None, None, Some(512), None).unwrap().attended_keys(),
+            512.0
+        );
+        let r = 2048.0 - 3.0 * 600.0;
+        assert_eq!(
+            with(None, None, Some(600), None).unwrap().attended_keys(),
+            (3.0 * 600.0 * 600.0 + r * r) / 2048.0
+        );
+        assert_eq!(
+            with(None, None, Some(4096), None).unwrap().attended_keys(),
+            2048.0
+        );
+        let band = 2.0 * 256.0 - 256.0 * 256.0 / 2048.0;
+        let mixed = with(Some(256), Some(2), Some(512), Some(4)).unwrap();
+        assert_eq!(
+            mixed.attended_keys(),
+            (2.0 * band + 4.0 * 512.0 + 2.0 * 2048.0) / 8.0
+        );
+        let e = with(Some(256), None, Some(512), None).unwrap_err();
+        assert!(e.contains("8 windowed and 8 chunked layers"), "{e}");
+        let e = with(None, None, None, Some(2)).unwrap_err();
+        assert!(
+            e.contains("'chunked_layers' without an 'attention_chunk'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -396,6 +396,8 @@ mod tests {
             dropout: false,
             attention_window: None,
             windowed_layers: 0,
+            attention_chunk: None,
+            chunked_layers: 0,
         };
         // BF16, and FP8 with its casts.
         for fp8 in [false, true] {

@@ -26,6 +26,8 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         dropout: true,
         attention_window: None,
         windowed_layers: 0,
+        attention_chunk: None,
+        chunked_layers: 0,
     }
 }
 
