@@ -56,6 +56,8 @@ fn shipped_models_have_their_published_sizes() {
         ("llama3_70b.yaml", 70.6),
         ("llama3_405b.yaml", 405.9),
         ("mixtral_8x7b.yaml", 46.7),
+        // DeepSeek-AI's: 16.4B (shared experts and a dense first layer).
+        ("deepseek_moe_16b.yaml", 16.4),
         ("gpt3_175b.yaml", 175.0),
         // Megatron-LM's benchmark table, its sizes as it rounds them.
         ("mcore_1.7b.yaml", 1.7),
@@ -632,6 +634,24 @@ fn measured_layer_times_replace_the_roofline() {
         "--async-tensor-model-parallel-allreduce",
     ]));
     assert!(err.contains("--sequence-parallel"), "{err}");
+    // One kind of layer measured cannot time a model that mixes dense and expert layers.
+    let err = refused(&collsim(&[
+        "train",
+        "--model",
+        &model("deepseek_moe_16b.yaml"),
+        "--topology",
+        "hgx-h100:1",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "1",
+        "--layer-times",
+        &one,
+    ]));
+    assert!(
+        err.contains("mixes dense layers with expert layers"),
+        "{err}"
+    );
 }
 
 /// Megatron's uneven split runs when asked: 24 layers on 16 stages as 3, 1 x 14, 7.

@@ -548,11 +548,13 @@ fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
     );
     let expert = o.exposed[3].1;
     if expert > crate::units::Time::ZERO {
-        let passes = o.layout.micro_batches() * plan.model.layers / o.layout.pp;
+        // The expert layers a stage holds, on average (dense layers exchange no tokens).
+        let expert_layers = plan.model.layers - plan.model.dense_layers.len() as u64;
+        let passes = (o.layout.micro_batches() * expert_layers) as f64 / o.layout.pp as f64;
         println!(
-            "  expert all-to-alls: {:.3} ms exposed per layer and micro-batch (forward and \
-             backward, {} all-to-alls)",
-            expert.as_secs_f64() * 1e3 / passes as f64,
+            "  expert all-to-alls: {:.3} ms exposed per expert layer and micro-batch (forward \
+             and backward, {} all-to-alls)",
+            expert.as_secs_f64() * 1e3 / passes,
             if o.layout.recompute == Recompute::Full {
                 6
             } else {

@@ -59,8 +59,9 @@ struct HfConfig {
     moe_layer_freq: Option<u64>,
     decoder_sparse_step: Option<u64>,
     interleave_moe_layer_step: Option<u64>,
+    intermediate_size_mlp: Option<u64>,
     #[serde(default)]
-    mlp_only_layers: Vec<Value>,
+    mlp_only_layers: Vec<u64>,
     #[serde(default)]
     sliding_window: Value,
     use_sliding_window: Option<bool>,
@@ -130,17 +131,6 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
             "multi-head latent attention (kv_lora_rank) is not modelled".into(),
         ));
     }
-    if c.decoder_sparse_step.is_some_and(|n| n > 1)
-        || c.interleave_moe_layer_step.is_some_and(|n| n > 1)
-        || c.moe_layer_freq.is_some_and(|n| n > 1)
-        || c.first_k_dense_replace.is_some_and(|n| n > 0)
-        || !c.mlp_only_layers.is_empty()
-    {
-        return Err(refuse(
-            "dense layers between the expert layers are not modelled (every layer is one kind)"
-                .into(),
-        ));
-    }
     let need = |value: Option<u64>, keys: &str| {
         value.ok_or_else(|| refuse(format!("no {keys} key: not a decoder collsim can read")))
     };
@@ -193,6 +183,10 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         Some(_) => c.moe_intermediate_size.or(c.intermediate_size),
         None => c.intermediate_size.or(c.ffn_dim).or(c.n_inner),
     };
+    let layers = need(
+        c.num_hidden_layers.or(c.n_layer),
+        "num_hidden_layers (n_layer)",
+    )?;
     // Shared experts: Qwen-MoE's one of its own width, with a gate; DeepSeekMoE's
     // `n_shared_experts` of the routed ones' width; Llama 4's one of `intermediate_size`.
     let shared_ffn = match experts {
@@ -205,10 +199,29 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         None => None,
     };
     let shared_expert_gate = c.shared_expert_intermediate_size.is_some_and(|w| w > 0);
-    let layers = need(
-        c.num_hidden_layers.or(c.n_layer),
-        "num_hidden_layers (n_layer)",
-    )?;
+    // Dense layers among the expert ones, as each family's decoder picks them: DeepSeek's
+    // first `first_k_dense_replace` and those off `moe_layer_freq`; Qwen-MoE's
+    // `mlp_only_layers` and those off `decoder_sparse_step` (layer i sparse when i + 1 is a
+    // multiple); Llama 4's off `interleave_moe_layer_step` (the same rule). Their MLP is
+    // `intermediate_size` wide (Llama 4: `intermediate_size_mlp`).
+    let dense_layers: Vec<u64> = match experts {
+        Some(_) => (0..layers)
+            .filter(|&i| {
+                let off =
+                    |step: Option<u64>, i: u64| step.is_some_and(|n| n > 1 && !i.is_multiple_of(n));
+                i < c.first_k_dense_replace.unwrap_or(0)
+                    || off(c.moe_layer_freq, i)
+                    || off(c.decoder_sparse_step, i + 1)
+                    || off(c.interleave_moe_layer_step, i + 1)
+                    || c.mlp_only_layers.contains(&i)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let dense_ffn = match kind.starts_with("llama4") {
+        true => c.intermediate_size_mlp,
+        false => c.intermediate_size,
+    };
     // Qwen's configuration classes keep a window in the file but switch it off by default.
     let windowing = c.use_sliding_window.unwrap_or(!kind.starts_with("qwen"));
     let window = c.sliding_window.as_u64().filter(|_| windowing);
@@ -277,6 +290,9 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         windowed_layers,
         attention_chunk: c.attention_chunk_size,
         chunked_layers,
+        dense_ffn: dense_ffn.filter(|_| !dense_layers.is_empty()),
+        dense_layers: Some(dense_layers),
+        moe_layer_freq: None,
     };
     let key = context.map_or("--seq", |(_, key)| key);
     let note = format!(
@@ -385,11 +401,50 @@ mod tests {
         assert!(e.contains("--seq"), "{e}");
         let (bloom, _) = load(no_context, Some(2048)).unwrap();
         assert_eq!((bloom.seq, bloom.ffn), (2048, 4 * 14336));
-        let sparse = r#"{"model_type": "qwen2_moe", "decoder_sparse_step": 2, "num_experts": 60,
-            "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
-            "vocab_size": 151936, "max_position_embeddings": 8192}"#;
-        let e = load(sparse, None).unwrap_err().to_string();
-        assert!(e.contains("dense layers between"), "{e}");
+    }
+
+    /// Dense layers among the expert ones, as each family's decoder picks them: Qwen-MoE's
+    /// sparse step (layer i has experts when i + 1 is a multiple of it) and `mlp_only_layers`,
+    /// Llama 4's interleaving (the same rule, its dense MLP `intermediate_size_mlp` wide),
+    /// DeepSeek's first layers and `moe_layer_freq`.
+    #[test]
+    fn dense_layers_between_experts_are_read_as_the_families_place_them() {
+        let dense = |keys: &str| {
+            let json = format!(
+                r#"{{{keys}, "hidden_act": "silu", "hidden_size": 1024,
+                "num_attention_heads": 16, "num_hidden_layers": 8, "vocab_size": 1000,
+                "max_position_embeddings": 4096, "intermediate_size": 4096}}"#
+            );
+            let m = load(&json, None).unwrap().0;
+            (m.dense_layers, m.dense_ffn)
+        };
+        let odd_sparse = vec![0, 2, 4, 6];
+        for (keys, expected) in [
+            (
+                r#""model_type": "qwen2_moe", "num_experts": 8, "decoder_sparse_step": 2"#,
+                (odd_sparse.clone(), 4096),
+            ),
+            (
+                r#""model_type": "qwen3_moe", "num_experts": 8, "mlp_only_layers": [3, 5]"#,
+                (vec![3, 5], 4096),
+            ),
+            (
+                r#""model_type": "llama4_text", "num_local_experts": 8,
+                "interleave_moe_layer_step": 2, "intermediate_size_mlp": 8192"#,
+                (odd_sparse, 8192),
+            ),
+            (
+                r#""model_type": "deepseek_v3", "n_routed_experts": 8,
+                "first_k_dense_replace": 3, "moe_layer_freq": 1"#,
+                (vec![0, 1, 2], 4096),
+            ),
+            (
+                r#""model_type": "qwen2_moe", "num_experts": 8, "decoder_sparse_step": 1"#,
+                (vec![], 4096),
+            ),
+        ] {
+            assert_eq!(dense(keys), expected, "{keys}");
+        }
     }
 
     /// Qwen1.5-MoE-A2.7B's published config: 60 experts of 1408, four a token, and a shared
@@ -399,8 +454,7 @@ mod tests {
     /// untied embeddings of 151,936 x 2048; the final norm), less the
     /// biases collsim leaves out (3 x 2048 a layer) and plus the RMSNorm biases it counts (2 x
     /// 2048 a layer, 2048 at the end): exactly. DeepSeekMoE's shared experts are
-    /// `n_shared_experts` of the routed ones' width, without a gate; its dense first layers are
-    /// refused.
+    /// `n_shared_experts` of the routed ones' width, without a gate.
     #[test]
     fn shared_experts_are_read_as_the_families_give_them() {
         let qwen = r#"{"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0,
@@ -433,7 +487,7 @@ mod tests {
                 "intermediate_size": 10944, "moe_intermediate_size": 1408,
                 "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
                 "first_k_dense_replace": {first_dense}, "num_attention_heads": 16,
-                "num_hidden_layers": 28, "vocab_size": 102400,
+                "num_hidden_layers": 28, "vocab_size": 102400, "tie_word_embeddings": false,
                 "max_position_embeddings": 4096}}"#
             )
         };
@@ -442,8 +496,14 @@ mod tests {
             (m.experts, m.ffn, m.shared_ffn, m.shared_expert_gate),
             (64, 1408, 2 * 1408, false)
         );
-        let e = load(&deepseek(1), None).unwrap_err().to_string();
-        assert!(e.contains("dense layers between"), "{e}");
+        // DeepSeekMoE 16B: its first layer dense (10,944 wide); 16.4B weights as published.
+        let (m, _) = load(&deepseek(1), None).unwrap();
+        assert_eq!((m.dense_layers.clone(), m.dense_ffn), (vec![0], 10944));
+        assert!(
+            (m.params() as f64 / 16.4e9 - 1.0).abs() < 0.003,
+            "{}",
+            m.params()
+        );
     }
 
     /// Gemma 7B's heads are wider than its hidden size (16 of 256 against 3072): its config

@@ -244,6 +244,12 @@ impl Plan {
                     times.file
                 ));
             }
+            if !m.dense_layers.is_empty() {
+                return fail(format!(
+                    "{} times one kind of layer, but {} mixes dense layers with expert layers",
+                    times.file, m.name
+                ));
+            }
             times.get(l.tp, l.micro_batch)?;
         }
         let need = self.memory_per_gpu();
@@ -392,11 +398,42 @@ impl Plan {
         stages
     }
 
+    /// The layers (from 0) of each model chunk, in the order of [`Plan::chunk_layers`]: the
+    /// model's layers in order, chunk by chunk.
+    pub fn chunk_ranges(&self) -> Vec<std::ops::Range<u64>> {
+        let mut start = 0;
+        self.chunk_layers()
+            .into_iter()
+            .map(|n| {
+                start += n;
+                start - n..start
+            })
+            .collect()
+    }
+
+    /// The first stage's layers by kind: (dense, of experts).
+    fn first_stage_kinds(&self) -> (u64, u64) {
+        let pp = self.layout.pp as usize;
+        self.chunk_ranges()
+            .into_iter()
+            .step_by(pp)
+            .flatten()
+            .fold((0, 0), |(dense, experts), i| {
+                if self.model.is_dense_layer(i) {
+                    (dense + 1, experts)
+                } else {
+                    (dense, experts + 1)
+                }
+            })
+    }
+
     /// Weights held by a GPU of the first stage (which also holds the embedding).
     pub fn params_per_gpu(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);
-        let layer = m.rank_layer_params(l.tp, l.ep);
-        (self.stage_layers()[0] * layer + m.vocab * m.hidden / l.tp) as f64
+        let (dense, experts) = self.first_stage_kinds();
+        let layers = dense * m.dense_layer_model().rank_layer_params(l.tp, l.ep)
+            + experts * m.rank_layer_params(l.tp, l.ep);
+        (layers + m.vocab * m.hidden / l.tp) as f64
     }
 
     /// Bytes of weights, gradients and optimizer state a GPU holds, as Megatron-LM's
@@ -428,7 +465,9 @@ impl Plan {
                 ZeroStage::Gradients => 2.0 + (grads + optimizer) / dp,
                 ZeroStage::Parameters => {
                     let m = &self.model;
-                    let layer = m.rank_layer_params(l.tp, l.ep);
+                    let layer = m
+                        .rank_layer_params(l.tp, l.ep)
+                        .max(m.dense_layer_model().rank_layer_params(l.tp, l.ep));
                     return self.params_per_gpu() * (2.0 + 2.0 + 12.0) / dp
                         + 2.0 * (2.0 + fp8_copies) * layer as f64;
                 }
@@ -451,22 +490,35 @@ impl Plan {
         );
         let t = l.tp as f64;
         let a = m.heads as f64;
-        let stored = m.layer_activations_in(l.precision);
-        let scores = match l.attention {
-            Attention::Standard => stored.per_score * a * s * m.seq as f64 * b / t,
-            Attention::Flash => 0.0,
+        // One layer's whole working set, and what it keeps for its backward pass.
+        let of_layer = |m: &LlmModel| {
+            let stored = m.layer_activations_in(l.precision);
+            let scores = match l.attention {
+                Attention::Standard => stored.per_score * a * s * m.seq as f64 * b / t,
+                Attention::Flash => 0.0,
+            };
+            let per_token = if l.sequence_parallel {
+                (stored.replicated + stored.split) / t
+            } else {
+                stored.replicated + stored.split / t
+            };
+            let full_layer = s * b * per_token + scores;
+            let kept = match l.recompute {
+                Recompute::Full => 2.0 * s * b * h / if l.sequence_parallel { t } else { 1.0 },
+                Recompute::Selective => s * b * per_token,
+                Recompute::None => full_layer,
+            };
+            (full_layer, kept)
         };
-        let per_token = if l.sequence_parallel {
-            (stored.replicated + stored.split) / t
-        } else {
-            stored.replicated + stored.split / t
+        let (dense_layers, expert_layers) = self.first_stage_kinds();
+        let (dense_full, dense_kept) = of_layer(&m.dense_layer_model());
+        let (expert_full, expert_kept) = of_layer(m);
+        let full_layer = match (dense_layers, expert_layers) {
+            (_, 0) => dense_full,
+            (0, _) => expert_full,
+            _ => dense_full.max(expert_full),
         };
-        let full_layer = s * b * per_token + scores;
-        let kept = match l.recompute {
-            Recompute::Full => 2.0 * s * b * h / if l.sequence_parallel { t } else { 1.0 },
-            Recompute::Selective => s * b * per_token,
-            Recompute::None => full_layer,
-        };
+        let kept_by_layers = dense_layers as f64 * dense_kept + expert_layers as f64 * expert_kept;
         let p = l.pp as f64;
         let in_flight = (l.pp.min(l.micro_batches())) as f64
             * if l.virtual_stages > 1 {
@@ -474,11 +526,10 @@ impl Plan {
             } else {
                 1.0
             };
-        let layers = self.stage_layers()[0] as f64;
         // The logits of one micro-batch in FP32, on the last stage; one layer's full working set
         // while it is recomputed.
         let logits = 4.0 * s * b * m.vocab as f64 / t;
-        in_flight * layers * kept + full_layer + logits
+        in_flight * kept_by_layers + full_layer + logits
     }
 
     /// Estimated peak memory of a GPU, bytes.

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use serde::Deserialize;
+use serde_yaml::Value;
 
 use crate::Error;
 
@@ -43,6 +44,13 @@ pub(super) struct ModelFile {
     /// Whether a sigmoid gate (one weight a hidden unit) scales the shared experts' output
     /// (Qwen-MoE's `shared_expert_gate`).
     pub shared_expert_gate: Option<bool>,
+    /// Layers (from 0) whose MLP is dense in a model of experts (DeepSeek's first layers).
+    pub dense_layers: Option<Vec<u64>>,
+    /// Megatron's `moe_layer_freq`: one expert layer every N layers (layer i when i mod N is
+    /// 0), or a list of 1 (experts) and 0 (dense), a layer each.
+    pub moe_layer_freq: Option<Value>,
+    /// The dense layers' MLP width; `ffn` when absent.
+    pub dense_ffn: Option<u64>,
     /// Gated MLP (SwiGLU: three matrices) as Llama has; GPT's is two.
     pub gated_mlp: Option<bool>,
     /// Whether the output layer shares the token embedding's weights (GPT: yes, Llama: no).
@@ -89,6 +97,9 @@ pub struct LlmModel {
     /// Shared experts' MLP width, all together (0: none), and whether a gate scales their output.
     pub shared_ffn: u64,
     pub shared_expert_gate: bool,
+    /// Layers (from 0, ascending) whose MLP is dense, `dense_ffn` wide, in a model of experts.
+    pub dense_layers: Vec<u64>,
+    pub dense_ffn: u64,
     pub gated_mlp: bool,
     pub tied_embeddings: bool,
     /// Learned position embeddings (seq x hidden weights); false for rotary ones.
@@ -170,6 +181,59 @@ impl Recompute {
             ))),
         }
     }
+}
+
+/// The dense layers a model file names, directly (`dense_layers`) or by Megatron's
+/// `moe_layer_freq`, ascending.
+fn dense_layers(file: &ModelFile) -> Result<Vec<u64>, String> {
+    let layers = file.layers;
+    let mut dense = match (&file.dense_layers, &file.moe_layer_freq) {
+        (Some(_), Some(_)) => {
+            return Err("give 'dense_layers' or 'moe_layer_freq', not both".into());
+        }
+        (Some(list), None) => list.clone(),
+        (None, None) => Vec::new(),
+        (None, Some(Value::Number(n))) => match n.as_u64() {
+            Some(every) if every > 0 => (0..layers).filter(|i| !i.is_multiple_of(every)).collect(),
+            _ => {
+                return Err(format!(
+                    "'moe_layer_freq' {n}: expected a count of at least 1"
+                ))
+            }
+        },
+        (None, Some(Value::Sequence(kinds))) => {
+            if kinds.len() as u64 != layers {
+                return Err(format!(
+                    "'moe_layer_freq' lists {} layers; the model has {layers}",
+                    kinds.len()
+                ));
+            }
+            let mut dense = Vec::new();
+            for (i, kind) in kinds.iter().enumerate() {
+                match kind.as_u64() {
+                    Some(0) => dense.push(i as u64),
+                    Some(1) => {}
+                    _ => {
+                        return Err(format!(
+                            "'moe_layer_freq' entry {i}: expected 1 (experts) or 0 (dense)"
+                        ))
+                    }
+                }
+            }
+            dense
+        }
+        (None, Some(_)) => {
+            return Err("'moe_layer_freq': expected a count or a list of 0 and 1".into());
+        }
+    };
+    dense.sort_unstable();
+    dense.dedup();
+    if let Some(&beyond) = dense.iter().find(|&&i| i >= layers) {
+        return Err(format!(
+            "dense layer {beyond} is beyond the {layers} layers (numbered from 0)"
+        ));
+    }
+    Ok(dense)
 }
 
 /// How many layers attend locally (by a window or by chunks): `layers` of them given, every
@@ -268,6 +332,8 @@ impl LlmModel {
                 file.hidden, file.heads
             ));
         }
+        let file_dense_ffn = file.dense_ffn.is_some();
+        let dense = dense_layers(&file)?;
         let model = LlmModel {
             name: file.name.unwrap_or(stem),
             layers: positive("layers", file.layers)?,
@@ -288,6 +354,11 @@ impl LlmModel {
                 None => 0,
             },
             shared_expert_gate: file.shared_expert_gate.unwrap_or(false),
+            dense_layers: dense,
+            dense_ffn: positive(
+                "dense_ffn",
+                file.dense_ffn.or(file.ffn).unwrap_or(4 * file.hidden),
+            )?,
             gated_mlp: file.gated_mlp.unwrap_or(false),
             tied_embeddings: file.tied_embeddings.unwrap_or(true),
             dropout: file.dropout.unwrap_or(true),
@@ -333,6 +404,17 @@ impl LlmModel {
         }
         if model.experts == 1 && (model.shared_ffn > 0 || model.shared_expert_gate) {
             return Err("'shared_ffn' or 'shared_expert_gate' in a model without experts".into());
+        }
+        if model.experts == 1 && !model.dense_layers.is_empty() {
+            return Err("dense layers named in a model without experts".into());
+        }
+        if model.dense_layers.len() as u64 == model.layers && model.experts > 1 {
+            return Err("every layer is dense: a model with experts needs an expert layer".into());
+        }
+        if file_dense_ffn && model.dense_layers.is_empty() {
+            return Err(
+                "'dense_ffn' without dense layers ('dense_layers', 'moe_layer_freq')".into(),
+            );
         }
         if model.shared_expert_gate && model.shared_ffn == 0 {
             return Err("'shared_expert_gate' without a 'shared_ffn'".into());
@@ -438,10 +520,12 @@ impl LlmModel {
     /// the attention, of its experts and of the shared experts, and the two layer norms whole
     /// (the router left out, as the gradient buckets and memory estimate leave it).
     pub fn rank_layer_params(&self, tp: u64, ep: u64) -> u64 {
-        (self.attention_params()
-            + self.experts / ep * self.mlp_params()
-            + self.shared_expert_params())
-            / tp
+        let experts = if self.experts > 1 {
+            self.experts / ep
+        } else {
+            1
+        };
+        (self.attention_params() + experts * self.mlp_params() + self.shared_expert_params()) / tp
             + 4 * self.hidden
     }
 
@@ -450,7 +534,9 @@ impl LlmModel {
     pub fn params(&self) -> u64 {
         let embeddings = if self.tied_embeddings { 1 } else { 2 };
         let positions = if self.learned_positions { self.seq } else { 0 };
-        self.layers * self.layer_params()
+        let dense = self.dense_layers.len() as u64;
+        (self.layers - dense) * self.layer_params()
+            + dense * self.dense_layer_model().layer_params()
             + embeddings * self.vocab * self.hidden
             + positions * self.hidden
             + 2 * self.hidden
@@ -508,14 +594,55 @@ impl LlmModel {
     /// recomputed forward, plus the logit layer's forward and backward. For a dense GPT with
     /// full recomputation this is exactly 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
     pub fn iteration_flops(&self, batch: u64, recompute: Recompute) -> f64 {
-        let layer = self.layer_forward_flops();
-        let per_layer = match recompute {
-            Recompute::Full => 4.0 * layer,
-            Recompute::Selective => 3.0 * layer + self.attention_core_flops(),
-            Recompute::None => 3.0 * layer,
+        let per_layer = |model: &LlmModel| {
+            let layer = model.layer_forward_flops();
+            match recompute {
+                Recompute::Full => 4.0 * layer,
+                Recompute::Selective => 3.0 * layer + model.attention_core_flops(),
+                Recompute::None => 3.0 * layer,
+            }
         };
+        let dense = self.dense_layers.len() as f64;
+        let layers = (self.layers as f64 - dense) * per_layer(self)
+            + dense * per_layer(&self.dense_layer_model());
         let logits = 6.0 * (self.seq * self.hidden * self.vocab) as f64;
-        batch as f64 * (self.layers as f64 * per_layer + logits)
+        batch as f64 * (layers + logits)
+    }
+
+    /// Whether layer `i` (from 0) has a dense MLP: every layer of a dense model, the
+    /// `dense_layers` of a model of experts.
+    pub fn is_dense_layer(&self, i: u64) -> bool {
+        self.experts == 1 || self.dense_layers.binary_search(&i).is_ok()
+    }
+
+    /// The model as its dense layers are: no experts, the MLP `dense_ffn` wide (itself for a
+    /// dense model), so that every per-layer count applies to them.
+    pub fn dense_layer_model(&self) -> LlmModel {
+        if self.experts == 1 {
+            return self.clone();
+        }
+        LlmModel {
+            experts: 1,
+            top_k: 1,
+            shared_ffn: 0,
+            shared_expert_gate: false,
+            dense_layers: Vec::new(),
+            ffn: self.dense_ffn,
+            ..self.clone()
+        }
+    }
+
+    /// Layers `range` as runs of one kind, in order: (dense, how many).
+    pub fn layer_runs(&self, range: std::ops::Range<u64>) -> Vec<(bool, u64)> {
+        let mut runs: Vec<(bool, u64)> = Vec::new();
+        for i in range {
+            let dense = self.is_dense_layer(i);
+            match runs.last_mut() {
+                Some((kind, n)) if *kind == dense => *n += 1,
+                _ => runs.push((dense, 1)),
+            }
+        }
+        runs
     }
 }
 
@@ -539,6 +666,9 @@ mod tests {
             top_k: None,
             shared_ffn: None,
             shared_expert_gate: None,
+            dense_layers: None,
+            moe_layer_freq: None,
+            dense_ffn: None,
             gated_mlp: None,
             tied_embeddings: None,
             position_embeddings: None,
@@ -576,6 +706,60 @@ mod tests {
             m.layer_forward_flops() - new(Some(8), None, None).unwrap().layer_forward_flops(),
             2.0 * 2048.0 * (dense_mlp + 1024) as f64
         );
+    }
+
+    /// Dense layers in a model of experts, named or by Megatron's `moe_layer_freq` (a count:
+    /// experts in every N-th layer from the first, layer 0; or a list of 1 and 0): their weights and
+    /// FLOPs are a dense model's of `dense_ffn`, the others the experts'.
+    #[test]
+    fn dense_layers_count_as_dense_models_do() {
+        let new = |dense_layers: Option<Vec<u64>>, freq: Option<&str>, dense_ffn| {
+            LlmModel::new(
+                ModelFile {
+                    experts: Some(8),
+                    top_k: Some(2),
+                    dense_layers,
+                    moe_layer_freq: freq.map(|f| serde_yaml::from_str(f).unwrap()),
+                    dense_ffn,
+                    ..gpt_file(4, 1024, 16)
+                },
+                "m".into(),
+            )
+        };
+        let named = new(Some(vec![3, 1]), None, Some(8192)).unwrap();
+        assert_eq!(named.dense_layers, vec![1, 3]);
+        assert_eq!(new(None, Some("2"), Some(8192)).unwrap(), named);
+        assert_eq!(new(None, Some("[1, 0, 1, 0]"), Some(8192)).unwrap(), named);
+        assert_eq!(
+            named.layer_runs(0..4),
+            vec![(false, 1), (true, 1), (false, 1), (true, 1)]
+        );
+        let experts = new(None, None, None).unwrap();
+        let dense = named.dense_layer_model();
+        assert_eq!((dense.experts, dense.ffn, dense.top_k), (1, 8192, 1));
+        assert_eq!(
+            named.params() - 2 * dense.layer_params(),
+            experts.params() - 2 * experts.layer_params()
+        );
+        let flops = |m: &LlmModel| m.iteration_flops(1, Recompute::None);
+        let per_layer = |m: &LlmModel| 3.0 * m.layer_forward_flops();
+        assert!(
+            (flops(&named) - flops(&experts) - 2.0 * (per_layer(&dense) - per_layer(&experts)))
+                .abs()
+                < 1.0
+        );
+        for (layers, freq, dense_ffn, error) in [
+            (Some(vec![4]), None, None, "beyond the 4 layers"),
+            (Some(vec![0, 1, 2, 3]), None, None, "every layer is dense"),
+            (Some(vec![0]), Some("2"), None, "not both"),
+            (None, Some("[1, 0]"), None, "lists 2 layers"),
+            (None, Some("[1, 2, 1, 1]"), None, "entry 1"),
+            (None, Some("0"), None, "at least 1"),
+            (None, None, Some(8192), "'dense_ffn' without dense layers"),
+        ] {
+            let e = new(layers, freq, dense_ffn).unwrap_err();
+            assert!(e.contains(error), "{e}");
+        }
     }
 
     fn gpt(layers: u64, hidden: u64, heads: u64) -> LlmModel {

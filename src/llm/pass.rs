@@ -182,6 +182,7 @@ fn column_parallel_gradients(parts: &LayerParts, i: usize, how: TensorOverlap) -
 /// reduce-scatters (backward) of keys and values in the context group, and all-to-alls in the
 /// expert group. Running each kind's collectives back to back ends the step when running them
 /// in layer order would, since each runs alone on its links at a time set by its size.
+#[derive(Clone, Copy)]
 pub(super) struct LayerComm<'a> {
     pub(super) tp: &'a [(CollectiveKind, u32)],
     pub(super) tp_bytes: u64,
@@ -390,6 +391,8 @@ mod tests {
             top_k: 1,
             shared_ffn: 0,
             shared_expert_gate: false,
+            dense_layers: Vec::new(),
+            dense_ffn: 8192,
             gated_mlp: true,
             tied_embeddings: false,
             learned_positions: false,

@@ -22,7 +22,7 @@
 use super::compute::{
     gradient_accumulation_time, head_time, layer_parts, layer_time, optimizer_time, LayerTime, Work,
 };
-use super::model::Precision;
+use super::model::{LlmModel, Precision};
 use super::pass::{
     backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, TensorOverlap, COMMUNICATION_SMS,
 };
@@ -144,17 +144,56 @@ fn work(plan: &Plan) -> Work {
     }
 }
 
-/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's.
+/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's
+/// (of the model's expert layers where it mixes kinds).
 pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
-    let l = &plan.layout;
     let work = work(plan);
-    let layer = match &plan.layer_times {
+    (
+        layer_time_of(plan, &plan.model),
+        head_time(&plan.model, &plan.gpu, &work),
+    )
+}
+
+/// One layer's time for one micro-batch of `model` (the plan's, or its dense layers'):
+/// measured, or the roofline's.
+fn layer_time_of(plan: &Plan, model: &LlmModel) -> LayerTime {
+    let l = &plan.layout;
+    match &plan.layer_times {
         Some(times) => times
             .get(l.tp, l.micro_batch)
             .expect("Plan::check found the row"),
-        None => layer_time(&plan.model, &plan.gpu, &work),
-    };
-    (layer, head_time(&plan.model, &plan.gpu, &work))
+        None => layer_time(model, &plan.gpu, &work(plan)),
+    }
+}
+
+/// What a layer of one kind (the model's expert layers, or its dense ones) is on a rank.
+pub(super) struct LayerKind {
+    pub(super) time: LayerTime,
+    pub(super) pieces: Option<(Vec<Piece>, Vec<Piece>)>,
+    /// The rank's weights of the layer.
+    pub(super) params: u64,
+    /// The expert group's all-to-alls of its forward and of its backward.
+    pub(super) all_to_alls: (u32, u32),
+}
+
+/// The plan's layers by kind, indexed by whether dense: `[expert, dense]` (a dense model's
+/// both its one kind).
+pub(super) fn layer_kinds(plan: &Plan) -> [LayerKind; 2] {
+    let l = &plan.layout;
+    let dense = plan.model.dense_layer_model();
+    [&plan.model, &dense].map(|model| {
+        let all_to_alls = match (model.experts > 1, l.recompute == super::Recompute::Full) {
+            (false, _) => (0, 0),
+            (true, true) => (2, 4),
+            (true, false) => (2, 2),
+        };
+        LayerKind {
+            time: layer_time_of(plan, model),
+            pieces: layer_pieces(plan, model),
+            params: model.rank_layer_params(l.tp, l.ep),
+            all_to_alls,
+        }
+    })
 }
 
 /// Whether a layer runs as pieces, its tensor collectives among them ([`layer_pieces`]): with
@@ -165,10 +204,10 @@ fn runs_in_pieces(plan: &Plan) -> bool {
     l.tp > 1 && (l.sequence_parallel || l.async_tp_allreduce) && plan.layer_times.is_none()
 }
 
-/// A layer's forward and backward split at their tensor-parallel collectives, each where
-/// Megatron-core places it (overlapped with the products under `--tp-comm-overlap`), when the
-/// layer runs as pieces.
-pub(super) fn layer_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
+/// A layer's forward and backward (of `model`: the plan's, or its dense layers') split at
+/// their tensor-parallel collectives, each where Megatron-core places it (overlapped with the
+/// products under `--tp-comm-overlap`), when the layer runs as pieces.
+fn layer_pieces(plan: &Plan, model: &LlmModel) -> Option<(Vec<Piece>, Vec<Piece>)> {
     if !runs_in_pieces(plan) {
         return None;
     }
@@ -180,7 +219,7 @@ pub(super) fn layer_pieces(plan: &Plan) -> Option<(Vec<Piece>, Vec<Piece>)> {
     } else {
         TensorOverlap::Megatron
     };
-    let parts = layer_parts(&plan.model, &plan.gpu, &work(plan), COMMUNICATION_SMS);
+    let parts = layer_parts(model, &plan.gpu, &work(plan), COMMUNICATION_SMS);
     Some((
         forward_pieces(&parts, l.tp, how),
         backward_pieces(&parts, l.tp, l.recompute, how),
@@ -231,10 +270,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let (tp, pp, dp, v) = (l.tp, l.pp, l.replicas(), l.virtual_stages);
     let cp = l.cp;
     let m = l.micro_batches();
-    let (layer, head) = step_times(plan);
-    let chunk_layers = plan.chunk_layers();
-    let stage_layers = plan.stage_layers();
-    let moe = model.experts > 1;
+    let head = step_times(plan).1;
+    let kinds = layer_kinds(plan);
+    let kind_of = |i: u64| &kinds[model.is_dense_layer(i) as usize];
+    let chunk_ranges = plan.chunk_ranges();
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
     let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
     // Keys and values of the whole sequence (this tensor rank's heads), gathered in the
@@ -248,18 +287,10 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
         activation
     };
     let (tp_forward, tp_backward) = tensor_collectives(plan);
-    let pieces = layer_pieces(plan);
     // Megatron-core overlaps the interleaved schedule's sends with the next step's compute
     // (`overlap_p2p_comm`); it turns that off without interleaving.
     let async_sends = l.overlap_p2p && v > 1;
-    let recompute_comm = l.recompute == super::Recompute::Full;
-    let (ep_forward, ep_backward) = match (moe, recompute_comm) {
-        (false, _) => (0, 0),
-        (true, true) => (2, 4),
-        (true, false) => (2, 2),
-    };
     let expert_bytes = l.micro_batch * model.seq / cp * model.top_k * model.hidden * 2;
-    let layer_params = model.rank_layer_params(tp, l.ep);
     let embedding_params = model.vocab * model.hidden / tp;
     // Gradients are accumulated and reduced at this width a weight; weights travel in half
     // precision.
@@ -279,8 +310,8 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
             gradient_accumulation_time(&plan.gpu, params as f64, grad_bytes)
         }
     };
-    let (layer_accumulation, embedding_accumulation) =
-        (accumulation(layer_params), accumulation(embedding_params));
+    let layer_accumulation = kinds.each_ref().map(|kind| accumulation(kind.params));
+    let embedding_accumulation = accumulation(embedding_params);
     let bucket = bucket_params(dp) * grad_bytes;
     // Megatron-core's overlapped parameter gather (the distributed optimizer with
     // `--overlap-param-gather`, which needs `--overlap-grad-reduce`): the updated weights are
@@ -318,17 +349,18 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                 let mut dp_buckets: Vec<u64> = Vec::new();
                 // The gather of each chunk's layers' weights, when the step opens with them.
                 let layer_gathers: Vec<Vec<u32>> = if gather_weights_ahead {
-                    let params = |c: u64, j: u64| {
-                        layer_params
-                            + if s == 0 && c == 0 && j == 0 {
-                                embedding_params
-                            } else {
-                                0
-                            }
-                    };
                     weight_gathers(&mut b, &dp_name, v, bucket_params(dp), |c| {
-                        (0..chunk_layers[(c * pp + s) as usize])
-                            .map(|j| params(c, j))
+                        let layers = chunk_ranges[(c * pp + s) as usize].clone();
+                        let start = layers.start;
+                        layers
+                            .map(|i| {
+                                kind_of(i).params
+                                    + if s == 0 && c == 0 && i == start {
+                                        embedding_params
+                                    } else {
+                                        0
+                                    }
+                            })
                             .collect()
                     })
                 } else {
@@ -337,7 +369,8 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                 let last_gather = layer_gathers.iter().flatten().max().copied();
                 for (i, step) in order.iter().enumerate() {
                     let c = step.chunk;
-                    let layers_per_chunk = chunk_layers[(c * pp + s) as usize];
+                    let chunk = chunk_ranges[(c * pp + s) as usize].clone();
+                    let layers_per_chunk = chunk.end - chunk.start;
                     let first = s == 0 && c == 0;
                     let last = s == pp - 1 && c == v - 1;
                     // Stage and chunk before and after this one on the way forward.
@@ -380,7 +413,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         }
                     }
                     let name = b.label(|| format!("{label}{}.{c}", step.micro_batch));
-                    let comm = LayerComm {
+                    let comm = |kind: &LayerKind| LayerComm {
                         tp: if step.forward {
                             &tp_forward
                         } else {
@@ -396,36 +429,40 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         cp_bytes: kv_bytes,
                         cp_name: &cp_name,
                         ep: if step.forward {
-                            ep_forward
+                            kind.all_to_alls.0
                         } else {
-                            ep_backward
+                            kind.all_to_alls.1
                         },
                         ep_bytes: expert_bytes,
                         ep_name: &ep_name,
                     };
                     // The first micro-batch's gradients start the sum; later ones are added.
                     let accumulating = !step.forward && step.micro_batch > 0;
-                    let pass = LayerPass {
-                        forward: step.forward,
-                        secs: if step.forward {
-                            layer.forward
-                        } else {
-                            layer.backward
-                        },
-                        added: if accumulating {
-                            layer_accumulation
-                        } else {
-                            0.0
-                        },
-                        comm,
-                        pieces: pieces.as_ref().map(|(forward, backward)| {
-                            if step.forward {
-                                forward.as_slice()
+                    let passes = [0, 1].map(|dense| {
+                        let kind = &kinds[dense];
+                        LayerPass {
+                            forward: step.forward,
+                            secs: if step.forward {
+                                kind.time.forward
                             } else {
-                                backward.as_slice()
-                            }
-                        }),
-                    };
+                                kind.time.backward
+                            },
+                            added: if accumulating {
+                                layer_accumulation[dense]
+                            } else {
+                                0.0
+                            },
+                            comm: comm(kind),
+                            pieces: kind.pieces.as_ref().map(|(forward, backward)| {
+                                if step.forward {
+                                    forward.as_slice()
+                                } else {
+                                    backward.as_slice()
+                                }
+                            }),
+                        }
+                    });
+                    let pass_of = |i: u64| &passes[model.is_dense_layer(i) as usize];
                     let mut extra = 0.0;
                     if last {
                         extra += if step.forward {
@@ -463,10 +500,22 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                     deps.extend_from_slice(&ready);
                                 }
                                 let extra = if end { extra } else { 0.0 };
-                                pass.emit(&mut b, &name, 1, extra, &deps);
+                                pass_of(chunk.start + j as u64)
+                                    .emit(&mut b, &name, 1, extra, &deps);
                             }
                         } else {
-                            pass.emit(&mut b, &name, layers_per_chunk, extra, &ready);
+                            // Run by run of layers of one kind, `extra` after the last.
+                            let runs = model.layer_runs(chunk.clone());
+                            if runs.is_empty() {
+                                passes[0].emit(&mut b, &name, 0, extra, &ready);
+                            }
+                            let mut first_layer = chunk.start;
+                            for (r, &(_, n)) in runs.iter().enumerate() {
+                                let extra = if r + 1 == runs.len() { extra } else { 0.0 };
+                                let deps = if r == 0 { &ready[..] } else { &[] };
+                                pass_of(first_layer).emit(&mut b, &name, n, extra, deps);
+                                first_layer += n;
+                            }
                         }
                         if first && step.forward && tp > 1 {
                             // The vocabulary-parallel embedding's all-reduce.
@@ -489,8 +538,8 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                             } else {
                                 (0.0, &[][..])
                             };
-                            pass.emit(&mut b, &name, 1, extra, deps);
-                            params_since_bucket += layer_params * grad_bytes;
+                            pass_of(chunk.start + j).emit(&mut b, &name, 1, extra, deps);
+                            params_since_bucket += kind_of(chunk.start + j).params * grad_bytes;
                             let chunk_done = j + 1 == layers_per_chunk;
                             if chunk_done && first {
                                 params_since_bucket += embedding_params * grad_bytes;
@@ -531,7 +580,13 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                         }
                     }
                 }
-                let stage_params = stage_layers[s as usize] * layer_params
+                let stage_params = chunk_ranges
+                    .iter()
+                    .skip(s as usize)
+                    .step_by(pp as usize)
+                    .flat_map(|layers| layers.clone())
+                    .map(|i| kind_of(i).params)
+                    .sum::<u64>()
                     + if s == 0 { embedding_params } else { 0 };
                 if !l.overlap_grad_reduce && dp > 1 {
                     // Every gradient in one call once the backward passes are done.

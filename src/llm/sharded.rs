@@ -7,7 +7,7 @@
 
 use super::compute::optimizer_time;
 use super::pass::{LayerComm, LayerPass};
-use super::pipeline::{layer_pieces, step_times, tensor_collectives};
+use super::pipeline::{layer_kinds, step_times, tensor_collectives};
 use super::rank::{repeated, seconds, RankBuilder};
 use super::Plan;
 use crate::collective::CollectiveKind;
@@ -19,15 +19,16 @@ pub fn program(plan: &Plan) -> Program {
     let model = &plan.model;
     let (tp, dp) = (l.tp, l.dp);
     let layers = model.layers as usize;
-    let (layer, head) = step_times(plan);
+    let head = step_times(plan).1;
+    let kinds = layer_kinds(plan);
+    let kind_of = |j: usize| model.is_dense_layer(j as u64) as usize;
     let (tp_forward, tp_backward) = tensor_collectives(plan);
-    let pieces = layer_pieces(plan);
     let activation = l.micro_batch * model.seq * model.hidden * 2;
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
-    let layer_bytes = 2 * model.rank_layer_params(tp, 1);
     let embedding_bytes = 2 * model.vocab * model.hidden / tp;
-    let bytes_of = |j: usize| layer_bytes + if j == 0 { embedding_bytes } else { 0 };
+    let bytes_of =
+        |j: usize| 2 * kinds[kind_of(j)].params + if j == 0 { embedding_bytes } else { 0 };
     let shard_params = plan.params_per_gpu() / dp as f64;
     let mut ranks = Vec::with_capacity((tp * dp) as usize);
     let mut serial = std::collections::BTreeSet::new();
@@ -79,20 +80,23 @@ pub fn program(plan: &Plan) -> Program {
                     tp: &tp_backward,
                     ..forward_comm
                 };
-                let forward_pass = LayerPass {
+                let forward_passes = kinds.each_ref().map(|kind| LayerPass {
                     forward: true,
-                    secs: layer.forward,
+                    secs: kind.time.forward,
                     added: 0.0,
                     comm: forward_comm,
-                    pieces: pieces.as_ref().map(|(forward, _)| forward.as_slice()),
-                };
-                let backward_pass = LayerPass {
+                    pieces: kind.pieces.as_ref().map(|(forward, _)| forward.as_slice()),
+                });
+                let backward_passes = kinds.each_ref().map(|kind| LayerPass {
                     forward: false,
-                    secs: layer.backward,
+                    secs: kind.time.backward,
                     added: 0.0,
                     comm: backward_comm,
-                    pieces: pieces.as_ref().map(|(_, backward)| backward.as_slice()),
-                };
+                    pieces: kind
+                        .pieces
+                        .as_ref()
+                        .map(|(_, backward)| backward.as_slice()),
+                });
                 let mut gathered = vec![0u32; layers];
                 let mut done = vec![0u32; layers];
                 gathered[0] = issue(
@@ -116,7 +120,7 @@ pub fn program(plan: &Plan) -> Program {
                     }
                     let extra = if j + 1 == layers { head.forward } else { 0.0 };
                     let name = b.label(|| format!("F{mb}.{j}"));
-                    forward_pass.emit(&mut b, &name, 1, extra, &[gathered[j]]);
+                    forward_passes[kind_of(j)].emit(&mut b, &name, 1, extra, &[gathered[j]]);
                     done[j] = b.last.expect("just added");
                 }
                 gathered[layers - 1] = issue(
@@ -138,7 +142,7 @@ pub fn program(plan: &Plan) -> Program {
                     }
                     let extra = if j + 1 == layers { head.backward } else { 0.0 };
                     let name = b.label(|| format!("B{mb}.{j}"));
-                    backward_pass.emit(&mut b, &name, 1, extra, &[gathered[j]]);
+                    backward_passes[kind_of(j)].emit(&mut b, &name, 1, extra, &[gathered[j]]);
                     let computed = b.last;
                     issue(
                         &mut b,

@@ -20,6 +20,8 @@ fn tiny(layers: u64, experts: u64) -> LlmModel {
         top_k: experts.min(2),
         shared_ffn: 0,
         shared_expert_gate: false,
+        dense_layers: Vec::new(),
+        dense_ffn: 4096,
         gated_mlp: false,
         tied_embeddings: true,
         learned_positions: true,
@@ -179,7 +181,12 @@ fn group_bytes(program: &Program, group: CommGroup, kind: CollectiveKind) -> u64
 
 /// Seconds of compute in rank 0's program.
 fn compute_secs(program: &Program) -> f64 {
-    program.ranks[0]
+    compute_secs_of(program, 0)
+}
+
+/// Seconds of compute in `rank`'s program.
+fn compute_secs_of(program: &Program, rank: usize) -> f64 {
+    program.ranks[rank]
         .iter()
         .map(|n| match n.task {
             crate::workload::Task::Compute { duration, .. } => duration.as_secs_f64(),
@@ -608,6 +615,40 @@ fn expert_parallelism_across_boxes_costs_more() {
     let expert = |o: &Outcome| o.exposed[3].1;
     assert!(expert(&inside) > Time::ZERO);
     assert!(expert(&across) > expert(&inside));
+}
+
+/// A model mixing dense and expert layers runs each layer as its kind: with its first two
+/// layers dense on a two-stage pipeline, the first stage's ranks compute what the dense model
+/// computes there and exchange no tokens in the expert group, and the second stage's compute
+/// and all-to-alls are those of the model with experts everywhere.
+#[test]
+fn dense_layers_run_as_dense_ones_among_expert_layers() {
+    let mixed = LlmModel {
+        dense_layers: vec![0, 1],
+        ..tiny(4, 16)
+    };
+    assert_eq!(mixed.dense_layer_model(), tiny(4, 1));
+    let program = |model: LlmModel| {
+        let mut p = plan(model, 1, 2, 8, 16);
+        p.layout.ep = 8;
+        pipeline::program(&p)
+    };
+    let (mixed, dense, experts) = (program(mixed), program(tiny(4, 1)), program(tiny(4, 16)));
+    let expert_tasks = |program: &Program, rank: usize| {
+        program.ranks[rank]
+            .iter()
+            .filter(|n| {
+                matches!(n.task, crate::workload::Task::Collective { group, .. } if group == CommGroup::Expert)
+            })
+            .count()
+    };
+    // Rank 0 holds the first stage, rank 8 (past the 8 data-parallel ranks) the second.
+    assert_eq!(expert_tasks(&mixed, 0), 0);
+    assert_eq!(compute_secs_of(&mixed, 0), compute_secs_of(&dense, 0));
+    assert!(expert_tasks(&mixed, 8) > 0);
+    assert_eq!(expert_tasks(&mixed, 8), expert_tasks(&experts, 8));
+    assert_eq!(compute_secs_of(&mixed, 8), compute_secs_of(&experts, 8));
+    assert!(compute_secs_of(&mixed, 0) != compute_secs_of(&experts, 0));
 }
 
 /// ZeRO-3 gathers every layer's weights before its forward and its backward and reduces
