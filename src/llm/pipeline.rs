@@ -504,17 +504,25 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                                     .emit(&mut b, &name, 1, extra, &deps);
                             }
                         } else {
-                            // Run by run of layers of one kind, `extra` after the last.
-                            let runs = model.layer_runs(chunk.clone());
+                            // Run by run of layers of one kind, in the pass's order (the
+                            // backward from the last layer), `extra` with the logit layer's
+                            // end of it: after the last forward run, with the first backward.
+                            let mut runs = model.layer_runs(chunk.clone());
+                            if !step.forward {
+                                runs.reverse();
+                            }
                             if runs.is_empty() {
                                 passes[0].emit(&mut b, &name, 0, extra, &ready);
                             }
-                            let mut first_layer = chunk.start;
-                            for (r, &(_, n)) in runs.iter().enumerate() {
-                                let extra = if r + 1 == runs.len() { extra } else { 0.0 };
+                            let with_extra = if step.forward {
+                                runs.len().saturating_sub(1)
+                            } else {
+                                0
+                            };
+                            for (r, &(dense, n)) in runs.iter().enumerate() {
+                                let extra = if r == with_extra { extra } else { 0.0 };
                                 let deps = if r == 0 { &ready[..] } else { &[] };
-                                pass_of(first_layer).emit(&mut b, &name, n, extra, deps);
-                                first_layer += n;
+                                passes[dense as usize].emit(&mut b, &name, n, extra, deps);
                             }
                         }
                         if first && step.forward && tp > 1 {
@@ -531,15 +539,17 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                             );
                         }
                     } else {
-                        // Layer by layer, reducing each bucket of gradients when it is full.
+                        // Layer by layer from the last, reducing each bucket of gradients
+                        // when it is full.
                         for j in 0..layers_per_chunk {
                             let (extra, deps) = if j == 0 {
                                 (extra, ready.as_slice())
                             } else {
                                 (0.0, &[][..])
                             };
-                            pass_of(chunk.start + j).emit(&mut b, &name, 1, extra, deps);
-                            params_since_bucket += kind_of(chunk.start + j).params * grad_bytes;
+                            let layer = chunk.end - 1 - j;
+                            pass_of(layer).emit(&mut b, &name, 1, extra, deps);
+                            params_since_bucket += kind_of(layer).params * grad_bytes;
                             let chunk_done = j + 1 == layers_per_chunk;
                             if chunk_done && first {
                                 params_since_bucket += embedding_params * grad_bytes;
