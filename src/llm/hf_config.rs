@@ -198,7 +198,8 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
             .map(|(n, width)| n * width)),
         None => None,
     };
-    let shared_expert_gate = c.shared_expert_intermediate_size.is_some_and(|w| w > 0);
+    let shared_expert_gate =
+        shared_ffn.is_some() && c.shared_expert_intermediate_size.is_some_and(|w| w > 0);
     // Dense layers among the expert ones, as each family's decoder picks them: DeepSeek's
     // first `first_k_dense_replace` and those off `moe_layer_freq`; Qwen-MoE's
     // `mlp_only_layers` and those off `decoder_sparse_step` (layer i sparse when i + 1 is a
@@ -218,9 +219,10 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
             .collect(),
         None => Vec::new(),
     };
-    let dense_ffn = match kind.starts_with("llama4") {
-        true => c.intermediate_size_mlp,
-        false => c.intermediate_size,
+    let dense_ffn = if kind.starts_with("llama4") {
+        c.intermediate_size_mlp
+    } else {
+        c.intermediate_size
     };
     // Qwen's configuration classes keep a window in the file but switch it off by default.
     let windowing = c.use_sliding_window.unwrap_or(!kind.starts_with("qwen"));
@@ -281,7 +283,7 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<(ModelFile, Str
         experts,
         top_k: experts.and(c.num_experts_per_tok),
         shared_ffn,
-        shared_expert_gate: Some(shared_expert_gate && shared_ffn.is_some()),
+        shared_expert_gate: Some(shared_expert_gate),
         gated_mlp: Some(gated),
         tied_embeddings: Some(c.tie_word_embeddings.unwrap_or(true)),
         position_embeddings: Some(if learned { "learned" } else { "rotary" }.into()),
@@ -447,6 +449,17 @@ mod tests {
         }
     }
 
+    /// A model's experts: how many, a token's, their width, the shared ones' and their gate.
+    fn experts_of(m: &LlmModel) -> (u64, u64, u64, u64, bool) {
+        (
+            m.experts,
+            m.top_k,
+            m.ffn,
+            m.shared_ffn,
+            m.shared_expert_gate,
+        )
+    }
+
     /// Qwen1.5-MoE-A2.7B's published config: 60 experts of 1408, four a token, and a shared
     /// expert of 5632 with its gate. Its weights as `transformers` builds the model,
     /// 14,315,784,192 (the model card's 14.3B: 24 layers of attention with query, key and
@@ -467,16 +480,7 @@ mod tests {
             "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
             "num_experts": 60, "norm_topk_prob": false}"#;
         let (m, _) = load(qwen, None).unwrap();
-        assert_eq!(
-            (
-                m.experts,
-                m.top_k,
-                m.ffn,
-                m.shared_ffn,
-                m.shared_expert_gate
-            ),
-            (60, 4, 1408, 5632, true)
-        );
+        assert_eq!(experts_of(&m), (60, 4, 1408, 5632, true));
         assert_eq!(
             m.params(),
             14_315_784_192 - 24 * 3 * 2048 + 24 * 2 * 2048 + 2048
@@ -492,10 +496,7 @@ mod tests {
             )
         };
         let (m, _) = load(&deepseek(0), None).unwrap();
-        assert_eq!(
-            (m.experts, m.ffn, m.shared_ffn, m.shared_expert_gate),
-            (64, 1408, 2 * 1408, false)
-        );
+        assert_eq!(experts_of(&m), (64, 6, 1408, 2 * 1408, false));
         // DeepSeekMoE 16B: its first layer dense (10,944 wide); 16.4B weights as published.
         let (m, _) = load(&deepseek(1), None).unwrap();
         assert_eq!((m.dense_layers.clone(), m.dense_ffn), (vec![0], 10944));
@@ -609,16 +610,7 @@ mod tests {
             "num_key_value_heads": 8, "num_local_experts": 16, "tie_word_embeddings": false,
             "vocab_size": 202048}}"#;
         let (m, notes) = load(scout, Some(32768)).unwrap();
-        assert_eq!(
-            (
-                m.experts,
-                m.top_k,
-                m.ffn,
-                m.shared_ffn,
-                m.shared_expert_gate
-            ),
-            (16, 1, 8192, 8192, false)
-        );
+        assert_eq!(experts_of(&m), (16, 1, 8192, 8192, false));
         assert_eq!((m.attention_chunk, m.chunked_layers), (Some(8192), 36));
         assert_eq!(m.attended_keys(), (36.0 * 8192.0 + 12.0 * 32768.0) / 48.0);
         assert!(

@@ -349,10 +349,11 @@ impl LlmModel {
             vocab: positive("vocab", file.vocab)?,
             experts: positive("experts", file.experts.unwrap_or(1))?,
             top_k: positive("top_k", file.top_k.unwrap_or(1))?,
-            shared_ffn: match file.shared_ffn {
-                Some(width) => positive("shared_ffn", width)?,
-                None => 0,
-            },
+            shared_ffn: file
+                .shared_ffn
+                .map(|w| positive("shared_ffn", w))
+                .transpose()?
+                .unwrap_or(0),
             shared_expert_gate: file.shared_expert_gate.unwrap_or(false),
             dense_layers: dense,
             dense_ffn: positive(
@@ -362,19 +363,19 @@ impl LlmModel {
             gated_mlp: file.gated_mlp.unwrap_or(false),
             tied_embeddings: file.tied_embeddings.unwrap_or(true),
             dropout: file.dropout.unwrap_or(true),
-            attention_window: match file.attention_window {
-                Some(w) => Some(positive("attention_window", w)?),
-                None => None,
-            },
+            attention_window: file
+                .attention_window
+                .map(|v| positive("attention_window", v))
+                .transpose()?,
             windowed_layers: local_layers(
                 ("attention_window", file.attention_window),
                 ("windowed_layers", file.windowed_layers),
                 file.layers,
             )?,
-            attention_chunk: match file.attention_chunk {
-                Some(c) => Some(positive("attention_chunk", c)?),
-                None => None,
-            },
+            attention_chunk: file
+                .attention_chunk
+                .map(|v| positive("attention_chunk", v))
+                .transpose()?,
             chunked_layers: local_layers(
                 ("attention_chunk", file.attention_chunk),
                 ("chunked_layers", file.chunked_layers),
@@ -398,7 +399,8 @@ impl LlmModel {
         }
         if model.windowed_layers + model.chunked_layers > model.layers {
             return Err(format!(
-                "{} windowed and {} chunked layers are more than the {} layers (give                  'windowed_layers' and 'chunked_layers')",
+                "{} windowed and {} chunked layers are more than the {} layers (give \
+                 'windowed_layers' and 'chunked_layers')",
                 model.windowed_layers, model.chunked_layers, model.layers
             ));
         }
@@ -879,7 +881,10 @@ mod tests {
             (2.0 * band + 4.0 * 512.0 + 2.0 * 2048.0) / 8.0
         );
         let e = with(Some(256), None, Some(512), None).unwrap_err();
-        assert!(e.contains("8 windowed and 8 chunked layers"), "{e}");
+        assert!(
+            e.contains("8 windowed and 8 chunked layers are more than the 8 layers (give 'windowed_layers'"),
+            "{e}"
+        );
         let e = with(None, None, None, Some(2)).unwrap_err();
         assert!(
             e.contains("'chunked_layers' without an 'attention_chunk'"),
