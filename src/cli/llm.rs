@@ -546,15 +546,11 @@ fn print_text(plan: &Plan, topology: &str, o: &Outcome) {
             exposed.join(", ")
         }
     );
-    let expert = o.exposed[3].1;
-    if expert > crate::units::Time::ZERO {
-        // The expert layers a stage holds, on average (dense layers exchange no tokens).
-        let expert_layers = plan.model.layers - plan.model.dense_layers.len() as u64;
-        let passes = (o.layout.micro_batches() * expert_layers) as f64 / o.layout.pp as f64;
+    if let Some(per_layer) = o.exposed_per_expert_layer(plan) {
         println!(
             "  expert all-to-alls: {:.3} ms exposed per expert layer and micro-batch (forward \
-             and backward, {} all-to-alls)",
-            expert.as_secs_f64() * 1e3 / passes,
+             and backward, {} all-to-alls; the stage where it is longest)",
+            per_layer * 1e3,
             if o.layout.recompute == Recompute::Full {
                 6
             } else {

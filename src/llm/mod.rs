@@ -413,9 +413,15 @@ impl Plan {
 
     /// The first stage's layers by kind: (dense, of experts).
     fn first_stage_kinds(&self) -> (u64, u64) {
+        self.stage_kinds(0)
+    }
+
+    /// Stage `stage`'s layers (over its model chunks) by kind: (dense, of experts).
+    pub fn stage_kinds(&self, stage: u64) -> (u64, u64) {
         let pp = self.layout.pp as usize;
         self.chunk_ranges()
             .into_iter()
+            .skip(stage as usize)
             .step_by(pp)
             .flatten()
             .fold((0, 0), |(dense, experts), i| {
@@ -576,6 +582,35 @@ impl Outcome {
     /// The rank whose step is the iteration's (the slowest, ties to the lowest).
     pub fn slowest_rank(&self) -> &crate::workload::RankBreakdown {
         &self.execution.ranks[self.execution.slowest]
+    }
+
+    /// The experts' all-to-alls' exposed seconds per expert layer and micro-batch, on the rank
+    /// where that is longest: a rank's exposed expert time over the expert layers of its
+    /// pipeline stage (a stage of dense layers only exchanges no tokens, and the slowest rank's
+    /// stage may be one). None where no rank exposes any.
+    pub fn exposed_per_expert_layer(&self, plan: &Plan) -> Option<f64> {
+        let l = &self.layout;
+        let plan = Plan {
+            layout: l.clone(),
+            ..plan.clone()
+        };
+        let stage_ranks = l.tp * l.replicas();
+        let micro_batches = l.micro_batches() as f64;
+        self.execution
+            .ranks
+            .iter()
+            .filter_map(|r| {
+                let exposed: f64 = r
+                    .exposed_by_group
+                    .iter()
+                    .filter(|(g, _)| *g == "expert")
+                    .map(|(_, t)| t.as_secs_f64())
+                    .sum();
+                let (_, expert_layers) = plan.stage_kinds(r.rank as u64 / stage_ranks);
+                (exposed > 0.0 && expert_layers > 0)
+                    .then(|| exposed / (micro_batches * expert_layers as f64))
+            })
+            .max_by(f64::total_cmp)
     }
 }
 

@@ -121,64 +121,88 @@ pub fn execute(
             );
             let stall = started - free.min(started);
             if stall > Time::ZERO {
-                let binding = node
-                    .deps
-                    .iter()
-                    .filter(|&&d| nodes[d as usize].task.is_communication())
-                    .max_by_key(|&&d| completed[ends[d as usize] as usize]);
-                match binding {
-                    Some(&d) => {
-                        let task = &nodes[d as usize].task;
-                        charge_exposed(sum, &mut row.exposed_by_kind, task, stall);
-                        // By group: the stall is split along the chain of communication it
-                        // waited for (each its part after the one before it ended), and the
-                        // part of a wait for a message before the message left its sender is
-                        // the sender's lateness (the bubble), not communication.
-                        let from = free.min(started);
-                        let mut until = started;
-                        let mut link = Some(d);
-                        while let Some(e) = link {
-                            if until <= from {
-                                break;
-                            }
-                            let node = &nodes[e as usize];
-                            let before = node
-                                .deps
-                                .iter()
-                                .filter(|&&x| nodes[x as usize].task.is_communication())
-                                .max_by_key(|&&x| completed[ends[x as usize] as usize])
-                                .copied();
-                            let begun = match node.task {
-                                Task::Recv { .. } => {
-                                    let left = emitted.start[r][e as usize]
-                                        .map_or(Time::ZERO, |s| {
-                                            result.issued(&emitted.schedule, s)
-                                        });
-                                    let left = left.clamp(from, until);
-                                    row.bubble = row.bubble + (left - from);
-                                    link = None;
-                                    left
-                                }
-                                _ => match before {
-                                    Some(x) => {
-                                        link = Some(x);
-                                        completed[ends[x as usize] as usize].clamp(from, until)
-                                    }
-                                    None => {
-                                        link = None;
-                                        from
-                                    }
-                                },
-                            };
-                            add_to(
-                                &mut row.exposed_by_group,
-                                node.task.group_name(),
-                                until - begun,
-                            );
-                            until = begun;
-                        }
+                let from = free.min(started);
+                let completion = |d: u32| completed[ends[d as usize] as usize];
+                let latest = |recv: Option<bool>| {
+                    node.deps
+                        .iter()
+                        .copied()
+                        .filter(|&d| {
+                            let task = &nodes[d as usize].task;
+                            task.is_communication()
+                                && recv.is_none_or(|r| matches!(task, Task::Recv { .. }) == r)
+                        })
+                        .max_by_key(|&d| completion(d))
+                };
+                // The stall is the rank's own communication's until that ends (its stream could
+                // not have gone on before), then the latest message's: a pipeline stage busy with
+                // its own collectives is not waiting for the stage before it.
+                let segments = match (latest(Some(false)), latest(Some(true))) {
+                    (Some(own), Some(message))
+                        if completion(message) > completion(own) && completion(own) > from =>
+                    {
+                        let split = completion(own).min(started);
+                        vec![(own, from, split), (message, split, started)]
                     }
-                    None => row.idle = row.idle + stall,
+                    _ => latest(None)
+                        .map(|d| (d, from, started))
+                        .into_iter()
+                        .collect(),
+                };
+                if segments.is_empty() {
+                    row.idle = row.idle + stall;
+                }
+                for (d, from, until) in segments {
+                    charge_exposed(
+                        sum,
+                        &mut row.exposed_by_kind,
+                        &nodes[d as usize].task,
+                        until - from,
+                    );
+                    // By group: the segment is split along the chain of communication it
+                    // waited for (each its part after the one before it ended), and the part of a
+                    // wait for a message before the message left its sender is the sender's
+                    // lateness (the bubble), not communication.
+                    let mut until = until;
+                    let mut link = Some(d);
+                    while let Some(e) = link {
+                        if until <= from {
+                            break;
+                        }
+                        let node = &nodes[e as usize];
+                        let before = node
+                            .deps
+                            .iter()
+                            .filter(|&&x| nodes[x as usize].task.is_communication())
+                            .max_by_key(|&&x| completion(x))
+                            .copied();
+                        let begun = match node.task {
+                            Task::Recv { .. } => {
+                                let left = emitted.start[r][e as usize]
+                                    .map_or(Time::ZERO, |s| result.issued(&emitted.schedule, s));
+                                let left = left.clamp(from, until);
+                                row.bubble = row.bubble + (left - from);
+                                link = None;
+                                left
+                            }
+                            _ => match before {
+                                Some(x) => {
+                                    link = Some(x);
+                                    completion(x).clamp(from, until)
+                                }
+                                None => {
+                                    link = None;
+                                    from
+                                }
+                            },
+                        };
+                        add_to(
+                            &mut row.exposed_by_group,
+                            node.task.group_name(),
+                            until - begun,
+                        );
+                        until = begun;
+                    }
                 }
             }
             let spent = done - started;
@@ -379,6 +403,84 @@ mod tests {
             assert!(b.exposed_data_parallel > Time::from_ns(1_000_000));
             assert_eq!(r.exposed_by_group, vec![("data", b.exposed_comm)]);
         }
+    }
+
+    /// A pipeline stage busy with its own collective is not waiting for the stage before it:
+    /// rank 1 all-gathers with rank 0 (2 MiB over a 1 GB/s ring of two: about 1.05 ms), then
+    /// waits for rank 0's message, sent 2 ms of compute after the same gather and taking about
+    /// 1.05 ms itself. Rank 1's wait is the gather's until it ends (data), the 2 ms before the
+    /// message left (bubble), then the message's flight (pipeline).
+    #[test]
+    fn a_stage_waits_for_its_own_collective_before_the_message() {
+        let t = TopologyOptions::new("ring:2")
+            .with_links("1GB/s", "1us")
+            .build()
+            .unwrap();
+        let compute = |us: u64| Task::Compute {
+            duration: Time::from_ns(us * 1000),
+            forward: true,
+        };
+        let gather = Task::Collective {
+            kind: CollectiveKind::AllGather,
+            bytes: 1 << 21,
+            communicator: "dp".into(),
+            group: CommGroup::Data,
+            times: 1,
+        };
+        let message = |send: bool| {
+            if send {
+                Task::Send {
+                    peer: 1,
+                    bytes: 1 << 20,
+                    tag: 0,
+                }
+            } else {
+                Task::Recv {
+                    peer: 0,
+                    bytes: 1 << 20,
+                    tag: 0,
+                }
+            }
+        };
+        let sender = vec![
+            node(0, compute(3), vec![]),
+            node(1, gather.clone(), vec![0]),
+            node(2, compute(2000), vec![1]),
+            node(3, message(true), vec![2]),
+        ];
+        let receiver = vec![
+            node(0, compute(3), vec![]),
+            node(1, gather, vec![0]),
+            node(2, message(false), vec![]),
+            node(3, compute(1), vec![1, 2]),
+        ];
+        let program = Program {
+            name: "p".into(),
+            ranks: vec![sender, receiver],
+            ..Program::default()
+        };
+        let run = execute(&t, &program, &[0, 1], &options(), &mut ()).unwrap();
+        let r = &run.ranks[1];
+        let group = |name: &str| {
+            r.exposed_by_group
+                .iter()
+                .find(|(g, _)| *g == name)
+                .map_or(0.0, |(_, t)| t.as_secs_f64() * 1e6)
+        };
+        let (data, pipeline, bubble) = (
+            group("data"),
+            group("pipeline"),
+            r.bubble.as_secs_f64() * 1e6,
+        );
+        assert!((1040.0..1100.0).contains(&data), "{data} us");
+        assert!((1990.0..2010.0).contains(&bubble), "{bubble} us");
+        assert!((1040.0..1100.0).contains(&pipeline), "{pipeline} us");
+        let b = &r.breakdown;
+        assert_eq!(
+            b.forward_compute + b.exposed_comm + r.idle,
+            b.total,
+            "every wait charged once"
+        );
     }
 
     /// A collective that names no communicator runs on every rank: a rank without it is named.
