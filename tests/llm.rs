@@ -58,6 +58,8 @@ fn shipped_models_have_their_published_sizes() {
         ("mixtral_8x7b.yaml", 46.7),
         // DeepSeek-AI's: 16.4B (shared experts and a dense first layer).
         ("deepseek_moe_16b.yaml", 16.4),
+        // DeepSeek-AI's: 671B (multi-head latent attention, without the prediction module).
+        ("deepseek_v3.yaml", 671.0),
         ("gpt3_175b.yaml", 175.0),
         // Megatron-LM's benchmark table, its sizes as it rounds them.
         ("mcore_1.7b.yaml", 1.7),

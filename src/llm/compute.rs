@@ -332,9 +332,10 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let queries = s / w.cp as f64;
     let tokens = b * queries;
     let heads = model.heads as f64 / t;
-    let dh = model.head_dim() as f64;
+    let (dh, dv) = (model.head_dim() as f64, model.value_dim() as f64);
     let queries_width = model.query_width() as f64;
-    let qkv_out = (queries_width + 2.0 * (model.kv_heads * model.head_dim()) as f64) / t;
+    let keys_values = (model.key_width() + model.value_width()) as f64;
+    let output_width = model.output_width() as f64;
     let ffn = model.ffn as f64;
     let up = if model.gated_mlp { 2.0 } else { 1.0 };
     // Tokens each GPU's experts see: top_k per token on average, spread over the experts.
@@ -344,9 +345,43 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         (true, Some(fp8)) => (fp8, 1.0),
         _ => (gpu.clone(), HALF),
     };
+    // The query-key-value products: one, or latent attention's down projections (duplicated on
+    // every tensor rank, over its share of the tokens under sequence parallelism, all of them
+    // otherwise) and its up projections (split by heads).
+    let qkv_products: Vec<Product> = match model.latent {
+        None => vec![product(1.0, tokens, (queries_width + keys_values) / t, h)],
+        Some(latent) => {
+            let down_tokens = if w.sequence_parallel {
+                tokens / t
+            } else {
+                tokens
+            };
+            let kv_rank = latent.kv_rank as f64;
+            let rope_keys = model.heads as f64 * latent.rope as f64;
+            let mut products = vec![
+                product(1.0, down_tokens, kv_rank + latent.rope as f64, h),
+                product(
+                    1.0,
+                    tokens,
+                    (queries_width - rope_keys + output_width) / t,
+                    kv_rank,
+                ),
+            ];
+            products.extend(match latent.q_rank {
+                Some(q_rank) => vec![
+                    product(1.0, down_tokens, q_rank as f64, h),
+                    product(1.0, tokens, queries_width / t, q_rank as f64),
+                ],
+                None => vec![product(1.0, tokens, queries_width / t, h)],
+            });
+            products
+        }
+    }
+    .into_iter()
+    .map(|p| Product { element, ..p })
+    .collect();
     let products = [
-        product(1.0, tokens, qkv_out, h),
-        product(1.0, tokens, h, queries_width / t),
+        product(1.0, tokens, h, output_width / t),
         product(1.0, expert_tokens, up * ffn / t, h),
         product(1.0, expert_tokens, h, ffn / t),
     ]
@@ -361,7 +396,13 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         .map(|p| Product { element, ..p })
     });
     let linear_times = |gpu: &Gpu| {
-        let mut times = products.map(|p| LinearTime::of(gpu, p));
+        let [proj, up_proj, down] = products.map(|p| LinearTime::of(gpu, p));
+        let qkv = qkv_products
+            .iter()
+            .map(|&p| LinearTime::of(gpu, p))
+            .reduce(|a, b| a + b)
+            .expect("a query-key-value product");
+        let mut times = [qkv, proj, up_proj, down];
         if let Some([shared_up, shared_down]) = shared_products {
             times[2] = times[2] + LinearTime::of(gpu, shared_up);
             times[3] = times[3] + LinearTime::of(gpu, shared_down);
@@ -380,19 +421,23 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
                 gpu,
                 &[
                     product(b * heads, queries, s, dh),
-                    product(b * heads, queries, dh, s),
+                    product(b * heads, queries, dv, s),
                 ],
             );
             let dropout = if model.dropout { 2.5 } else { 0.0 };
             let stream = gpu.stream(HALF * (2.0 + dropout) * scores);
             (products + stream, gradients + 2.0 * stream)
         }
-        // One kernel: the products at the matmul rate, Q, K, V and the output read or written
-        // once; its backward twice that. A sliding window skips the blocks beyond it
-        // (FlashAttention's `window_size`): the scores it counts are the window's.
+        // One kernel: the products at the matmul rate (scores over the query-key width, their
+        // use over the value width), Q, K, V and the output read or written once; its
+        // backward twice that. A sliding window skips the blocks beyond it (FlashAttention's
+        // `window_size`): the scores it counts are the window's.
         Attention::Flash => {
             let scores = b * heads * queries * model.attended_keys();
-            let core = gpu.matmul_rate(4.0 * scores * dh, HALF * 4.0 * tokens * heads * dh);
+            let core = gpu.matmul_rate(
+                2.0 * scores * (dh + dv),
+                HALF * 2.0 * tokens * heads * (dh + dv),
+            );
             (core, 2.0 * core)
         }
     };
@@ -407,25 +452,31 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
         norms_and_adds
     };
     let mlp_width = model.top_k as f64 * ffn + shared;
-    let elementwise = HALF * tokens * (replicated * h + (up + 1.0) * mlp_width / t);
+    // Latent attention's norms of its latents, over the down projections' tokens.
+    let latent_norms = model.latent.map_or(0.0, |l| {
+        let shard = if w.sequence_parallel { t } else { 1.0 };
+        2.0 * (l.q_rank.unwrap_or(0) + l.kv_rank) as f64 / shard
+    });
+    let elementwise = HALF * tokens * (replicated * h + latent_norms + (up + 1.0) * mlp_width / t);
     // Transformer Engine's FP8 casts. Forward: the norms and the activation write their
     // outputs in FP8 themselves (LayerNormLinear, LayerNormMLP), and each FP8 input's
     // transposed copy for its weight gradient is written (1 byte an element); the attention
     // output is cast and transposed by a kernel of its own (read 2, write 1 + 1). Backward: each
     // product's output gradient is cast and transposed (read 2, write 1 + 1).
     let (cast_forward, cast_backward) = if element < HALF {
-        let [qkv, proj, up_proj, down] = products;
+        let [proj, up_proj, down] = products;
         let inputs = |p: Product| p.m * p.k;
         let outputs = |p: Product| p.m * p.n;
         let shared = shared_products.as_slice().iter().flatten();
         (
-            inputs(qkv)
+            qkv_products.iter().map(|&p| inputs(p)).sum::<f64>()
                 + inputs(up_proj)
                 + inputs(down)
                 + 4.0 * inputs(proj)
                 + shared.clone().map(|&p| inputs(p)).sum::<f64>(),
-            4.0 * products
+            4.0 * qkv_products
                 .iter()
+                .chain(&products)
                 .chain(shared)
                 .map(|&p| outputs(p))
                 .sum::<f64>(),
@@ -620,6 +671,55 @@ mod tests {
             layer_parts(&full, &a100, &standard, 0),
             layer_parts(&windowed, &a100, &standard, 0)
         );
+    }
+
+    /// Latent attention's query-key-value products (DeepSeek-V3's shape, 2 tensor ranks): the
+    /// down projections whole on every rank, over its share of the tokens under sequence
+    /// parallelism and over every token without it, the up projections split by heads; the
+    /// output projection reads the value width. Its core scores over the query-key width (192)
+    /// and uses them over the value width (128), as the model's FLOPs count it.
+    #[test]
+    fn latent_attention_duplicates_its_down_projections() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/workloads/llm/deepseek_v3.yaml"
+        );
+        let model = LlmModel::load(std::path::Path::new(path)).unwrap();
+        let h100 = Gpu::parse("h100").unwrap();
+        let tokens = 4096.0;
+        let work = |sequence_parallel| Work {
+            tp: 2,
+            cp: 1,
+            micro_batch: 1,
+            sequence_parallel,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+            fp8: false,
+        };
+        let qkv = |down_tokens: f64| {
+            [
+                product(1.0, down_tokens, 512.0 + 64.0, 7168.0),
+                product(1.0, tokens, 128.0 * (128.0 + 128.0) / 2.0, 512.0),
+                product(1.0, down_tokens, 1536.0, 7168.0),
+                product(1.0, tokens, 128.0 * 192.0 / 2.0, 1536.0),
+            ]
+            .map(|p| LinearTime::of(&h100, p))
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .unwrap()
+        };
+        let output = LinearTime::of(&h100, product(1.0, tokens, 7168.0, 128.0 * 128.0 / 2.0));
+        for (sequence_parallel, down_tokens) in [(true, tokens / 2.0), (false, tokens)] {
+            let parts = layer_parts(&model, &h100, &work(sequence_parallel), 0);
+            assert_eq!(parts.linear[0], qkv(down_tokens));
+            assert_eq!(parts.linear[1], output);
+        }
+        let core = layer_parts(&model, &h100, &work(true), 0).core.0;
+        let scores = 64.0 * tokens * tokens;
+        let flops = 2.0 * scores * (192.0 + 128.0);
+        assert_eq!(flops, model.attention_core_flops() / 2.0);
+        let bytes = HALF * 2.0 * tokens * 64.0 * (192.0 + 128.0);
+        assert_eq!(core, h100.matmul_rate(flops, bytes));
     }
 
     /// Shared experts are a dense MLP every token meets beside the routed experts: a layer's

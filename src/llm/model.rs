@@ -11,7 +11,8 @@ use crate::Error;
 /// The model file's keys (`workloads/llm/*.yaml`); Megatron-LM's argument names are taken
 /// too (`num_layers`, `hidden_size`, `num_attention_heads`, `num_query_groups`,
 /// `kv_channels`, `ffn_hidden_size`, `seq_length`, `padded_vocab_size`, `num_experts`,
-/// `moe_router_topk`, `moe_shared_expert_intermediate_size`).
+/// `moe_router_topk`, `moe_shared_expert_intermediate_size`, and multi-head latent attention's
+/// `q_lora_rank`, `kv_lora_rank`, `qk_head_dim`, `qk_pos_emb_head_dim`, `v_head_dim`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ModelFile {
@@ -74,6 +75,38 @@ pub(super) struct ModelFile {
     /// How many of the layers attend by chunks (other than those a window takes); every layer
     /// when absent.
     pub chunked_layers: Option<u64>,
+    /// Megatron's `--multi-latent-attention`: on where `kv_lora_rank` is given.
+    pub multi_latent_attention: Option<bool>,
+    /// Multi-head latent attention (DeepSeek-V2/V3): the width keys and values are compressed
+    /// to; its presence makes the attention latent.
+    pub kv_lora_rank: Option<u64>,
+    /// The width queries are compressed to; queries projected from the hidden state directly
+    /// when absent (DeepSeek-V2-Lite).
+    pub q_lora_rank: Option<u64>,
+    /// A head's query-key width without positions (Megatron's default 128).
+    #[serde(alias = "qk_nope_head_dim")]
+    pub qk_head_dim: Option<u64>,
+    /// A head's query-key width carrying rotary positions, its keys' part shared by the heads
+    /// (Megatron's default 64).
+    #[serde(alias = "qk_rope_head_dim")]
+    pub qk_pos_emb_head_dim: Option<u64>,
+    /// A head's value width (Megatron's default 128).
+    pub v_head_dim: Option<u64>,
+}
+
+/// Multi-head latent attention's compression (DeepSeek-V2, section 2.1): keys and values (and
+/// queries, where `q_rank` is set) are projected down to a latent, normalised, and projected up
+/// per head; a rotary part of `rope` per head is computed beside the keys' latent and shared by
+/// every head. Megatron-core's down projections are duplicated on every tensor rank (`TELinear`,
+/// `parallel_mode='duplicated'`, megatron/core/transformer/multi_latent_attention.py), the up
+/// projections split by heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Latent {
+    pub q_rank: Option<u64>,
+    pub kv_rank: u64,
+    pub rope: u64,
+    /// A head's value width.
+    pub value: u64,
 }
 
 /// A decoder-only transformer.
@@ -85,8 +118,11 @@ pub struct LlmModel {
     pub heads: u64,
     /// Key-value heads (grouped-query attention); `heads` when absent.
     pub kv_heads: u64,
-    /// Width of one attention head: hidden / heads unless the file says otherwise (Gemma).
+    /// Query-key width of one attention head: hidden / heads unless the file says otherwise
+    /// (Gemma); with latent attention, its part without positions and its rotary part.
     pub head_dim: u64,
+    /// Multi-head latent attention's compression, where the attention is latent.
+    pub latent: Option<Latent>,
     /// MLP width (of one expert); 4 x hidden when absent.
     pub ffn: u64,
     pub seq: u64,
@@ -236,6 +272,64 @@ fn dense_layers(file: &ModelFile) -> Result<Vec<u64>, String> {
     Ok(dense)
 }
 
+/// Multi-head latent attention as a model file gives it, widths checked by `positive`: its
+/// compression (with a head's value width) and a head's query-key width (without and with
+/// positions);
+/// absent defaults are Megatron's (`--qk-head-dim` 128, `--qk-pos-emb-head-dim` 64,
+/// `--v-head-dim` 128, no query compression).
+fn latent_attention(
+    file: &ModelFile,
+    positive: &dyn Fn(&str, u64) -> Result<u64, String>,
+) -> Result<Option<(Latent, u64)>, String> {
+    let widths = [
+        ("q_lora_rank", file.q_lora_rank),
+        ("qk_head_dim", file.qk_head_dim),
+        ("qk_pos_emb_head_dim", file.qk_pos_emb_head_dim),
+        ("v_head_dim", file.v_head_dim),
+    ];
+    let Some(kv_rank) = file.kv_lora_rank else {
+        return if file.multi_latent_attention == Some(true) {
+            Err("'multi_latent_attention' without a 'kv_lora_rank'".into())
+        } else if let Some((key, _)) = widths.iter().find(|(_, v)| v.is_some()) {
+            Err(format!(
+                "'{key}' without a 'kv_lora_rank' (multi-head latent attention)"
+            ))
+        } else {
+            Ok(None)
+        };
+    };
+    if file.multi_latent_attention == Some(false) {
+        return Err("'kv_lora_rank' with 'multi_latent_attention' false".into());
+    }
+    if file.head_dim.is_some() {
+        return Err(
+            "'head_dim' with latent attention: a head's widths are 'qk_head_dim', \
+                    'qk_pos_emb_head_dim' and 'v_head_dim'"
+                .into(),
+        );
+    }
+    if let Some(kv) = file.kv_heads.filter(|&kv| kv != file.heads) {
+        return Err(format!(
+            "kv_heads {kv} with latent attention, whose every head has its own key and value \
+             (heads {})",
+            file.heads
+        ));
+    }
+    let width =
+        |key: &str, value: Option<u64>, default: u64| positive(key, value.unwrap_or(default));
+    let latent = Latent {
+        q_rank: file
+            .q_lora_rank
+            .map(|r| positive("q_lora_rank", r))
+            .transpose()?,
+        kv_rank: positive("kv_lora_rank", kv_rank)?,
+        rope: width("qk_pos_emb_head_dim", file.qk_pos_emb_head_dim, 64)?,
+        value: width("v_head_dim", file.v_head_dim, 128)?,
+    };
+    let nope = width("qk_head_dim", file.qk_head_dim, 128)?;
+    Ok(Some((latent, nope + latent.rope)))
+}
+
 /// How many layers attend locally (by a window or by chunks): `layers` of them given, every
 /// layer by default, none without the span (whose absence makes a count an error).
 fn local_layers(
@@ -264,20 +358,26 @@ impl LlmModel {
     /// `--seq-length`) instead of the file's; also reads a Hugging Face `config.json` (a file
     /// with a `model_type` key), which gives no training length: without `seq` its context
     /// length stands in. The notes returned say what was read that the user did not write:
-    /// that stand-in, and a config's sliding window or chunked attention.
+    /// that stand-in, a config's sliding window or chunked attention, and what a config holds
+    /// that collsim leaves out (DeepSeek-V3's multi-token prediction).
     pub fn load_with_seq(path: &Path, seq: Option<u64>) -> Result<(LlmModel, Vec<String>), Error> {
         let shown = path.display().to_string();
         let text = crate::read_text(path, "cannot read model file")?;
         let stem = path
             .file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-        let (mut file, context) = match super::hf_config::read(&shown, &text, seq.is_some()) {
-            Some(config) => {
-                let (file, note) = config?;
-                (file, Some(note))
-            }
-            None => (crate::yaml::from_str::<ModelFile>(&shown, &text)?, None),
-        };
+        let (mut file, context, left_out) =
+            match super::hf_config::read(&shown, &text, seq.is_some()) {
+                Some(config) => {
+                    let config = config?;
+                    (config.file, Some(config.context), config.left_out)
+                }
+                None => (
+                    crate::yaml::from_str::<ModelFile>(&shown, &text)?,
+                    None,
+                    Vec::new(),
+                ),
+            };
         let from_config = context.is_some();
         let mut notes: Vec<String> = match seq {
             Some(seq) => {
@@ -286,6 +386,7 @@ impl LlmModel {
             }
             None => context.into_iter().collect(),
         };
+        notes.extend(left_out);
         let model = LlmModel::new(file, stem).map_err(|e| Error::input(format!("{shown}: {e}")))?;
         if let (true, Some(window)) = (from_config, model.attention_window) {
             notes.push(format!(
@@ -326,7 +427,11 @@ impl LlmModel {
                 Ok(v)
             }
         };
-        if file.head_dim.is_none() && file.heads > 0 && !file.hidden.is_multiple_of(file.heads) {
+        if file.head_dim.is_none()
+            && file.kv_lora_rank.is_none()
+            && file.heads > 0
+            && !file.hidden.is_multiple_of(file.heads)
+        {
             return Err(format!(
                 "hidden {} is not a multiple of heads {} (or give head_dim)",
                 file.hidden, file.heads
@@ -334,16 +439,28 @@ impl LlmModel {
         }
         let file_dense_ffn = file.dense_ffn.is_some();
         let dense = dense_layers(&file)?;
-        let model = LlmModel {
-            name: file.name.unwrap_or(stem),
-            layers: positive("layers", file.layers)?,
-            hidden: positive("hidden", file.hidden)?,
-            heads: positive("heads", file.heads)?,
-            kv_heads: positive("kv_heads", file.kv_heads.unwrap_or(file.heads))?,
-            head_dim: positive(
+        // The shape's sizes first, so that an absurd one is named before what follows from it.
+        let (layers, hidden, heads) = (
+            positive("layers", file.layers)?,
+            positive("hidden", file.hidden)?,
+            positive("heads", file.heads)?,
+        );
+        let latent = latent_attention(&file, &positive)?;
+        let head_dim = match latent {
+            Some((_, qk)) => qk,
+            None => positive(
                 "head_dim",
                 file.head_dim.unwrap_or(file.hidden / file.heads.max(1)),
             )?,
+        };
+        let model = LlmModel {
+            name: file.name.unwrap_or(stem),
+            layers,
+            hidden,
+            heads,
+            kv_heads: positive("kv_heads", file.kv_heads.unwrap_or(file.heads))?,
+            head_dim,
+            latent: latent.map(|(l, _)| l),
             ffn: positive("ffn", file.ffn.unwrap_or(4 * file.hidden))?,
             seq: positive("seq", file.seq)?,
             vocab: positive("vocab", file.vocab)?,
@@ -434,10 +551,30 @@ impl LlmModel {
         self.head_dim
     }
 
-    /// Width of the queries (and of the attention's output): heads x head_dim, the hidden size
-    /// but where heads are set wider or narrower.
+    /// Width of the queries: heads x head_dim, the hidden size but where heads are set wider or
+    /// narrower.
     pub fn query_width(&self) -> u64 {
         self.heads * self.head_dim
+    }
+
+    /// Value width of one attention head: `head_dim`, but latent attention's own.
+    pub fn value_dim(&self) -> u64 {
+        self.latent.map_or(self.head_dim, |l| l.value)
+    }
+
+    /// Width of the keys: one head_dim a key-value head.
+    pub fn key_width(&self) -> u64 {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Width of the values: one value_dim a key-value head.
+    pub fn value_width(&self) -> u64 {
+        self.kv_heads * self.value_dim()
+    }
+
+    /// Width of the attention's output (the output projection's input): one value_dim a head.
+    pub fn output_width(&self) -> u64 {
+        self.heads * self.value_dim()
     }
 
     /// What one layer keeps for its backward pass (see [`LayerActivations`]).
@@ -457,7 +594,13 @@ impl LlmModel {
         };
         let h = self.hidden as f64;
         let q = self.query_width() as f64;
-        let kv = (self.kv_heads * self.head_dim()) as f64;
+        let keys_values = (self.key_width() + self.value_width()) as f64;
+        let out = self.output_width() as f64;
+        // Latent attention keeps its latents, before their norms and after (the up
+        // projections' inputs).
+        let latents = self
+            .latent
+            .map_or(0.0, |l| (l.q_rank.unwrap_or(0) + l.kv_rank) as f64);
         let (ffn, experts) = (self.ffn as f64, self.top_k as f64);
         // Shared experts keep their own up projections' input (the routed experts keep their
         // permuted copies) and their hidden activations.
@@ -471,16 +614,41 @@ impl LlmModel {
         // (split).
         let mlp = experts * ffn + shared;
         LayerActivations {
-            replicated: HALF * 2.0 * h + input * (h + experts * h + shared_input) + 2.0 * masks * h,
-            split: HALF * (q + 2.0 * kv + up * mlp) + input * (q + mlp),
+            replicated: HALF * (2.0 * h + latents)
+                + input * (h + latents + experts * h + shared_input)
+                + 2.0 * masks * h,
+            split: HALF * (q + keys_values + up * mlp) + input * (out + mlp),
             per_score: HALF + 3.0 * masks,
         }
     }
 
-    /// Attention weights of one layer: Q, K, V and the output projection.
+    /// Attention weights of one layer: Q, K, V and the output projection; with latent
+    /// attention, the down projections (queries', and keys' and values' with the rotary key),
+    /// the up projections and the output projection.
     pub fn attention_params(&self) -> u64 {
-        let (h, q) = (self.hidden, self.query_width());
-        h * (q + 2 * self.kv_heads * self.head_dim()) + q * h
+        let (h, q, out) = (self.hidden, self.query_width(), self.output_width());
+        match self.latent {
+            None => h * (q + self.key_width() + self.value_width()) + out * h,
+            Some(latent) => {
+                let queries = latent.q_rank.map_or(h * q, |r| r * q);
+                let keys_values = latent.kv_rank * (q - self.heads * latent.rope + out);
+                self.duplicated_attention_params() + queries + keys_values + out * h
+            }
+        }
+    }
+
+    /// Attention weights every tensor rank holds whole: latent attention's down projections
+    /// (Megatron-core duplicates them); none otherwise.
+    pub fn duplicated_attention_params(&self) -> u64 {
+        self.latent.map_or(0, |l| {
+            self.hidden * (l.q_rank.unwrap_or(0) + l.kv_rank + l.rope)
+        })
+    }
+
+    /// Weights of one layer's norms, held whole by every tensor rank: two layer norms (weight
+    /// and bias each), and latent attention's RMSNorms of its latents (a weight each).
+    pub fn norm_params(&self) -> u64 {
+        4 * self.hidden + self.latent.map_or(0, |l| l.q_rank.unwrap_or(0) + l.kv_rank)
     }
 
     /// MLP weights of one expert (of the layer's MLP when dense).
@@ -515,20 +683,26 @@ impl LlmModel {
             + self.experts * self.mlp_params()
             + self.shared_expert_params()
             + router
-            + 4 * self.hidden
+            + self.norm_params()
     }
 
     /// Weights of one layer a rank holds with `tp` tensor and `ep` expert ranks: its share of
-    /// the attention, of its experts and of the shared experts, and the two layer norms whole
-    /// (the router left out, as the gradient buckets and memory estimate leave it).
+    /// the attention, of its experts and of the shared experts, and the norms and latent
+    /// attention's down projections whole (the router left out, as the gradient buckets and
+    /// memory estimate leave it).
     pub fn rank_layer_params(&self, tp: u64, ep: u64) -> u64 {
         let experts = if self.experts > 1 {
             self.experts / ep
         } else {
             1
         };
-        (self.attention_params() + experts * self.mlp_params() + self.shared_expert_params()) / tp
-            + 4 * self.hidden
+        let duplicated = self.duplicated_attention_params();
+        (self.attention_params() - duplicated
+            + experts * self.mlp_params()
+            + self.shared_expert_params())
+            / tp
+            + duplicated
+            + self.norm_params()
     }
 
     /// Every weight: layers, the token embedding (and the output layer when untied), learned
@@ -555,10 +729,11 @@ impl LlmModel {
         2.0 * s * weights + self.attention_core_flops()
     }
 
-    /// FLOPs of the attention core (scores and their use) of one layer, one sequence, forward.
+    /// FLOPs of the attention core (scores over the query-key width and their use over the
+    /// value width) of one layer, one sequence, forward.
     pub fn attention_core_flops(&self) -> f64 {
         let s = self.seq as f64;
-        4.0 * s * self.attended_keys() * self.query_width() as f64
+        2.0 * s * self.attended_keys() * (self.query_width() + self.output_width()) as f64
     }
 
     /// Keys a query's scores are counted over, on average over the layers: the whole sequence
@@ -679,7 +854,95 @@ mod tests {
             windowed_layers: None,
             attention_chunk: None,
             chunked_layers: None,
+            multi_latent_attention: None,
+            kv_lora_rank: None,
+            q_lora_rank: None,
+            qk_head_dim: None,
+            qk_pos_emb_head_dim: None,
+            v_head_dim: None,
         }
+    }
+
+    /// Latent attention is asked for by its keys' and values' latent: its other keys (or
+    /// Megatron's switch) without it, a head width or fewer key-value heads beside it, are
+    /// refused naming the key. Its absent widths are Megatron's defaults, and its down
+    /// projections are held whole by every tensor rank.
+    #[test]
+    fn latent_attention_needs_its_latent() {
+        let new = |file: ModelFile| LlmModel::new(file, "m".into());
+        let gpt = || gpt_file(2, 1024, 16);
+        let latent = || ModelFile {
+            kv_lora_rank: Some(128),
+            ..gpt()
+        };
+        for (file, expected) in [
+            (
+                ModelFile {
+                    multi_latent_attention: Some(true),
+                    ..gpt()
+                },
+                "'multi_latent_attention' without a 'kv_lora_rank'",
+            ),
+            (
+                ModelFile {
+                    v_head_dim: Some(64),
+                    ..gpt()
+                },
+                "'v_head_dim' without a 'kv_lora_rank' (multi-head latent attention)",
+            ),
+            (
+                ModelFile {
+                    multi_latent_attention: Some(false),
+                    ..latent()
+                },
+                "'kv_lora_rank' with 'multi_latent_attention' false",
+            ),
+            (
+                ModelFile {
+                    head_dim: Some(64),
+                    ..latent()
+                },
+                "'head_dim' with latent attention",
+            ),
+            (
+                ModelFile {
+                    kv_heads: Some(4),
+                    ..latent()
+                },
+                "kv_heads 4 with latent attention",
+            ),
+            (
+                ModelFile {
+                    kv_lora_rank: Some(0),
+                    ..gpt()
+                },
+                "'kv_lora_rank' must be at least 1",
+            ),
+        ] {
+            let e = new(file).unwrap_err();
+            assert!(e.contains(expected), "{e}");
+        }
+        let m = new(latent()).unwrap();
+        let expected = Latent {
+            q_rank: None,
+            kv_rank: 128,
+            rope: 64,
+            value: 128,
+        };
+        assert_eq!(
+            (m.head_dim, m.value_dim(), m.latent),
+            (192, 128, Some(expected))
+        );
+        let duplicated = 1024 * (128 + 64);
+        assert_eq!(m.duplicated_attention_params(), duplicated);
+        assert_eq!(
+            m.attention_params(),
+            duplicated + 1024 * 16 * 192 + 128 * 16 * (128 + 128) + 16 * 128 * 1024
+        );
+        assert_eq!(
+            m.rank_layer_params(4, 1),
+            (m.attention_params() - duplicated + m.mlp_params()) / 4 + duplicated + 4 * 1024 + 128
+        );
     }
 
     /// Shared experts belong to a mixture of experts; their gate to shared experts.

@@ -384,6 +384,7 @@ mod tests {
             heads: 16,
             kv_heads: 8,
             head_dim: 128,
+            latent: None,
             ffn: 8192,
             seq: 2048,
             vocab: 32000,

@@ -278,7 +278,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
     // Keys and values of the whole sequence (this tensor rank's heads), gathered in the
     // context group.
-    let kv_bytes = 2 * l.micro_batch * model.seq * model.kv_heads * model.head_dim() / tp * 2;
+    let kv_bytes = l.micro_batch * model.seq * (model.key_width() + model.value_width()) / tp * 2;
     let (cp_forward, cp_backward) = context_collectives(plan);
     let scatter_gather = tp > 1 && l.scatter_gather;
     let message = if scatter_gather {
