@@ -419,6 +419,77 @@ fn shared_experts_lengthen_the_step() {
     assert!(memory > routed_memory, "{memory} vs {routed_memory}");
 }
 
+/// DeepSeek-V3's Hugging Face config and the shipped file in Megatron-core's key names train
+/// alike, number for number. Its first stage holds the dense layers, exchanges no tokens and is
+/// the slowest rank: the summary's expert column (the slowest rank's) is zero, and the text's
+/// all-to-all line reads the stage where they are longest.
+#[test]
+fn deepseek_v3_trains_alike_from_its_config_and_megatron_keys() {
+    let dir = scratch("collsim-llm", "deepseek");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+        "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+        "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
+        "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+        "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "tie_word_embeddings": false, "v_head_dim": 128,
+        "vocab_size": 129280}"#,
+    )
+    .unwrap();
+    let shipped = model("deepseek_v3.yaml");
+    let run = |path: &str, format: &str| {
+        let out = collsim(&[
+            "train",
+            "--model",
+            path,
+            "--seq",
+            "4096",
+            "--topology",
+            "hgx-h100:32",
+            "--pp",
+            "16",
+            "--first-stage-layers",
+            "3",
+            "--last-stage-layers",
+            "2",
+            "--ep",
+            "16",
+            "--global-batch",
+            "256",
+            "--micro-batch",
+            "1",
+            "--virtual-stages",
+            "1",
+            "--zero",
+            "1",
+            "--format",
+            format,
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let without_name = |csv: String| {
+        let mut lines = csv.lines().map(String::from).collect::<Vec<_>>();
+        let row = &mut lines[1];
+        *row = row.split_once(',').unwrap().1.to_string();
+        lines
+    };
+    let ours = run(&shipped, "csv");
+    assert_eq!(
+        without_name(run(config.to_str().unwrap(), "csv")),
+        without_name(ours.clone())
+    );
+    assert_eq!(column(&ours, "exposed_ep_s"), 0.0);
+    let text = run(&shipped, "text");
+    assert!(
+        text.contains("ms exposed per expert layer and micro-batch"),
+        "{text}"
+    );
+}
+
 /// Layouts that cannot run end with exit status 2 and one line naming the constraint.
 #[test]
 fn bad_layouts_exit_2_naming_the_constraint() {
