@@ -572,6 +572,17 @@ impl LlmModel {
         self.kv_heads * self.value_dim()
     }
 
+    /// Width of what the query-key-value products read across the tensor group, and of the
+    /// gradient that comes back: the hidden state, or with latent attention its latents, which
+    /// Megatron-core gathers (and whose gradients it reduces) in place of the hidden state: the
+    /// queries' (the hidden state where queries are not compressed), the keys' and values', and
+    /// the rotary key every head shares.
+    pub fn attention_input_width(&self) -> u64 {
+        self.latent.map_or(self.hidden, |l| {
+            l.q_rank.unwrap_or(self.hidden) + l.kv_rank + l.rope
+        })
+    }
+
     /// Width of the attention's output (the output projection's input): one value_dim a head.
     pub fn output_width(&self) -> u64 {
         self.heads * self.value_dim()

@@ -55,20 +55,35 @@ pub enum TensorOverlap {
     AsyncAllReduce,
 }
 
+/// The tensor a tensor-parallel collective moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tensor {
+    /// The hidden state: tokens x hidden.
+    Hidden,
+    /// What the query-key-value products read across the tensor group, and whose gradient
+    /// comes back: the hidden state, or latent attention's latents
+    /// ([`crate::llm::LlmModel::attention_input_width`]).
+    AttentionInput,
+}
+
 /// One piece of a sequence-parallel layer's pass, in seconds of compute.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Piece {
     /// Compute alone.
     Compute(f64),
     /// A collective of the activations alone on the stream, the compute after it waiting.
-    Alone(CollectiveKind),
+    Alone(CollectiveKind, Tensor),
     /// A product whose input arrives by a ring exchange in `chunks` chunks, its own first, each
     /// computed while the next arrives.
-    GatherInto { product: f64, chunks: u64 },
+    GatherInto {
+        product: f64,
+        chunks: u64,
+        tensor: Tensor,
+    },
     /// A product in splits, each split's output reduce-scattered while the next is computed.
     ScatterFrom(f64),
     /// A product beside a whole collective of another tensor.
-    Beside(f64, CollectiveKind),
+    Beside(f64, CollectiveKind, Tensor),
 }
 
 /// The forward of one layer, in order, with `tp` tensor ranks.
@@ -77,25 +92,27 @@ pub fn forward_pieces(parts: &LayerParts, tp: u64, how: TensorOverlap) -> Vec<Pi
     let between = Piece::Compute(parts.core.0 + parts.elementwise.0);
     match how {
         TensorOverlap::Megatron => vec![
-            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Alone(CollectiveKind::AllGather, Tensor::AttentionInput),
             Piece::Compute(linear[0].forward),
             between,
             Piece::Compute(linear[1].forward),
-            Piece::Alone(CollectiveKind::ReduceScatter),
-            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Alone(CollectiveKind::ReduceScatter, Tensor::Hidden),
+            Piece::Alone(CollectiveKind::AllGather, Tensor::Hidden),
             Piece::Compute(linear[2].forward + linear[3].forward),
-            Piece::Alone(CollectiveKind::ReduceScatter),
+            Piece::Alone(CollectiveKind::ReduceScatter, Tensor::Hidden),
         ],
         TensorOverlap::Userbuffers => vec![
             Piece::GatherInto {
                 product: linear[0].forward,
                 chunks: tp,
+                tensor: Tensor::AttentionInput,
             },
             between,
             Piece::ScatterFrom(reserved[1].forward),
             Piece::GatherInto {
                 product: linear[2].forward,
                 chunks: tp,
+                tensor: Tensor::Hidden,
             },
             Piece::ScatterFrom(reserved[3].forward),
         ],
@@ -103,9 +120,9 @@ pub fn forward_pieces(parts: &LayerParts, tp: u64, how: TensorOverlap) -> Vec<Pi
             Piece::Compute(linear[0].forward),
             between,
             Piece::Compute(linear[1].forward),
-            Piece::Alone(CollectiveKind::AllReduce),
+            Piece::Alone(CollectiveKind::AllReduce, Tensor::Hidden),
             Piece::Compute(linear[2].forward + linear[3].forward),
-            Piece::Alone(CollectiveKind::AllReduce),
+            Piece::Alone(CollectiveKind::AllReduce, Tensor::Hidden),
         ],
     }
 }
@@ -147,13 +164,14 @@ fn row_parallel_gradients(parts: &LayerParts, i: usize, tp: u64, how: TensorOver
             vec![Piece::Compute(l.input_gradient + l.weight_gradient)]
         }
         TensorOverlap::Megatron => vec![
-            Piece::Alone(CollectiveKind::AllGather),
+            Piece::Alone(CollectiveKind::AllGather, Tensor::Hidden),
             Piece::Compute(l.input_gradient + l.weight_gradient),
         ],
         TensorOverlap::Userbuffers => vec![
             Piece::GatherInto {
                 product: l.input_gradient,
                 chunks: tp,
+                tensor: Tensor::Hidden,
             },
             Piece::Compute(l.weight_gradient),
         ],
@@ -162,20 +180,33 @@ fn row_parallel_gradients(parts: &LayerParts, i: usize, tp: u64, how: TensorOver
 
 /// A column-parallel product's gradients: without sequence parallelism its input gradient, then
 /// that gradient all-reduced beside the weight gradient; with it, its input gathered again beside
-/// the input gradient, which is reduce-scattered beside the weight gradient.
+/// the input gradient, which is reduce-scattered beside the weight gradient. The
+/// query-key-value products' input is the attention's ([`Tensor::AttentionInput`]).
 fn column_parallel_gradients(parts: &LayerParts, i: usize, how: TensorOverlap) -> Vec<Piece> {
     let (l, reserved) = (&parts.linear[i], &parts.linear_reserved[i]);
+    let tensor = if i == 0 {
+        Tensor::AttentionInput
+    } else {
+        Tensor::Hidden
+    };
     match how {
         TensorOverlap::AsyncAllReduce => vec![
             Piece::Compute(l.input_gradient),
-            Piece::Beside(reserved.weight_gradient, CollectiveKind::AllReduce),
+            Piece::Beside(reserved.weight_gradient, CollectiveKind::AllReduce, tensor),
         ],
         TensorOverlap::Megatron | TensorOverlap::Userbuffers => vec![
-            Piece::Beside(reserved.input_gradient, CollectiveKind::AllGather),
-            Piece::Beside(reserved.weight_gradient, CollectiveKind::ReduceScatter),
+            Piece::Beside(reserved.input_gradient, CollectiveKind::AllGather, tensor),
+            Piece::Beside(
+                reserved.weight_gradient,
+                CollectiveKind::ReduceScatter,
+                tensor,
+            ),
         ],
     }
 }
+
+/// Collectives of a layer's pass in the tensor group: how many of each kind, on which tensor.
+pub(super) type TensorCounts = Vec<(CollectiveKind, u32, Tensor)>;
 
 /// The communication of `layers` layers' pass on a rank's stream, after their compute: per
 /// layer, collectives of each kind in the tensor group, all-gathers (forward) and
@@ -184,8 +215,10 @@ fn column_parallel_gradients(parts: &LayerParts, i: usize, how: TensorOverlap) -
 /// in layer order would, since each runs alone on its links at a time set by its size.
 #[derive(Clone, Copy)]
 pub(super) struct LayerComm<'a> {
-    pub(super) tp: &'a [(CollectiveKind, u32)],
+    pub(super) tp: &'a [(CollectiveKind, u32, Tensor)],
+    /// Bytes of the hidden state's collectives, and of the attention input's.
     pub(super) tp_bytes: u64,
+    pub(super) tp_attention_bytes: u64,
     pub(super) tp_name: &'a str,
     pub(super) cp: &'a [(CollectiveKind, u32)],
     pub(super) cp_bytes: u64,
@@ -196,13 +229,35 @@ pub(super) struct LayerComm<'a> {
 }
 
 impl LayerComm<'_> {
+    /// Bytes of a tensor-group collective on `tensor`.
+    pub(super) fn tp_bytes_of(&self, tensor: Tensor) -> u64 {
+        match tensor {
+            Tensor::Hidden => self.tp_bytes,
+            Tensor::AttentionInput => self.tp_attention_bytes,
+        }
+    }
+
     pub(super) fn emit(&self, b: &mut RankBuilder, layers: u64) {
+        // The tensor group's collectives of one kind and size run as one, in the order first
+        // listed.
+        let mut tensor: Vec<(CollectiveKind, u64, u32)> = Vec::new();
+        for &(kind, per_layer, on) in self.tp {
+            let bytes = self.tp_bytes_of(on);
+            match tensor
+                .iter_mut()
+                .find(|(k, b, _)| *k == kind && *b == bytes)
+            {
+                Some((_, _, n)) => *n += per_layer,
+                None => tensor.push((kind, bytes, per_layer)),
+            }
+        }
+        let context = self.cp.iter().map(|&(kind, n)| (kind, self.cp_bytes, n));
         let groups = [
-            (self.tp, self.tp_bytes, self.tp_name, CommGroup::Tensor),
-            (self.cp, self.cp_bytes, self.cp_name, CommGroup::Context),
+            (tensor, self.tp_name, CommGroup::Tensor),
+            (context.collect(), self.cp_name, CommGroup::Context),
         ];
-        for (counts, bytes, name, group) in groups {
-            for &(kind, per_layer) in counts {
+        for (counts, name, group) in groups {
+            for (kind, bytes, per_layer) in counts {
                 let times = per_layer * layers as u32;
                 b.then(group.name(), repeated(kind, bytes, name, group, times), &[]);
             }
@@ -281,6 +336,7 @@ impl LayerPass<'_> {
     ) {
         let l = layers as f64;
         let bytes = self.comm.tp_bytes;
+        let bytes_of = |on: Tensor| self.comm.tp_bytes_of(on);
         let tensor = |b: &mut RankBuilder, kind, bytes, deps| {
             let task = repeated(
                 kind,
@@ -304,7 +360,11 @@ impl LayerPass<'_> {
         for &piece in pieces {
             match piece {
                 Piece::Compute(secs) => pending += l * secs,
-                Piece::GatherInto { product, chunks } => {
+                Piece::GatherInto {
+                    product,
+                    chunks,
+                    tensor: on,
+                } => {
                     flush(b, &mut pending, &mut after);
                     let share = 1.0 / chunks as f64;
                     let c = b.add(
@@ -312,7 +372,7 @@ impl LayerPass<'_> {
                         self.compute(l * product * (1.0 - share)),
                         after.clone(),
                     );
-                    let gather = tensor(b, CollectiveKind::AllGather, bytes, after);
+                    let gather = tensor(b, CollectiveKind::AllGather, bytes_of(on), after);
                     after = vec![c, gather];
                     pending = l * product * share;
                 }
@@ -335,14 +395,14 @@ impl LayerPass<'_> {
                     );
                     after = vec![last];
                 }
-                Piece::Alone(kind) => {
+                Piece::Alone(kind, on) => {
                     flush(b, &mut pending, &mut after);
-                    after = vec![tensor(b, kind, bytes, after)];
+                    after = vec![tensor(b, kind, bytes_of(on), after)];
                 }
-                Piece::Beside(product, kind) => {
+                Piece::Beside(product, kind, on) => {
                     flush(b, &mut pending, &mut after);
                     let c = b.add(name, self.compute(l * product), after.clone());
-                    let other = tensor(b, kind, bytes, after);
+                    let other = tensor(b, kind, bytes_of(on), after);
                     after = vec![c, other];
                 }
             }
@@ -367,9 +427,9 @@ mod tests {
     /// Seconds of compute a piece holds.
     fn compute(piece: &Piece) -> f64 {
         match *piece {
-            Piece::Compute(secs) | Piece::ScatterFrom(secs) | Piece::Beside(secs, _) => secs,
+            Piece::Compute(secs) | Piece::ScatterFrom(secs) | Piece::Beside(secs, ..) => secs,
             Piece::GatherInto { product, .. } => product,
-            Piece::Alone(_) => 0.0,
+            Piece::Alone(..) => 0.0,
         }
     }
 

@@ -24,7 +24,8 @@ use super::compute::{
 };
 use super::model::{LlmModel, Precision};
 use super::pass::{
-    backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, TensorOverlap, COMMUNICATION_SMS,
+    backward_pieces, forward_pieces, LayerComm, LayerPass, Piece, Tensor, TensorCounts,
+    TensorOverlap, COMMUNICATION_SMS,
 };
 use super::rank::{collective, seconds, RankBuilder};
 use super::{Plan, ZeroStage};
@@ -229,25 +230,50 @@ fn layer_pieces(plan: &Plan, model: &LlmModel) -> Option<(Vec<Piece>, Vec<Piece>
 /// Collectives of one layer's pass: how many of each kind.
 pub(super) type Counts = Vec<(CollectiveKind, u32)>;
 
-/// The tensor-parallel collectives that follow one layer's forward and backward, by kind (none
-/// when they run inside its pieces, [`layer_pieces`]).
-pub(super) fn tensor_collectives(plan: &Plan) -> (Counts, Counts) {
+/// The tensor-parallel collectives that follow one layer's forward and backward, by kind and
+/// tensor (none when they run inside its pieces, [`layer_pieces`]): without sequence
+/// parallelism two all-reduces of the hidden state forward (after the attention-output and
+/// MLP-down products) and two of input gradients backward (the query-key-value products', of the
+/// attention's input, and the MLP-up ones'); with it, the attention's input and the MLP's
+/// gathered and two reduce-scatters forward, and backward two gathers and two reduce-scatters,
+/// one of each on the attention's input. A recomputed forward adds the forward's.
+pub(super) fn tensor_collectives(plan: &Plan) -> (TensorCounts, TensorCounts) {
     let l = &plan.layout;
-    let forward: Counts = if l.tp == 1 || runs_in_pieces(plan) {
-        Vec::new()
-    } else if l.sequence_parallel {
-        vec![
-            (CollectiveKind::AllGather, 2),
-            (CollectiveKind::ReduceScatter, 2),
-        ]
+    if l.tp == 1 || runs_in_pieces(plan) {
+        return (Vec::new(), Vec::new());
+    }
+    let (gather, scatter, reduce) = (
+        CollectiveKind::AllGather,
+        CollectiveKind::ReduceScatter,
+        CollectiveKind::AllReduce,
+    );
+    let (forward, gradients) = if l.sequence_parallel {
+        (
+            vec![
+                (gather, 1, Tensor::AttentionInput),
+                (gather, 1, Tensor::Hidden),
+                (scatter, 2, Tensor::Hidden),
+            ],
+            vec![
+                (gather, 1, Tensor::AttentionInput),
+                (gather, 1, Tensor::Hidden),
+                (scatter, 1, Tensor::AttentionInput),
+                (scatter, 1, Tensor::Hidden),
+            ],
+        )
     } else {
-        vec![(CollectiveKind::AllReduce, 2)]
+        (
+            vec![(reduce, 2, Tensor::Hidden)],
+            vec![
+                (reduce, 1, Tensor::AttentionInput),
+                (reduce, 1, Tensor::Hidden),
+            ],
+        )
     };
-    let again = l.recompute == super::Recompute::Full;
-    let backward = forward
-        .iter()
-        .map(|&(k, n)| (k, if again { 2 * n } else { n }))
-        .collect();
+    let mut backward = gradients;
+    if l.recompute == super::Recompute::Full {
+        backward.extend(forward.iter().copied());
+    }
     (forward, backward)
 }
 
@@ -276,6 +302,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let chunk_ranges = plan.chunk_ranges();
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
     let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
+    let attention_input = l.micro_batch * model.seq / cp * model.attention_input_width() * 2;
     // Keys and values of the whole sequence (this tensor rank's heads), gathered in the
     // context group.
     let kv_bytes = l.micro_batch * model.seq * (model.key_width() + model.value_width()) / tp * 2;
@@ -420,6 +447,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
                             &tp_backward
                         },
                         tp_bytes: activation,
+                        tp_attention_bytes: attention_input,
                         tp_name: &tp_name,
                         cp: if step.forward {
                             &cp_forward

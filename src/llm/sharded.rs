@@ -24,6 +24,7 @@ pub fn program(plan: &Plan) -> Program {
     let kind_of = |j: usize| model.is_dense_layer(j as u64) as usize;
     let (tp_forward, tp_backward) = tensor_collectives(plan);
     let activation = l.micro_batch * model.seq * model.hidden * 2;
+    let attention_input = l.micro_batch * model.seq * model.attention_input_width() * 2;
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
     let embedding_bytes = 2 * model.vocab * model.hidden / tp;
@@ -68,6 +69,7 @@ pub fn program(plan: &Plan) -> Program {
                 let forward_comm = LayerComm {
                     tp: &tp_forward,
                     tp_bytes: activation,
+                    tp_attention_bytes: attention_input,
                     tp_name: &tp_name,
                     cp: &[],
                     cp_bytes: 0,

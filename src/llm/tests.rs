@@ -663,6 +663,52 @@ fn dense_layers_run_as_dense_ones_among_expert_layers() {
     assert!(compute_secs_of(&mixed, 0) != compute_secs_of(&experts, 0));
 }
 
+/// Latent attention's tensor group moves its latents where a GPT layer moves the hidden state
+/// into (and the gradient out of) its query-key-value products: latents of 256 + 128 + 32
+/// where the hidden state is 1024 wide, on one collective a layer and micro-batch without
+/// sequence parallelism (the backward's all-reduce of that input gradient) and on four with
+/// it and full recomputation (the forward's gather, the recomputed forward's, the backward's
+/// gather again and reduce-scatter), whatever the overlap; nothing else changes.
+#[test]
+fn latent_attention_gathers_its_latents_in_the_tensor_group() {
+    let latent = LlmModel {
+        head_dim: 64 + 32,
+        latent: Some(crate::llm::model::Latent {
+            q_rank: Some(256),
+            kv_rank: 128,
+            rope: 32,
+            value: 64,
+        }),
+        ..tiny(4, 1)
+    };
+    assert_eq!(latent.attention_input_width(), 256 + 128 + 32);
+    let (layers, micro_batches, tokens) = (4, 2, 1024);
+    let tensor_bytes = |model: LlmModel, sequence_parallel: bool, overlap: bool| {
+        let mut p = plan(model, 2, 1, 4, 8);
+        p.layout.sequence_parallel = sequence_parallel;
+        p.layout.tp_comm_overlap = overlap;
+        let program = pipeline::program(&p);
+        [
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+            CollectiveKind::AllReduce,
+        ]
+        .map(|kind| group_bytes(&program, CommGroup::Tensor, kind))
+        .iter()
+        .sum::<u64>()
+    };
+    for (sequence_parallel, overlap, per_layer) in
+        [(false, false, 1), (true, false, 4), (true, true, 4)]
+    {
+        let narrower = per_layer * layers * micro_batches * tokens * (1024 - 416) * 2;
+        assert_eq!(
+            tensor_bytes(latent.clone(), sequence_parallel, overlap),
+            tensor_bytes(tiny(4, 1), sequence_parallel, overlap) - narrower,
+            "sequence parallel {sequence_parallel}, overlap {overlap}"
+        );
+    }
+}
+
 /// ZeRO-3 gathers every layer's weights before its forward and its backward and reduces
 /// its gradients after, every micro-batch, on one data-parallel stream; it needs less
 /// memory than ZeRO-1, and it refuses pipeline parallelism.
