@@ -274,9 +274,8 @@ fn dense_layers(file: &ModelFile) -> Result<Vec<u64>, String> {
 
 /// Multi-head latent attention as a model file gives it, widths checked by `positive`: its
 /// compression (with a head's value width) and a head's query-key width (without and with
-/// positions);
-/// absent defaults are Megatron's (`--qk-head-dim` 128, `--qk-pos-emb-head-dim` 64,
-/// `--v-head-dim` 128, no query compression).
+/// positions); absent defaults are Megatron's (`--qk-head-dim` 128, `--qk-pos-emb-head-dim`
+/// 64, `--v-head-dim` 128, no query compression).
 fn latent_attention(
     file: &ModelFile,
     positive: &dyn Fn(&str, u64) -> Result<u64, String>,

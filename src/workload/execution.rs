@@ -123,6 +123,8 @@ pub fn execute(
             if stall > Time::ZERO {
                 let from = free.min(started);
                 let completion = |d: u32| completed[ends[d as usize] as usize];
+                // The latest to finish of the communication the step waited for: any (`None`),
+                // or only received messages (`Some(true)`) or only the rest (`Some(false)`).
                 let latest = |recv: Option<bool>| {
                     node.deps
                         .iter()
