@@ -589,6 +589,7 @@ pub fn gradient_accumulation_time(gpu: &Gpu, params: f64, accumulated_bytes: u64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::model::shipped;
 
     #[test]
     fn a_large_product_runs_at_the_measured_matmul_rate() {
@@ -639,9 +640,10 @@ mod tests {
     /// the whole matrix, window or not; nothing else in the layer changes.
     #[test]
     fn a_window_shortens_flash_attention_only() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/llm/llama3_8b.yaml");
-        let full = LlmModel::load(std::path::Path::new(path)).unwrap();
-        let full = LlmModel { seq: 32768, ..full };
+        let full = LlmModel {
+            seq: 32768,
+            ..shipped("llama3_8b.yaml")
+        };
         let windowed = LlmModel {
             attention_window: Some(4096),
             windowed_layers: full.layers,
@@ -680,11 +682,7 @@ mod tests {
     /// and uses them over the value width (128), as the model's FLOPs count it.
     #[test]
     fn latent_attention_duplicates_its_down_projections() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/workloads/llm/deepseek_v3.yaml"
-        );
-        let model = LlmModel::load(std::path::Path::new(path)).unwrap();
+        let model = shipped("deepseek_v3.yaml");
         let h100 = Gpu::parse("h100").unwrap();
         let tokens = 4096.0;
         let work = |sequence_parallel| Work {
@@ -727,11 +725,7 @@ mod tests {
     /// shared width, and its activation function moves that MLP's bytes too.
     #[test]
     fn shared_experts_add_a_dense_mlp_of_their_width() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/workloads/llm/mixtral_8x7b.yaml"
-        );
-        let routed = LlmModel::load(std::path::Path::new(path)).unwrap();
+        let routed = shipped("mixtral_8x7b.yaml");
         let shared = LlmModel {
             shared_ffn: 2 * 1408,
             ..routed.clone()

@@ -337,17 +337,13 @@ fn describe(file: &str, whole: Value, seq_given: bool) -> Result<Config, Error> 
 
 #[cfg(test)]
 mod tests {
+    use crate::llm::model::shipped;
     use crate::llm::LlmModel;
 
     fn load(json: &str, seq: Option<u64>) -> Result<(LlmModel, Vec<String>), crate::Error> {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), json).unwrap();
         LlmModel::load_with_seq(f.path(), seq)
-    }
-
-    fn shipped(name: &str) -> LlmModel {
-        let path = format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"));
-        LlmModel::load(std::path::Path::new(&path)).unwrap()
     }
 
     /// Meta-Llama-3-8B's config.json as the Hub publishes it gives the shipped Llama 3 8B file,

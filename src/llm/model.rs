@@ -833,6 +833,13 @@ impl LlmModel {
     }
 }
 
+/// A model file shipped in `workloads/llm/`, for tests.
+#[cfg(test)]
+pub(crate) fn shipped(name: &str) -> LlmModel {
+    let path = format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"));
+    LlmModel::load(Path::new(&path)).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

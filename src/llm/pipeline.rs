@@ -145,19 +145,14 @@ fn work(plan: &Plan) -> Work {
     }
 }
 
-/// One layer's and the logit layer's times for one micro-batch: measured, or the roofline's
-/// (of the model's expert layers where it mixes kinds).
-pub(super) fn step_times(plan: &Plan) -> (LayerTime, LayerTime) {
-    let work = work(plan);
-    (
-        layer_time_of(plan, &plan.model),
-        head_time(&plan.model, &plan.gpu, &work),
-    )
+/// The logit layer's times for one micro-batch.
+pub(super) fn logit_layer_time(plan: &Plan) -> LayerTime {
+    head_time(&plan.model, &plan.gpu, &work(plan))
 }
 
 /// One layer's time for one micro-batch of `model` (the plan's, or its dense layers'):
 /// measured, or the roofline's.
-fn layer_time_of(plan: &Plan, model: &LlmModel) -> LayerTime {
+pub(super) fn layer_time_of(plan: &Plan, model: &LlmModel) -> LayerTime {
     let l = &plan.layout;
     match &plan.layer_times {
         Some(times) => times
@@ -296,7 +291,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let (tp, pp, dp, v) = (l.tp, l.pp, l.replicas(), l.virtual_stages);
     let cp = l.cp;
     let m = l.micro_batches();
-    let head = step_times(plan).1;
+    let head = logit_layer_time(plan);
     let kinds = layer_kinds(plan);
     let kind_of = |i: u64| &kinds[model.is_dense_layer(i) as usize];
     let chunk_ranges = plan.chunk_ranges();

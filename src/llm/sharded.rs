@@ -7,7 +7,7 @@
 
 use super::compute::optimizer_time;
 use super::pass::{LayerComm, LayerPass};
-use super::pipeline::{layer_kinds, step_times, tensor_collectives};
+use super::pipeline::{layer_kinds, logit_layer_time, tensor_collectives};
 use super::rank::{repeated, seconds, RankBuilder};
 use super::Plan;
 use crate::collective::CollectiveKind;
@@ -19,7 +19,7 @@ pub fn program(plan: &Plan) -> Program {
     let model = &plan.model;
     let (tp, dp) = (l.tp, l.dp);
     let layers = model.layers as usize;
-    let head = step_times(plan).1;
+    let head = logit_layer_time(plan);
     let kinds = layer_kinds(plan);
     let kind_of = |j: usize| model.is_dense_layer(j as u64) as usize;
     let (tp_forward, tp_backward) = tensor_collectives(plan);

@@ -767,7 +767,10 @@ fn context_parallelism_gathers_keys_and_values() {
     // Half the tokens a rank: less compute than the same micro-batch without the split.
     let mut whole = p.clone();
     (whole.layout.cp, whole.layout.dp) = (1, 4);
-    let (split, unsplit) = (pipeline::step_times(&p).0, pipeline::step_times(&whole).0);
+    let (split, unsplit) = (
+        pipeline::layer_time_of(&p, &p.model),
+        pipeline::layer_time_of(&whole, &whole.model),
+    );
     assert!(
         split.forward < 0.6 * unsplit.forward,
         "{split:?} {unsplit:?}"
@@ -836,9 +839,7 @@ fn bad_layouts_are_refused_by_name() {
 /// constants, 34 s b h / t a layer, which the estimate used before).
 #[test]
 fn llama_3_405b_fits_where_meta_trained_it() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/llm/llama3_405b.yaml");
-    let model = LlmModel::load(&path).unwrap();
+    let model = crate::llm::model::shipped("llama3_405b.yaml");
     assert!(!model.dropout);
     let mut p = plan(model, 8, 16, 64, 2048);
     p.gpu = Gpu::parse("h100").unwrap();
