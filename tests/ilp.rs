@@ -5,8 +5,20 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use common::{collsim, first_row, summary};
+
+/// The machine's cores, which cargo gives this file's tests side by side: every test shares
+/// them but the time-limit one, which measures wall-clock time and takes them alone.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+/// A share of the machine, held for a test's length.
+fn sharing() -> RwLockReadGuard<'static, ()> {
+    MACHINE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 const UNWOUND_SWITCH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -39,6 +51,7 @@ const GREEDY: &[&str] = &["--algorithm", "tacos", "--trials", "16", "--x-way", "
 /// bound is attainable it is attained.
 #[test]
 fn the_integer_program_is_never_slower_than_greedy_where_its_steps_are_exact() {
+    let _shared = sharing();
     let cases: &[(&[&str], &str, bool)] = &[
         (
             &["--topology", "ring:8", "--latency", "0ns"],
@@ -111,6 +124,7 @@ fn the_integer_program_is_never_slower_than_greedy_where_its_steps_are_exact() {
 /// greedy reaches 5 sends.
 #[test]
 fn the_unwound_switch_all_gather_meets_its_ingress_bound() {
+    let _shared = sharing();
     let ilp = run(&["--topology", UNWOUND_SWITCH], "all-gather", ILP_ALONE);
     // 1 MiB / 8 = 131072 B per chunk at 25 GB/s: 5242.88 ns a send; 4 sends on the busier link.
     assert_eq!(number(&ilp, "collective_time_ns"), 4.0 * 5242.88);
@@ -138,6 +152,7 @@ fn the_unwound_switch_all_gather_meets_its_ingress_bound() {
 /// the program's steps round, heterogeneous lines).
 #[test]
 fn tacos_ilp_is_never_slower_than_tacos_at_default_flags() {
+    let _shared = sharing();
     for topology in [
         &["--topology", "ring:6", "--latency", "1us"][..],
         &["--topology", "mesh:3x3", "--latency", "1us"],
@@ -164,6 +179,7 @@ fn tacos_ilp_is_never_slower_than_tacos_at_default_flags() {
 
 #[test]
 fn ignoring_congestion_costs_the_taccl_like_baseline_where_paths_share_links() {
+    let _shared = sharing();
     let mesh = ["--topology", "mesh:4x4"];
     let ilp = number(&run(&mesh, "all-gather", ILP), "collective_time_ns");
     let taccl = number(&run(&mesh, "all-gather", TACCL_LIKE), "collective_time_ns");
@@ -177,6 +193,7 @@ fn ignoring_congestion_costs_the_taccl_like_baseline_where_paths_share_links() {
 
 #[test]
 fn synthesize_method_ilp_reports_the_program_beside_the_simulated_time() {
+    let _shared = sharing();
     let out = collsim(&[
         "synthesize",
         "--topology",
@@ -206,6 +223,9 @@ fn synthesize_method_ilp_reports_the_program_beside_the_simulated_time() {
 
 #[test]
 fn a_time_limit_is_honoured_and_still_gives_a_valid_schedule() {
+    let _alone = MACHINE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // mesh 5x5 all-reduce: programs far beyond three seconds of microlp.
     let out = collsim(&[
         "synthesize",
@@ -238,6 +258,7 @@ fn a_time_limit_is_honoured_and_still_gives_a_valid_schedule() {
 
 #[test]
 fn time_clustering_solves_successive_windows_to_a_complete_schedule() {
+    let _shared = sharing();
     let out = collsim(&[
         "synthesize",
         "--topology",
@@ -272,6 +293,7 @@ fn time_clustering_solves_successive_windows_to_a_complete_schedule() {
 
 #[test]
 fn the_same_request_gives_the_same_schedule() {
+    let _shared = sharing();
     let a = run(&["--topology", "mesh:3x3"], "all-reduce", ILP);
     let b = run(&["--topology", "mesh:3x3"], "all-reduce", ILP);
     for column in ["collective_time_ns", "transfers", "max_queue"] {
@@ -281,6 +303,7 @@ fn the_same_request_gives_the_same_schedule() {
 
 #[test]
 fn a_failed_npu_that_disconnects_the_network_is_refused_by_name() {
+    let _shared = sharing();
     let out = collsim(&[
         "synthesize",
         "--topology",
@@ -303,6 +326,7 @@ fn a_failed_npu_that_disconnects_the_network_is_refused_by_name() {
 
 #[test]
 fn bad_ilp_flags_are_refused() {
+    let _shared = sharing();
     for (flag, value) in [("--time-limit", "-1"), ("--cluster", "0")] {
         let flag_value = format!("{flag}={value}");
         let out = collsim(&[
@@ -325,6 +349,7 @@ fn bad_ilp_flags_are_refused() {
 
 #[test]
 fn tenants_keep_their_chunks_inside_their_communicators() {
+    let _shared = sharing();
     // Two communicators on one mesh: a chunk may only relay through its own group's NPUs (the
     // schedule is validated, so a relay outside the group would fail the run).
     let out = collsim(&[
@@ -358,6 +383,7 @@ fn tenants_keep_their_chunks_inside_their_communicators() {
 /// its weak relaxation).
 #[test]
 fn the_relay_sketch_all_gather_is_proven_optimal_by_its_cut() {
+    let _shared = sharing();
     let root = env!("CARGO_MANIFEST_DIR");
     for chunks in ["1", "4"] {
         let out = common::stdout_of(&[
