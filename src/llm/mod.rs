@@ -5,7 +5,6 @@
 //! the communication exposed per parallel dimension.
 
 pub mod compute;
-mod hf_config;
 mod layout;
 pub mod model;
 mod pass;

@@ -18,7 +18,7 @@
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use super::model::ModelFile;
+use super::file::ModelFile;
 use crate::Error;
 
 /// The keys read, under the names the families give them.
