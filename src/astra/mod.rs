@@ -476,7 +476,7 @@ impl<'a> World<'a> {
         let chunk = self.chunks[c].as_mut().expect("a live chunk");
         chunk.at = l.dst;
         let size = chunk.size;
-        let (free, arrive) = l.delays(crate::sim::TimeModel::Astra, size);
+        let (free, arrive) = crate::sim::TimeModel::Astra.link_delays(l, size);
         let state = &mut self.links[link as usize];
         state.transmitting = true;
         state.busy += free.ps() / 1000;

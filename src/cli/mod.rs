@@ -481,14 +481,30 @@ impl Drop for Progress {
 pub fn run(cli: Cli) -> Result<(), Error> {
     crate::report::check_progress_pace().map_err(Error::Input)?;
     match cli.command {
-        Command::Simulate(args) => simulate::simulate(args),
+        Command::Simulate(args) => {
+            match (&args.multi_dim.system, &args.algorithm, &args.schedule) {
+                (Some(path), None, None) => {
+                    let path = path.clone();
+                    system::simulate(args, &path)
+                }
+                _ => simulate::simulate(args),
+            }
+        }
         Command::Synthesize(args) => simulate::synthesize(args),
         Command::Bound(args) => bound::bound(args),
         Command::Trees(args) => trees::trees(args),
         Command::Sweep(args) => batch::sweep(args),
         Command::Run(args) => batch::run_file(args),
         Command::Merge(args) => batch::merge_shards(args),
-        Command::Train(args) => train::train(args),
+        Command::Train(args) => {
+            if args.llm.model.is_some() {
+                llm::train(args)
+            } else if let Some(path) = args.multi_dim.system.clone() {
+                system::train(args, &path)
+            } else {
+                train::train(args)
+            }
+        }
         Command::Trace(args) => train::trace(args),
         Command::NcclTests(args) => nccl_tests::nccl_tests(args),
         Command::Calibrate(args) => calibrate::calibrate(args),

@@ -347,11 +347,8 @@ fn run_and_report(
     Ok(())
 }
 
+/// `simulate` of an algorithm or a schedule file (a `--system` file alone is `system`'s).
 pub(super) fn simulate(args: SimulateArgs) -> Result<(), Error> {
-    if let (Some(path), None, None) = (&args.multi_dim.system, &args.algorithm, &args.schedule) {
-        let path = path.clone();
-        return super::system::simulate(args, &path);
-    }
     let system = args.multi_dim.resolve()?;
     let collectives = msccl_stated(&args)?.requests_with(system.chunks)?;
     let source = match (&args.schedule, &args.algorithm) {

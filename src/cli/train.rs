@@ -16,6 +16,135 @@ use crate::units::parse_list;
 use crate::workload::{chakra, compare_with, load_workload, Breakdown, TrainOptions};
 use crate::Error;
 
+/// A language model and its parallel layout (`train --model`).
+#[derive(Args, Debug, Default)]
+pub struct LlmArgs {
+    /// Language model file (YAML: layers, hidden, heads, kv_heads, ffn, seq, vocab, experts,
+    /// top_k, gated_mlp; workloads/llm/ has GPT-3, Megatron's Table 1 models, Llama 3, an MoE),
+    /// or a Hugging Face config.json
+    #[arg(long, conflicts_with_all = ["workload", "ranks_map", "system"])]
+    pub model: Option<std::path::PathBuf>,
+    /// Tokens a sequence trains on, replacing the model file's `seq` (Megatron's --seq-length;
+    /// a Hugging Face config.json gives only its context length)
+    #[arg(long, requires = "model")]
+    pub seq: Option<u64>,
+    /// GPU of every rank: a100, h100, h200, b200, mi300x [default: the GPU system's own
+    /// (dgx-a100:N: a100, hgx-h100:N: h100, ...), else a100]
+    #[arg(long, requires = "model")]
+    pub gpu: Option<String>,
+    /// Tensor-parallel size; a comma-separated list searches them all, `auto` every size that
+    /// divides a box's GPUs and the model's heads
+    #[arg(long, default_value = "1", requires = "model")]
+    pub tp: String,
+    /// Pipeline-parallel size; a comma-separated list searches them all, `auto` every size up to
+    /// the model's layers that divides the GPUs
+    #[arg(long, default_value = "1", requires = "model")]
+    pub pp: String,
+    /// Data-parallel size [default: GPUs / (tp x pp)]
+    #[arg(long, requires = "model")]
+    pub dp: Option<u64>,
+    /// Expert-parallel size (within the data-parallel group)
+    #[arg(long, default_value_t = 1, requires = "model")]
+    pub ep: u64,
+    /// Context-parallel size: each sequence split over this many GPUs (Megatron's rank order
+    /// tp-cp-dp-pp; keys and values all-gathered in the group every layer)
+    #[arg(long, default_value_t = 1, requires = "model")]
+    pub cp: u64,
+    /// Model chunks per pipeline stage (the interleaved schedule); a comma-separated list
+    /// searches them all [default: the fastest of 1, 2, 4]
+    #[arg(long, requires = "model")]
+    pub virtual_stages: Option<String>,
+    /// Layers of the first pipeline stage, the rest split evenly over the others (Megatron's
+    /// --decoder-first-pipeline-num-layers), for models whose layers do not split evenly
+    #[arg(long, requires = "model")]
+    pub first_stage_layers: Option<u64>,
+    /// Layers of the last pipeline stage (--decoder-last-pipeline-num-layers)
+    #[arg(long, requires = "model")]
+    pub last_stage_layers: Option<u64>,
+    /// Count the embedding as a layer when splitting the layers over the pipeline's chunks: the
+    /// first chunk holds one layer fewer (Megatron-core's flag of that name)
+    #[arg(long, requires = "model")]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Count the loss as a layer: the last chunk holds one layer fewer (Megatron-core's flag)
+    #[arg(long, requires = "model")]
+    pub account_for_loss_in_pipeline_split: bool,
+    /// ZeRO stage: 0, 1 (optimizer state sharded), 2 (gradients too), 3 (weights too, gathered
+    /// per layer: ZeRO-3/FSDP, without pipeline parallelism)
+    #[arg(long, default_value_t = 0, requires = "model")]
+    pub zero: u8,
+    /// Activation recomputation: full, selective, none
+    #[arg(long, default_value = "full", requires = "model")]
+    pub recompute: String,
+    /// Sequences per micro-batch; a comma-separated list searches them all [default: the
+    /// fastest of 1, 2, 4, 8]
+    #[arg(long, requires = "model")]
+    pub micro_batch: Option<String>,
+    /// Sequences per iteration
+    #[arg(long, requires = "model")]
+    pub global_batch: Option<u64>,
+    /// Sequence parallelism in the tensor group (all-gathers and reduce-scatters)
+    #[arg(long, requires = "model")]
+    pub sequence_parallel: bool,
+    /// The tensor group's collectives overlapped with the products that make or use their
+    /// tensors, as Megatron-core's --tp-comm-overlap runs them (Transformer Engine's
+    /// userbuffers); needs --sequence-parallel
+    #[arg(long, requires = "sequence_parallel")]
+    pub tp_comm_overlap: bool,
+    /// Without --sequence-parallel, the backward's tensor all-reduces of input gradients run
+    /// beside the weight-gradient products, as Megatron-core always runs them (Megatron-LM's
+    /// --async-tensor-model-parallel-allreduce of 2021-22) [default: after the layer's compute,
+    /// as Megatron-LM 2021 ran them]
+    #[arg(long, requires = "model", conflicts_with = "sequence_parallel")]
+    pub async_tensor_model_parallel_allreduce: bool,
+    /// The interleaved schedule's sends overlapped with the next step's compute, as
+    /// Megatron-core runs it by default (its --no-overlap-p2p-communication turns it off; earlier
+    /// versions' --overlap-p2p-communication on); without --virtual-stages above 1 sends are
+    /// waited for, as Megatron does
+    #[arg(long, requires = "model")]
+    pub overlap_p2p_communication: bool,
+    /// Every tensor rank sends its stage's activations whole to the next stage, without
+    /// Megatron's scatter/gather (its --no-scatter-gather-tensors-in-pipeline)
+    #[arg(long, requires = "model")]
+    pub no_scatter_gather: bool,
+    /// Attention kernel: standard (scores in memory, Megatron 2021) or flash
+    #[arg(long, default_value = "flash", requires = "model")]
+    pub attention: String,
+    /// When gradients are reduced over the data-parallel group: overlapped (bucket by bucket
+    /// during the last backward pass: Megatron-core, PyTorch DDP) or after (one call once the
+    /// backward passes end: Megatron-LM 2021's own DDP)
+    #[arg(long, default_value = "overlapped", requires = "model")]
+    pub grad_reduce: String,
+    /// How each micro-batch's weight gradients join the step's: fused (summed inside the
+    /// weight-gradient product, Megatron-core's gradient_accumulation_fusion) or separate (a
+    /// kernel of its own, PyTorch autograd: Megatron-LM 2021, DDP, FSDP)
+    #[arg(long, default_value = "fused", requires = "model")]
+    pub grad_accumulation: String,
+    /// Training precision: bf16, fp16 with loss scaling (the optimizer also unscales the
+    /// gradients and checks them for overflow: Megatron-LM's --fp16), or fp8 (BF16 training
+    /// whose transformer layers' linear products run in FP8, Transformer Engine's recipe:
+    /// Megatron-core's --fp8-format hybrid; H100, H200 and B200)
+    #[arg(long, default_value = "bf16", requires = "model")]
+    pub precision: String,
+    /// BF16 training accumulates and reduces its gradients in BF16 (Megatron's
+    /// --grad-reduce-in-bf16), not FP32 as Megatron does by default
+    #[arg(long, requires = "model")]
+    pub grad_reduce_in_bf16: bool,
+    /// Collectives inside one box that run alone on its links (the tensor-parallel group's):
+    /// nccl (the NCCL model's time for the call, on GPU systems such as dgx-a100:N) or engine
+    /// (the --algorithm's schedule on the network)
+    #[arg(long, default_value = "nccl", requires = "model")]
+    pub box_collectives: String,
+    /// Measured layer times replacing the GPU's compute model: CSV with columns
+    /// tp,micro_batch,forward_ms,backward_ms (one layer, one micro-batch; backward with what it
+    /// recomputes)
+    #[arg(long, requires = "model")]
+    pub layer_times: Option<std::path::PathBuf>,
+    /// Which parallel dimension fills the GPUs first, then second, then third (Megatron's
+    /// default tp,dp,pp keeps a tensor group in a box)
+    #[arg(long, default_value = "tp,dp,pp", requires = "model")]
+    pub placement: String,
+}
+
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["workload", "model"])))]
 pub struct TrainArgs {
@@ -24,7 +153,7 @@ pub struct TrainArgs {
     #[arg(long, short = 'w')]
     pub workload: Option<PathBuf>,
     #[command(flatten)]
-    pub llm: super::llm::LlmArgs,
+    pub llm: LlmArgs,
     #[command(flatten)]
     pub topology: TopologyArgs,
     /// Chakra traces: the NPU each rank runs on, comma-separated NPU ids or half-open ranges
@@ -186,13 +315,9 @@ impl TrainArgs {
     }
 }
 
+/// `train --workload` on a topology (a language model is `llm`'s, a `--system` file
+/// `system`'s).
 pub(super) fn train(args: TrainArgs) -> Result<(), Error> {
-    if args.llm.model.is_some() {
-        return super::llm::train(args);
-    }
-    if let Some(path) = args.multi_dim.system.clone() {
-        return super::system::train(args, &path);
-    }
     let system = args.multi_dim.resolve()?;
     let topology = args.topology.build()?;
     let (program, layers) =

@@ -632,7 +632,11 @@ pub fn simulate(
     let gpus = topology.active_npus();
     plan.check(gpus.len() as u64)?;
     let npus = plan.layout.placement.gpus_of_ranks(&plan.layout, &gpus);
-    let program = pipeline::program_counted(plan, options.progress.as_deref());
+    let program = if plan.layout.zero == ZeroStage::Parameters {
+        sharded::program(plan)
+    } else {
+        pipeline::program_counted(plan, options.progress.as_deref())
+    };
     let execution = crate::workload::execute(topology, &program, &npus, options, observer)?;
     let slowest = &execution.ranks[execution.slowest];
     let step = slowest.breakdown.total;

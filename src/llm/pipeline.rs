@@ -272,16 +272,14 @@ pub(super) fn tensor_collectives(plan: &Plan) -> (TensorCounts, TensorCounts) {
     (forward, backward)
 }
 
-/// The iteration's programs.
+/// The iteration's programs (a layout whose weights are not sharded: ZeRO-3's are
+/// `sharded`'s).
 pub fn program(plan: &Plan) -> Program {
     program_counted(plan, None)
 }
 
 /// [`program`], counting the ranks built on `progress` (a long build can say how far it is).
 pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> Program {
-    if plan.layout.zero == ZeroStage::Parameters {
-        return super::sharded::program(plan);
-    }
     let l = &plan.layout;
     if let Some(steps) = progress {
         steps.begin("ranks built", l.tp * l.pp * l.replicas());

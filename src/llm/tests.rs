@@ -717,7 +717,7 @@ fn zero_3_gathers_each_layer_twice_and_reduces_it_once_per_micro_batch() {
     let topology = TopologyOptions::new("dgx-a100:2").build().unwrap();
     let mut p = plan(tiny(6, 1), 1, 1, 16, 32);
     p.layout.zero = ZeroStage::Parameters;
-    let program = pipeline::program(&p);
+    let program = sharded::program(&p);
     let count = |kind: CollectiveKind| {
         program.ranks[0]
             .iter()

@@ -7,6 +7,7 @@
 //! several, and the optional piece ranges, operations and file ids are stored only when some
 //! transfer has them.
 
+mod assembly;
 mod check;
 mod in_order;
 mod io;

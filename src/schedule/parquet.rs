@@ -25,7 +25,7 @@ use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedW
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
 
-use super::io::{Assembler, Claim, TransferIds};
+use super::assembly::{Assembler, Claim, TransferIds};
 use super::{Op, Schedule, Transfer, TransferIndex};
 use crate::collective::Collective;
 use crate::topology::NodeId;

@@ -318,7 +318,7 @@ fn run_engine<Q: EventQueue<Event>>(
         .links()
         .iter()
         .map(|l| {
-            let (cached_free, cached_arrive) = l.delays(options.time_model, 0);
+            let (cached_free, cached_arrive) = options.time_model.link_delays(l, 0);
             LinkState {
                 waiting: Waiting::default(),
                 held: 0,
@@ -650,8 +650,10 @@ impl<Q: EventQueue<Event>> Engine<'_, Q> {
         if bytes != state.cached_bytes || state.untallied == u32::MAX {
             self.tallies[l].add(state.untallied, state.cached_bytes, state.cached_free);
             state.untallied = 0;
-            (state.cached_free, state.cached_arrive) =
-                self.topology_links[l].delays(self.options.time_model, bytes);
+            (state.cached_free, state.cached_arrive) = self
+                .options
+                .time_model
+                .link_delays(&self.topology_links[l], bytes);
             state.cached_bytes = bytes;
         }
         state.untallied += 1;

@@ -79,7 +79,7 @@ impl<'t> InOrder<'t> {
             .links()
             .iter()
             .map(|l| {
-                let (free, arrive) = l.delays(options.time_model, 0);
+                let (free, arrive) = options.time_model.link_delays(l, 0);
                 LinkClock {
                     cached: (0, free, arrive),
                     ..LinkClock::default()
@@ -226,9 +226,9 @@ impl<'t> InOrder<'t> {
         }
         if clock.cached.0 != bytes {
             let (free, arrive) = self
-                .topology
-                .link(link)
-                .delays(self.options.time_model, bytes);
+                .options
+                .time_model
+                .link_delays(self.topology.link(link), bytes);
             clock.cached = (bytes, free, arrive);
         }
         let (_, free, arrive) = clock.cached;

@@ -18,6 +18,7 @@ pub use engine::{
 pub use in_order::InOrder;
 pub use queue::{BucketQueue, EventQueue, HeapQueue, LaneQueue, RadixQueue};
 
+use crate::topology::Link;
 use crate::units::{Bandwidth, Time};
 
 /// How link delays are rounded.
@@ -62,6 +63,13 @@ impl TimeModel {
                 (Time::from_ns(free), Time::from_ns(arrive))
             }
         }
+    }
+
+    /// (link-free delay, arrival delay) of a message of `bytes` over `link`: this model's for
+    /// the bytes, plus the link's per-message hold on both.
+    pub fn link_delays(self, link: &Link, bytes: u64) -> (Time, Time) {
+        let (free, arrive) = self.delays(bytes, link.bandwidth, link.latency);
+        (free + link.per_message, arrive + link.per_message)
     }
 }
 

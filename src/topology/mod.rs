@@ -78,13 +78,6 @@ impl Link {
         }
     }
 
-    /// (link-free delay, arrival delay) of a message of `bytes` under `model`: the time model's
-    /// for the bytes, plus the per-message hold on both.
-    pub fn delays(&self, model: crate::sim::TimeModel, bytes: u64) -> (Time, Time) {
-        let (free, arrive) = model.delays(bytes, self.bandwidth, self.latency);
-        (free + self.per_message, arrive + self.per_message)
-    }
-
     /// Both directions of a link between `a` and `b` (no dimension).
     pub fn both_ways(a: NodeId, b: NodeId, tier: (Bandwidth, Time)) -> [Link; 2] {
         [Link::one_way(a, b, tier), Link::one_way(b, a, tier)]

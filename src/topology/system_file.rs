@@ -45,6 +45,17 @@ struct SystemFile {
     calibrated: Calibration,
 }
 
+impl GpuSystem {
+    /// The system `spec` names (`dgx-a100:2`), or a GPU-system file (`sys.yml`, or `sys.yml:N`
+    /// for N boxes of it); None when `spec` is neither.
+    pub fn parse(spec: &str) -> Result<Option<GpuSystem>, Error> {
+        if let Some(system) = load(spec)? {
+            return Ok(Some(system));
+        }
+        GpuSystem::named(spec)
+    }
+}
+
 /// The system a GPU-system file at `spec` (optionally `FILE:N`) describes; None when `spec` is
 /// not such a file (a name, or a topology file of another kind).
 pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {

@@ -247,15 +247,6 @@ impl GpuSystem {
         Ok(())
     }
 
-    /// The system `spec` names (`dgx-a100:2`), or a GPU-system file (`sys.yml`, or `sys.yml:N`
-    /// for N boxes of it); None when `spec` is neither.
-    pub fn parse(spec: &str) -> Result<Option<GpuSystem>, Error> {
-        if let Some(system) = super::system_file::load(spec)? {
-            return Ok(Some(system));
-        }
-        GpuSystem::named(spec)
-    }
-
     /// The system a name gives (`dgx-a100:2`), or None when `spec` names no GPU system.
     pub fn named(spec: &str) -> Result<Option<GpuSystem>, Error> {
         let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
