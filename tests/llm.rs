@@ -6,16 +6,7 @@ mod common;
 use std::path::Path;
 
 use collsim::llm::LlmModel;
-use common::{collsim, refused, scratch, stdout_of, Table};
-
-fn model(name: &str) -> String {
-    format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The value of `name` in the first row of a CSV summary.
-fn column(csv: &str, name: &str) -> f64 {
-    Table::parse(csv).number(0, name)
-}
+use common::{collsim, column, llm_model as model, refused, scratch, stdout_of, Table};
 
 /// `train` of `model` on one H100 box at TP 8, micro-batch 1, with `extra` arguments: its step
 /// time and what it wrote to stderr.

@@ -5,16 +5,7 @@
 
 mod common;
 
-use common::{stdout_of, Table};
-
-fn model(name: &str) -> String {
-    format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The value of `name` in the first row of a CSV summary.
-fn column(csv: &str, name: &str) -> f64 {
-    Table::parse(csv).number(0, name)
-}
+use common::{column, llm_model as model, stdout_of, Table};
 
 /// The paper's Table 2 PTD-P pair (GPT-3 175B, batch 1536: 153 TFLOP/s per GPU on 384 A100s,
 /// 141 on 1536; `tests/data/training/megatron_ptdp.md`) in the layout the paper's

@@ -156,3 +156,13 @@ impl Table {
             .unwrap_or_else(|_| panic!("{name}: '{c}' is not a number"))
     }
 }
+
+/// The path of a model file shipped in `workloads/llm/`.
+pub fn llm_model(name: &str) -> String {
+    format!("{}/workloads/llm/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The value of `name` in the first row of a CSV summary.
+pub fn column(csv: &str, name: &str) -> f64 {
+    Table::parse(csv).number(0, name)
+}
