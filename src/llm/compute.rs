@@ -332,6 +332,8 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let queries = s / w.cp as f64;
     let tokens = b * queries;
     let heads = model.heads as f64 / t;
+    // What every tensor rank holds whole splits over them under sequence parallelism.
+    let replicated_share = if w.sequence_parallel { t } else { 1.0 };
     let (dh, dv) = (model.head_dim() as f64, model.value_dim() as f64);
     let queries_width = model.query_width() as f64;
     let keys_values = (model.key_width() + model.value_width()) as f64;
@@ -351,11 +353,7 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     let qkv_products: Vec<Product> = match model.latent {
         None => vec![product(1.0, tokens, (queries_width + keys_values) / t, h)],
         Some(latent) => {
-            let down_tokens = if w.sequence_parallel {
-                tokens / t
-            } else {
-                tokens
-            };
+            let down_tokens = tokens / replicated_share;
             let kv_rank = latent.kv_rank as f64;
             let rope_keys = model.heads as f64 * latent.rope as f64;
             let mut products = vec![
@@ -446,16 +444,11 @@ pub fn layer_parts(model: &LlmModel, gpu: &Gpu, w: &Work, reserved: u32) -> Laye
     // probability 0), split over the tensor-parallel group under sequence parallelism, and the
     // activation over the MLP's width (read the up projection(s), write the result).
     let norms_and_adds = 10.0 + if model.dropout { 1.0 } else { 0.0 };
-    let replicated = if w.sequence_parallel {
-        norms_and_adds / t
-    } else {
-        norms_and_adds
-    };
+    let replicated = norms_and_adds / replicated_share;
     let mlp_width = model.top_k as f64 * ffn + shared;
     // Latent attention's norms of its latents, over the down projections' tokens.
     let latent_norms = model.latent.map_or(0.0, |l| {
-        let shard = if w.sequence_parallel { t } else { 1.0 };
-        2.0 * (l.q_rank.unwrap_or(0) + l.kv_rank) as f64 / shard
+        2.0 * (l.q_rank.unwrap_or(0) + l.kv_rank) as f64 / replicated_share
     });
     let elementwise = HALF * tokens * (replicated * h + latent_norms + (up + 1.0) * mlp_width / t);
     // Transformer Engine's FP8 casts. Forward: the norms and the activation write their

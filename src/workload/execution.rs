@@ -123,11 +123,10 @@ pub fn execute(
             if stall > Time::ZERO {
                 let from = free.min(started);
                 let completion = |d: u32| completed[ends[d as usize] as usize];
-                // The latest to finish of the communication the step waited for: any (`None`),
-                // or only received messages (`Some(true)`) or only the rest (`Some(false)`).
-                let latest = |recv: Option<bool>| {
-                    node.deps
-                        .iter()
+                // The latest to finish of the communication among `deps`: any (`None`), or only
+                // received messages (`Some(true)`) or only the rest (`Some(false)`).
+                let latest_of = |deps: &[u32], recv: Option<bool>| {
+                    deps.iter()
                         .copied()
                         .filter(|&d| {
                             let task = &nodes[d as usize].task;
@@ -136,6 +135,7 @@ pub fn execute(
                         })
                         .max_by_key(|&d| completion(d))
                 };
+                let latest = |recv: Option<bool>| latest_of(&node.deps, recv);
                 // The stall is the rank's own communication's until that ends (its stream could
                 // not have gone on before), then the latest message's: a pipeline stage busy with
                 // its own collectives is not waiting for the stage before it.
@@ -172,12 +172,7 @@ pub fn execute(
                             break;
                         }
                         let node = &nodes[e as usize];
-                        let before = node
-                            .deps
-                            .iter()
-                            .filter(|&&x| nodes[x as usize].task.is_communication())
-                            .max_by_key(|&&x| completion(x))
-                            .copied();
+                        let before = latest_of(&node.deps, None);
                         let begun = match node.task {
                             Task::Recv { .. } => {
                                 let left = emitted.start[r][e as usize]
