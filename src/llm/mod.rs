@@ -432,6 +432,14 @@ impl Plan {
             })
     }
 
+    /// Bytes of one micro-batch's tokens on a rank (its share of each sequence under context
+    /// parallelism), `width` half-precision values a token: the activations stages pass on and
+    /// the tensor-parallel collectives carry.
+    pub fn token_bytes(&self, width: u64) -> u64 {
+        let l = &self.layout;
+        l.micro_batch * self.model.seq / l.cp * width * 2
+    }
+
     /// Weights held by a GPU of the first stage (which also holds the embedding).
     pub fn params_per_gpu(&self) -> f64 {
         let (m, l) = (&self.model, &self.layout);

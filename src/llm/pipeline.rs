@@ -294,8 +294,8 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     let kind_of = |i: u64| &kinds[model.is_dense_layer(i) as usize];
     let chunk_ranges = plan.chunk_ranges();
     // One micro-batch's activations between stages, and the tensor-parallel collectives' size.
-    let activation = l.micro_batch * model.seq / cp * model.hidden * 2;
-    let attention_input = l.micro_batch * model.seq / cp * model.attention_input_width() * 2;
+    let activation = plan.token_bytes(model.hidden);
+    let attention_input = plan.token_bytes(model.attention_input_width());
     // Keys and values of the whole sequence (this tensor rank's heads), gathered in the
     // context group.
     let kv_bytes = l.micro_batch * model.seq * (model.key_width() + model.value_width()) / tp * 2;
@@ -310,7 +310,7 @@ pub fn program_counted(plan: &Plan, progress: Option<&crate::report::Steps>) -> 
     // Megatron-core overlaps the interleaved schedule's sends with the next step's compute
     // (`overlap_p2p_comm`); it turns that off without interleaving.
     let async_sends = l.overlap_p2p && v > 1;
-    let expert_bytes = l.micro_batch * model.seq / cp * model.top_k * model.hidden * 2;
+    let expert_bytes = plan.token_bytes(model.top_k * model.hidden);
     let embedding_params = model.vocab * model.hidden / tp;
     // Gradients are accumulated and reduced at this width a weight; weights travel in half
     // precision.

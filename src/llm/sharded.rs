@@ -23,8 +23,8 @@ pub fn program(plan: &Plan) -> Program {
     let kinds = layer_kinds(plan);
     let kind_of = |j: usize| model.is_dense_layer(j as u64) as usize;
     let (tp_forward, tp_backward) = tensor_collectives(plan);
-    let activation = l.micro_batch * model.seq * model.hidden * 2;
-    let attention_input = l.micro_batch * model.seq * model.attention_input_width() * 2;
+    let activation = plan.token_bytes(model.hidden);
+    let attention_input = plan.token_bytes(model.attention_input_width());
     // Each layer's weights (this tensor rank's part), whole, in half precision; the embedding
     // travels with the first layer.
     let embedding_bytes = 2 * model.vocab * model.hidden / tp;
