@@ -728,3 +728,74 @@ fn ring_simple_time_us(op: &str, system: &str, size: &str) -> f64 {
     ]);
     Table::parse(&out).number(0, "time_us")
 }
+
+/// One box of eight MI300X runs RCCL's shipped MSCCL algorithms where they match the call (src/nccl/msccl.rs):
+/// an 8 MiB all-reduce is the all-pairs file's Simple on 8 channels a peer, its time the
+/// closed form of two phases each moving an eighth of the buffer over every xGMI link (51.2 GB/s
+/// as NCCL books it) at Simple's posting share (a 128 KiB piece a channel, 8 channels a link:
+/// 20.48 us of copy against RCCL's 2.1 us step), plus the 5 us fixed cost; 32 MiB, an average,
+/// or a forced algorithm run RCCL's rings; a 1 MiB all-to-all is the 32-channel file.
+#[test]
+fn mi300x_runs_rccls_msccl_algorithms_where_rccl_does() {
+    let row = |args: &[&str]| {
+        let table = Table::parse(&all_reduce_csv("mi300x:1", args));
+        (
+            table.number(0, "time_us"),
+            table.cell(0, "algorithm").to_string(),
+            table.cell(0, "protocol").to_string(),
+            table.cell(0, "channels").to_string(),
+        )
+    };
+    let (time_us, algo, proto, channels) = row(&["-b", "8M", "-e", "8M"]);
+    assert_eq!(
+        (algo.as_str(), proto.as_str(), channels.as_str()),
+        ("MSCCL", "Simple", "8")
+    );
+    let copy_us = 131_072.0 / (51.2e9 / 8.0) * 1e6;
+    let link = 51.2e9 * copy_us / (copy_us + 2.1);
+    let expected = 5.0 + 2.0 * (1u64 << 20) as f64 / link * 1e6;
+    assert!(
+        (time_us / expected - 1.0).abs() < 0.01,
+        "{time_us} us against {expected} us"
+    );
+    assert_eq!(row(&["-b", "32M", "-e", "32M"]).1, "Ring");
+    assert_eq!(row(&["-b", "8M", "-e", "8M", "-o", "avg"]).1, "Ring");
+    assert_eq!(
+        row(&["-b", "8M", "-e", "8M", "--nccl-algo", "Ring,Tree"]).1,
+        "Ring"
+    );
+    assert_eq!(row(&["-b", "64K", "-e", "64K"]).2, "LL");
+    let all_to_all = Table::parse(&stdout_of(&[
+        "nccl-tests",
+        "alltoall",
+        "--topology",
+        "mi300x:1",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "--format",
+        "csv",
+    ]));
+    assert_eq!(all_to_all.cell(0, "algorithm"), "MSCCL");
+    assert_eq!(all_to_all.cell(0, "channels"), "32");
+}
+
+/// The one public MI300X measurement at hand (an 8 MiB all-reduce, `-g 8`: 91.1 us) against
+/// the all-pairs model: within 35% (-30%; NCCL's rings gave +117%). The 20% of issue 49 is not
+/// met: the model moves the eighths at NCCL's xGMI figure, and charges ROCm's launches as
+/// CUDA's.
+#[test]
+fn mi300x_all_reduce_at_8_mib_near_its_measurement() {
+    let rows = compare(
+        "all_reduce",
+        "mi300x:1",
+        "mi300x_1node_all_reduce_8mib.log",
+        &[],
+    );
+    let row = rows.iter().find(|r| r.size == 8 << 20).unwrap();
+    let measured = row.measured.unwrap();
+    let error = row.predicted / measured - 1.0;
+    assert_eq!(row.algorithm, "MSCCL");
+    assert!(error.abs() < 0.35, "{} against {measured}", row.predicted);
+}

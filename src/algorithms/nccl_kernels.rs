@@ -12,6 +12,8 @@
 //!   writes it to every GPU (`multimem.st`); across boxes (NVLSTree) the sum of each box travels a
 //!   binary tree of the channel's head GPUs before the switch spreads it.
 //! - Point-to-point (all-to-all): every pair's data in p2p chunks, the pairs concurrently.
+//! - All-pairs (RCCL's MSCCL all-reduce on the MI300X): each rank's part summed at its owner
+//!   straight from every peer and sent back to every peer.
 //!
 //! Ranks are GPUs in box order: box `b` holds ranks `b G .. (b + 1) G`.
 
@@ -443,6 +445,14 @@ pub fn all_to_all(c: &Collective, channels: u32) -> Result<Schedule, Error> {
         }
     }
     Ok(b.finish())
+}
+
+/// RCCL's MSCCL all-pairs all-reduce: every rank sends each peer that peer's part of its
+/// buffer, the peer sums the parts it receives, and sends the sum to every rank; each part in
+/// `c.chunks` pieces (the algorithm's channels), every pair and piece concurrently, a piece's
+/// sum leaving as soon as it is complete.
+pub fn all_pairs_all_reduce(c: &Collective) -> Result<Schedule, Error> {
+    super::direct::generate(c, true)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 
 use crate::collective::CollectiveKind;
-use crate::nccl::{log, Allowed, Launch, Model, Prediction, Setting};
+use crate::nccl::{log, Algo, Allowed, Launch, Model, Prediction, Setting};
 use crate::report::{save_figure, LinePlot, OutputDir, Series};
 use crate::topology::GpuSystem;
 use crate::units::format_bytes_approx;
@@ -226,7 +226,10 @@ impl NcclSystemArgs {
                 "-g {gpus_per_thread}: between 1 and the system's {gpus} GPUs"
             )));
         }
-        let launch = Launch { gpus_per_thread };
+        let launch = Launch {
+            gpus_per_thread,
+            ..Launch::default()
+        };
         Ok((system, allowed, launch))
     }
 }
@@ -253,7 +256,7 @@ fn type_bytes(name: &str) -> Result<u64, Error> {
 }
 
 /// The algorithm column: all-to-all runs as NCCL's point-to-point sends, not a collective
-/// algorithm.
+/// algorithm (unless RCCL runs it as one of its MSCCL algorithms).
 fn algorithm_label(line: &Line) -> &'static str {
     if line.p2p {
         "P2P"
@@ -367,6 +370,11 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         )));
     }
     let tsize = type_bytes(&args.datatype)?;
+    let launch = Launch {
+        element_bytes: tsize,
+        average: args.reduction == "avg",
+        ..launch
+    };
     let measured = match &args.compare {
         Some(path) => Some(log::read_for(path, &args.op, gpus)?),
         None => None,
@@ -412,7 +420,7 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             .as_ref()
             .and_then(|rows| rows.iter().find(|r| r.size == size).map(|r| r.time_us));
         lines.push(Line {
-            p2p: kind == CollectiveKind::AllToAll,
+            p2p: kind == CollectiveKind::AllToAll && prediction.choice.algo != Algo::Msccl,
             size,
             count: size / tsize,
             prediction,

@@ -15,6 +15,10 @@
 //!    the kernel launches, [`constants::LAUNCH_US`]) is added. An all-to-all is NCCL's
 //!    point-to-point traffic, planned by [`p2p`] instead of the tuning model.
 //!
+//! On one box of eight MI300X, calls RCCL runs as one of the MSCCL algorithms it ships (all-reduce
+//! to 16 MiB, all-to-all to 43 MiB) run as those ([`msccl`]): each pair of GPUs exchanging its
+//! blocks directly.
+//!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
 //! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
 //! GPU per node), user buffer registration, the proxy thread's network progress, and clocks that
@@ -24,6 +28,7 @@ pub mod calibrate;
 pub mod constants;
 pub mod graph;
 pub mod log;
+pub mod msccl;
 pub mod nvls;
 pub mod p2p;
 pub mod tuning;
@@ -41,7 +46,8 @@ use nvls::NvlsTuning;
 use p2p::{P2pChannels, P2pSend};
 use tuning::Tables;
 
-/// NCCL's algorithms, in its order.
+/// NCCL's algorithms, in its order, and RCCL's shipped MSCCL algorithms ([`msccl`]), which
+/// RCCL runs before its tuner and NCCL's tables do not price.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algo {
     Tree = 0,
@@ -51,9 +57,11 @@ pub enum Algo {
     Nvls = 4,
     NvlsTree = 5,
     Pat = 6,
+    Msccl = 7,
 }
 
 impl Algo {
+    /// The algorithms NCCL's tuning model prices (not [`Algo::Msccl`]).
     pub const ALL: [Algo; ALGOS] = [
         Algo::Tree,
         Algo::Ring,
@@ -74,6 +82,7 @@ impl Algo {
             Algo::Nvls => "NVLS",
             Algo::NvlsTree => "NVLSTree",
             Algo::Pat => "PAT",
+            Algo::Msccl => "MSCCL",
         }
     }
 
@@ -87,7 +96,7 @@ impl Algo {
                     Algo::Pat | Algo::Ring | Algo::Nvls | Algo::CollNetDirect
                 )
             }
-            Func::AllReduce => self != Algo::Pat,
+            Func::AllReduce => !matches!(self, Algo::Pat | Algo::Msccl),
         }
     }
 
@@ -299,15 +308,24 @@ pub struct Model {
     pub p2p: P2pChannels,
 }
 
-/// How nccl-tests drives the GPUs: `gpus_per_thread` kernels launched one after another.
+/// How nccl-tests issues a call: `gpus_per_thread` kernels launched one after another, on
+/// elements of `element_bytes` (`-d`), reducing by average or not (`-o avg`). RCCL's MSCCL
+/// algorithms need an element count they divide, and no average.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {
     pub gpus_per_thread: u32,
+    pub element_bytes: u64,
+    pub average: bool,
 }
 
 impl Default for Launch {
+    /// One GPU a thread, nccl-tests' default `float` and `sum`.
     fn default() -> Launch {
-        Launch { gpus_per_thread: 1 }
+        Launch {
+            gpus_per_thread: 1,
+            element_bytes: 4,
+            average: false,
+        }
     }
 }
 
@@ -486,6 +504,9 @@ impl Model {
         root: u32,
         launch: Launch,
     ) -> Result<Prediction, Error> {
+        if let Some(algorithm) = self.msccl(kind, bytes, launch) {
+            return self.predict_msccl(algorithm, kind, bytes, launch);
+        }
         let choice = self.choose(kind, bytes)?;
         let n = self.system.gpus();
         let npus: Vec<u32> = (0..n).collect();
@@ -541,6 +562,74 @@ impl Model {
         })
     }
 
+    /// RCCL's MSCCL algorithm for the call where RCCL runs one ([`msccl::find`]), left to its
+    /// defaults: with an algorithm or protocol forced (NCCL_ALGO / NCCL_PROTO) collsim runs
+    /// RCCL's rings and trees, as RCCL_MSCCL_ENABLE=0 would.
+    fn msccl(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        launch: Launch,
+    ) -> Option<&'static msccl::Algorithm> {
+        if self.allowed != Allowed::default() || launch.average {
+            return None;
+        }
+        msccl::find(&self.system, kind, bytes, launch.element_bytes)
+    }
+
+    /// Runs a call as RCCL's MSCCL algorithm: each pair of GPUs exchanges its blocks directly
+    /// on the algorithm's channels (all-reduce: the all-pairs reduce-scatter, then the
+    /// all-gather of the sums), at the protocol's share of the link and RCCL's step latency on
+    /// xGMI, each Simple channel posting its pieces as a ring's slices.
+    fn predict_msccl(
+        &self,
+        algorithm: &msccl::Algorithm,
+        kind: CollectiveKind,
+        bytes: u64,
+        launch: Launch,
+    ) -> Result<Prediction, Error> {
+        let n = self.system.gpus();
+        let proto = algorithm.proto;
+        let channels = algorithm.channels;
+        let choice = Choice {
+            algo: Algo::Msccl,
+            proto,
+            channels,
+            threads: MAX_THREADS[proto as usize],
+            estimate_us: 0.0,
+        };
+        // Pieces a peer's part is cut in: all-reduce one a channel; all-to-all the file's
+        // chunks a loop over the ranks, spread over the channels.
+        let per_part = match kind {
+            CollectiveKind::AllToAll => (algorithm.chunks_per_loop / n as u64).max(1) as u32,
+            _ => channels,
+        };
+        // A piece for one peer, at most one step of the protocol's buffer.
+        let pieces = n as u64 * per_part as u64;
+        let piece = bytes.div_ceil(pieces).max(1);
+        // A GPU's links carry its channels to every peer at once.
+        let posts = Posts {
+            slice_bytes: piece.min(step_data_bytes(proto as usize)),
+            channels: (n - 1) * channels,
+            point_to_point: false,
+        };
+        let (topology, switches) = self.network(choice, posts, 1.0)?;
+        let collective =
+            Collective::new(kind, (0..n).collect(), bytes.max(pieces), per_part, None)?;
+        let schedule = match kind {
+            CollectiveKind::AllToAll => nccl_kernels::all_to_all(&collective, channels)?,
+            _ => nccl_kernels::all_pairs_all_reduce(&collective)?,
+        };
+        validate_with_relays(&schedule, &collective, &switches, 0x5eed)?;
+        let result = simulate(&topology, &schedule, &SimOptions::default(), &mut ())?;
+        let fixed = self.fixed_cost_us(choice, launch);
+        Ok(Prediction {
+            choice,
+            time: result.finish + Time::from_ps((fixed * 1e6).round() as u64),
+            transfers: schedule.len(),
+        })
+    }
+
     /// The call's fixed cost outside the simulated traffic, us: NCCL's base latency of the
     /// algorithm and protocol, the kernel launch, and the launches of the other GPUs a thread
     /// drives before the last one starts.
@@ -549,6 +638,8 @@ impl Model {
         let base = match choice.algo {
             // NVLS's latency in NCCL's model is a fixed cost of the call.
             Algo::Nvls | Algo::NvlsTree => HW_LATENCY[HW_NVLINK][a][p],
+            // Not in the tuner's tables: the launch and fixed overhead alone.
+            Algo::Msccl => 0.0,
             _ => BASE_LATENCY[a][p],
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
@@ -713,16 +804,21 @@ impl Model {
         tree_correction: f64,
     ) -> Result<(Topology, Vec<u32>), Error> {
         let s = &self.system;
-        let (a, p) = (choice.algo as usize, choice.proto as usize);
+        let msccl = choice.algo == Algo::Msccl;
+        // MSCCL's channels run the ring's primitives; its rows of NCCL's tables are the ring's.
+        let table_algo = if msccl { Algo::Ring } else { choice.algo };
+        let (a, p) = (table_algo as usize, choice.proto as usize);
         let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
         let measured = &s.calibration;
         // The protocol's share of the channels' bandwidth in NCCL's model (times what was
         // measured of it).
         let point_to_point = posts.point_to_point;
         let scale = match choice.algo {
-            // Point-to-point sends are not priced by the tuning model: their protocol's wire
-            // efficiency ([`DATA_SHARE`]).
-            _ if point_to_point => DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0),
+            // Point-to-point sends are not priced by the tuning model, nor are MSCCL's direct
+            // sends: their protocol's wire efficiency ([`DATA_SHARE`]).
+            _ if point_to_point || msccl => {
+                DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0)
+            }
             Algo::Ring | Algo::Tree => {
                 self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
                     * measured.rate_factor.get(p).unwrap_or(1.0)
@@ -737,7 +833,7 @@ impl Model {
         };
         let nic_gbps = measured
             .nic_gbps
-            .unwrap_or_else(|| self.booked_nic_gbps(choice.algo));
+            .unwrap_or_else(|| self.booked_nic_gbps(table_algo));
         let nic = nic_gbps * scale;
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
@@ -750,7 +846,11 @@ impl Model {
         } else {
             (a, p)
         };
-        let mut intra_lat = HW_LATENCY[hw_intra][lat_algo][lat_proto];
+        let mut intra_lat = if msccl {
+            msccl::XGMI_STEP_LATENCY_US[p]
+        } else {
+            HW_LATENCY[hw_intra][lat_algo][lat_proto]
+        };
         // As NCCL's model has it, for rings only.
         if s.boxes > 1 && choice.algo == Algo::Ring {
             intra_lat = intra_lat.max(tuning::ring_overhead_floor_us(s.cpu, choice.proto));
@@ -770,7 +870,7 @@ impl Model {
         let posting = choice.proto == Proto::Simple
             && matches!(
                 choice.algo,
-                Algo::Ring | Algo::Tree | Algo::Nvls | Algo::NvlsTree
+                Algo::Ring | Algo::Tree | Algo::Nvls | Algo::NvlsTree | Algo::Msccl
             );
         let mut send_share = 1.0;
         if posting {
@@ -782,8 +882,9 @@ impl Model {
             // one chunk's copy after the last post.
             intra_lat = if point_to_point { copy_us } else { 0.0 };
         }
-        // Each hop crosses two links (GPU - switch - GPU).
-        let us = |x: f64| Time::from_ps((x * 1e6 / 2.0).round() as u64);
+        // Each hop crosses two links (GPU - switch - GPU), or one on a full mesh.
+        let links_a_hop = |mesh: bool| if mesh { 1.0 } else { 2.0 };
+        let hop = |x: f64, mesh: bool| Time::from_ps((x * 1e6 / links_a_hop(mesh)).round() as u64);
         let gb = Bandwidth::gb_per_sec;
         let collnet = choice.algo == Algo::CollNetDirect;
         let relays = match (nvls, collnet) {
@@ -798,9 +899,9 @@ impl Model {
         let proxy = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
         let topology = s.network_sending_at(
             relays,
-            (gb(intra), us(intra_lat)),
+            (gb(intra), hop(intra_lat, s.intra == Intra::FullMesh)),
             send_share,
-            (gb(nic), us(net_lat)),
+            (gb(nic), hop(net_lat, false)),
             proxy,
         )?;
         Ok((topology, s.reducing_switches(relays)))

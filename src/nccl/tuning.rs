@@ -196,6 +196,10 @@ pub(super) fn ring_overhead_floor_us(cpu: CpuVendor, proto: Proto) -> f64 {
 
 /// The latency term of `ncclTopoTuneModel` for one (function, algorithm, protocol), us.
 fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f64 {
+    // RCCL's MSCCL algorithms have no row in the tables (the tuner never prices them).
+    if algo == Algo::Msccl {
+        return f64::INFINITY;
+    }
     let (a, p) = (algo as usize, proto as usize);
     let (nodes, ranks) = (comm.nodes, comm.ranks);
     let ppn = ranks / nodes;
@@ -239,6 +243,7 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
         Algo::CollNetChain => base + 2.0 * (ppn - 1) as f64 * intra_lat + inter_lat,
         Algo::Nvls => intra_lat + if nodes > 1 { inter_lat } else { 0.0 },
         Algo::NvlsTree => base + intra_lat + 2.0 * log_nodes * inter_lat,
+        Algo::Msccl => f64::INFINITY,
         Algo::Pat => {
             if matches!(func, Func::AllGather | Func::ReduceScatter) {
                 base + log_nodes * (inter_lat / 3.5) + ranks as f64 * 2.8
