@@ -378,3 +378,61 @@ fn steps_that_cannot_run_as_written_are_refused_by_name() {
         );
     }
 }
+
+/// RCCL's shipped all-pairs all-reduce for eight MI300X (tests/data/msccl/README.md), whose
+/// received scratch blocks are reduced a chunk at a time by several thread blocks, imports with
+/// what it states, and on a full mesh takes the time of collsim's own all-pairs schedule, which
+/// the NCCL model runs for RCCL's MSCCL calls on the MI300X: the same 448 transfers on the same
+/// links. A reduction that puts one of those chunks elsewhere is refused, naming its step.
+#[test]
+fn rccl_all_pairs_file_runs_as_collsims_all_pairs() {
+    let mesh = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--topology",
+            "fc:8",
+            "--bandwidth",
+            "51.2GB/s",
+            "--latency",
+            "1us",
+            "--size",
+            "8MiB",
+            "--format",
+            "csv",
+        ];
+        args.extend_from_slice(extra);
+        let out = common::collsim(&args);
+        assert!(out.status.success(), "{out:?}");
+        common::first_row(&String::from_utf8(out.stdout).unwrap())
+    };
+    let file = tools_file("rccl_allreduce_allpairs_8n_ll_32tb.xml");
+    let rccl = mesh(&["--schedule", &file]);
+    let own = mesh(&[
+        "--algorithm",
+        "direct-staggered",
+        "--collective",
+        "all-reduce",
+        "--chunks",
+        "4",
+    ]);
+    assert_eq!(rccl["collective"], "all-reduce");
+    assert_eq!(rccl["chunks_per_npu"], "32");
+    assert_eq!(rccl["transfers"], "448");
+    assert_eq!(own["transfers"], "448");
+    assert_eq!(rccl["collective_time_ns"], own["collective_time_ns"]);
+    let read = r#"<step s="6" type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="0" cnt="1""#;
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.matches(read).count(), 1);
+    let dir = common::scratch("msccl", "rccl");
+    let path = dir.join("misplaced.xml");
+    std::fs::write(
+        &path,
+        text.replacen(read, &read.replace(r#"dstoff="0""#, r#"dstoff="1""#), 1),
+    )
+    .unwrap();
+    let err = refusal(&run_file(path.to_str().unwrap(), &[]));
+    assert!(
+        err.contains("thread block 0 step 6") && err.contains("of another place lie"),
+        "{err}"
+    );
+}

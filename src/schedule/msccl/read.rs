@@ -659,39 +659,55 @@ fn build_schedule(
                 at(send)
             ))
         })?;
-        let mut found = readers
-            .get(&(recv.0, step.dst.1))
-            .into_iter()
-            .flatten()
-            .filter(|&&r| waits(r).contains(&t));
-        let (Some(&reader), None) = (found.next(), found.next()) else {
-            return Err(Error::input(format!(
-                "{}: receives into scratch chunk {}, which not exactly one local step (re or \
-                 cpy) that waits for it reads",
-                at(recv),
-                step.dst.1
-            )));
-        };
-        let local = &gpus[reader.0].1[reader.1].steps[reader.2];
-        let target = layout.piece(rank, local.dst.0, local.dst.1);
-        if local.count != step.count || target != Some(carried) {
-            return Err(Error::input(format!(
-                "{}: puts scratch chunks {}..{} (piece {carried} from GPU {}, {} chunk(s)) where \
-                 {} chunk(s) of another place lie",
-                at(reader),
-                step.dst.1,
-                step.dst.1 + step.count,
-                gpus[send.0].0,
-                step.count,
-                local.count
-            )));
+        // The local steps that wait for the receive and read its chunks, one after another
+        // (one step for the whole receive, or several for parts of it, as RCCL's all-pairs
+        // files reduce each chunk in a thread block of its own): each must put its chunks where
+        // the carried pieces lie, all in one way.
+        let (first, end) = (step.dst.1, step.dst.1 + step.count);
+        let mut chunk = first;
+        let mut op = None;
+        while chunk < end {
+            let mut found = readers
+                .get(&(recv.0, chunk))
+                .into_iter()
+                .flatten()
+                .filter(|&&r| waits(r).contains(&t));
+            let (Some(&reader), None) = (found.next(), found.next()) else {
+                return Err(Error::input(format!(
+                    "{}: receives into scratch chunk {chunk}, which not exactly one local step \
+                     (re or cpy) that waits for it reads",
+                    at(recv)
+                )));
+            };
+            let local = &gpus[reader.0].1[reader.1].steps[reader.2];
+            let target = layout.piece(rank, local.dst.0, local.dst.1);
+            let piece = carried + (chunk - first);
+            if chunk + local.count > end || target != Some(piece) {
+                return Err(Error::input(format!(
+                    "{}: puts scratch chunks {chunk}..{} (piece {piece} from GPU {}, {} \
+                     chunk(s)) where {} chunk(s) of another place lie",
+                    at(reader),
+                    chunk + local.count,
+                    gpus[send.0].0,
+                    end - chunk,
+                    local.count
+                )));
+            }
+            let reads = if local.kind == "re" {
+                Op::Reduce
+            } else {
+                Op::Copy
+            };
+            if op.is_some_and(|o| o != reads) {
+                return Err(Error::input(format!(
+                    "{}: copies part of a received scratch block that other steps reduce",
+                    at(reader)
+                )));
+            }
+            op = Some(reads);
+            chunk += local.count;
         }
-        let op = if local.kind == "re" {
-            Op::Reduce
-        } else {
-            Op::Copy
-        };
-        Ok((carried, op))
+        Ok((carried, op.unwrap_or(Op::Copy)))
     };
     let mut schedule = Schedule::with_capacity(transfers.len());
     for &t in &order {
