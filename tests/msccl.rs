@@ -392,7 +392,7 @@ fn rccl_all_pairs_file_runs_as_collsims_all_pairs() {
             "--topology",
             "fc:8",
             "--bandwidth",
-            "51.2GB/s",
+            "48GB/s",
             "--latency",
             "1us",
             "--size",

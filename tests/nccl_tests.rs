@@ -677,16 +677,16 @@ fn collnet_sums_in_the_network_switches() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--sharp"));
 }
 
-/// On an xGMI full mesh (MI300X: 7 links of 51.2 GB/s as NCCL books them per GPU) the channels'
+/// On an xGMI full mesh (MI300X: 7 links of 48 GB/s as RCCL books them per GPU) the channels'
 /// rings spread over the links, three edge-disjoint Hamiltonian rings run both ways using 6 of
 /// each GPU's 7 links, as NCCL's search spreads channels by deducting their bandwidth from the
-/// links: a 4 GiB all-gather within 15% of moving 7/8 of the buffer at 6 x 51.2 GB/s (Simple's
+/// links: a 4 GiB all-gather within 15% of moving 7/8 of the buffer at 6 x 48 GB/s (Simple's
 /// post per 1 MiB slice takes about 4% of that; all rings in GPU order, as before, shared two
 /// links a GPU: 3.4x slower).
 #[test]
 fn rings_spread_over_a_full_mesh() {
     let time_us = ring_simple_time_us("all_gather", "mi300x:1", "4G");
-    let bound_us = (4u64 << 30) as f64 * 7.0 / 8.0 / (6.0 * 51.2e9) * 1e6;
+    let bound_us = (4u64 << 30) as f64 * 7.0 / 8.0 / (6.0 * 48e9) * 1e6;
     assert!(
         time_us >= bound_us && time_us <= 1.15 * bound_us,
         "{time_us} us against {bound_us} us"
@@ -731,9 +731,9 @@ fn ring_simple_time_us(op: &str, system: &str, size: &str) -> f64 {
 
 /// One box of eight MI300X runs RCCL's shipped MSCCL algorithms where they match the call (src/nccl/msccl.rs):
 /// an 8 MiB all-reduce is the all-pairs file's Simple on 8 channels a peer, its time the
-/// closed form of two phases each moving an eighth of the buffer over every xGMI link (51.2 GB/s
-/// as NCCL books it) at Simple's posting share (a 128 KiB piece a channel, 8 channels a link:
-/// 20.48 us of copy against RCCL's 2.1 us step), plus the 5 us fixed cost; 32 MiB, an average,
+/// closed form of two phases each moving an eighth of the buffer over every xGMI link (48 GB/s
+/// as RCCL books it) at Simple's posting share (a 128 KiB piece a channel, 8 channels a link:
+/// 21.85 us of copy against RCCL's 2.1 us step), plus the 5 us fixed cost; 32 MiB, an average,
 /// or a forced algorithm run RCCL's rings; a 1 MiB all-to-all is the 32-channel file.
 #[test]
 fn mi300x_runs_rccls_msccl_algorithms_where_rccl_does() {
@@ -751,8 +751,8 @@ fn mi300x_runs_rccls_msccl_algorithms_where_rccl_does() {
         (algo.as_str(), proto.as_str(), channels.as_str()),
         ("MSCCL", "Simple", "8")
     );
-    let copy_us = 131_072.0 / (51.2e9 / 8.0) * 1e6;
-    let link = 51.2e9 * copy_us / (copy_us + 2.1);
+    let copy_us = 131_072.0 / (48e9 / 8.0) * 1e6;
+    let link = 48e9 * copy_us / (copy_us + 2.1);
     let expected = 5.0 + 2.0 * (1u64 << 20) as f64 / link * 1e6;
     assert!(
         (time_us / expected - 1.0).abs() < 0.01,

@@ -38,14 +38,17 @@ impl GpuArch {
 
     /// NCCL's effective bandwidth of one NVLink per direction in GB/s (src/graph/topo.h,
     /// `SM80_NVLINK_BW` 20.0, `SM90_NVLINK_BW` 20.6, `SM100_NVLINK_BW` 40.1): about 80% of the
-    /// line rate, the NVLink protocol overhead sjeaugey describes in nccl-tests#212.
+    /// line rate, the NVLink protocol overhead sjeaugey describes in nccl-tests#212. RCCL's of
+    /// one MI300X xGMI link (ROCm/rccl src/graph/topo.h, `GFX94X_XGMI_WIDTH` 48.0): 75% of its
+    /// 64 GB/s, the usable rate after CRC and protocol overhead AMD's own account gives ("about
+    /// 48 GB/s per link", ROCm blog "Understanding RCCL Bandwidth and xGMI Performance on AMD
+    /// Instinct MI300X", 2025).
     pub fn nccl_link_gbps(self) -> f64 {
         match self {
             GpuArch::Ampere => 20.0,
             GpuArch::Hopper => 20.6,
             GpuArch::Blackwell => 40.1,
-            // 64 GB/s xGMI line rate at NVLink's 80%.
-            GpuArch::Cdna3 => 51.2,
+            GpuArch::Cdna3 => 48.0,
         }
     }
 }
