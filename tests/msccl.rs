@@ -383,7 +383,8 @@ fn steps_that_cannot_run_as_written_are_refused_by_name() {
 /// received scratch blocks are reduced a chunk at a time by several thread blocks, imports with
 /// what it states, and on a full mesh takes the time of collsim's own all-pairs schedule, which
 /// the NCCL model runs for RCCL's MSCCL calls on the MI300X: the same 448 transfers on the same
-/// links. A reduction that puts one of those chunks elsewhere is refused, naming its step.
+/// links; its all-to-all file likewise against the direct all-to-all. A reduction that puts one
+/// of those chunks elsewhere is refused, naming its step.
 #[test]
 fn rccl_all_pairs_file_runs_as_collsims_all_pairs() {
     let mesh = |extra: &[&str]| {
@@ -407,6 +408,20 @@ fn rccl_all_pairs_file_runs_as_collsims_all_pairs() {
     };
     let file = tools_file("rccl_allreduce_allpairs_8n_ll_32tb.xml");
     let rccl = mesh(&["--schedule", &file]);
+    // RCCL's all-to-all files import too: each pair's block on the file's channels, the time of
+    // collsim's direct all-to-all on the same links.
+    let a2a = mesh(&["--schedule", &tools_file("rccl_alltoall_8n_9kb_190kb.xml")]);
+    let own_a2a = mesh(&[
+        "--algorithm",
+        "direct-staggered",
+        "--collective",
+        "all-to-all",
+        "--chunks",
+        "2",
+    ]);
+    assert_eq!(a2a["collective"], "all-to-all");
+    assert_eq!(a2a["transfers"], "112");
+    assert_eq!(a2a["collective_time_ns"], own_a2a["collective_time_ns"]);
     let own = mesh(&[
         "--algorithm",
         "direct-staggered",

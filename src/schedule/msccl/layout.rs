@@ -42,6 +42,7 @@ pub(super) fn coll_name(kind: CollectiveKind) -> Option<&'static str> {
         CollectiveKind::AllReduce => "allreduce",
         CollectiveKind::Broadcast => "broadcast",
         CollectiveKind::Reduce => "reduce",
+        CollectiveKind::AllToAll => "alltoall",
         _ => return None,
     })
 }
@@ -73,6 +74,11 @@ impl Layout<'_> {
         match self.c.kind {
             CollectiveKind::AllGather => (k, all),
             CollectiveKind::ReduceScatter => (all, k),
+            // A block for each peer in, one from each peer out.
+            CollectiveKind::AllToAll => {
+                let per_buffer = self.c.ranks() * k;
+                (per_buffer, per_buffer)
+            }
             _ => (all, all),
         }
     }
@@ -142,6 +148,13 @@ impl Layout<'_> {
             (_, Buffer::Scratch) => None,
             (CollectiveKind::AllGather, Buffer::Input) => Some(c.rank_block(rank).0 + offset),
             (CollectiveKind::ReduceScatter, Buffer::Output) => Some(c.rank_block(rank).0 + offset),
+            // All-to-all: input block `j` goes to rank `j`, output block `j` came from it.
+            (CollectiveKind::AllToAll, Buffer::Input) => {
+                Some(c.a2a_block(rank, offset / c.chunks).0 + offset % c.chunks)
+            }
+            (CollectiveKind::AllToAll, Buffer::Output) => {
+                Some(c.a2a_block(offset / c.chunks, rank).0 + offset % c.chunks)
+            }
             _ => Some(offset),
         }
     }

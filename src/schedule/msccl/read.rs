@@ -89,13 +89,14 @@ impl Claim {
             CollectiveKind::AllReduce,
             CollectiveKind::Broadcast,
             CollectiveKind::Reduce,
+            CollectiveKind::AllToAll,
         ]
         .into_iter()
         .find(|&k| coll_name(k) == Some(coll.as_str()))
         .ok_or_else(|| {
             Error::input(format!(
                 "{file}: coll='{coll}' is not a collective collsim imports (allgather, \
-                 reducescatter, allreduce, broadcast, reduce)"
+                 reducescatter, allreduce, broadcast, reduce, alltoall)"
             ))
         })?;
         let ngpus: u32 = field(file, "algo", algo, "ngpus")?;

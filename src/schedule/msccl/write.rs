@@ -10,7 +10,7 @@ use quick_xml::Writer;
 use super::layout::{
     coll_name, Buffer, Layout, Slot, StepRef, MAX_COUNT, MAX_STEPS, ORDER_ATTRIBUTE,
 };
-use crate::collective::Collective;
+use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{Op, Schedule, TransferIndex};
 use crate::Error;
 
@@ -92,13 +92,15 @@ pub fn write_msccl(
 
 /// The MSCCL XML text of `schedule` (see [`write_msccl`]).
 pub fn msccl_xml(schedule: &Schedule, c: &Collective, name: &str) -> Result<String, Error> {
-    let coll = coll_name(c.kind).ok_or_else(|| {
-        Error::input(format!(
+    let coll = coll_name(c.kind)
+        .filter(|_| c.kind != CollectiveKind::AllToAll)
+        .ok_or_else(|| {
+            Error::input(format!(
             "MSCCL export supports all-gather, reduce-scatter, all-reduce, broadcast and reduce, \
              not {}",
             c.kind
         ))
-    })?;
+        })?;
     if !schedule.deps_point_backwards() {
         return Err(Error::input(
             "MSCCL export needs every dependency to name an earlier transfer",
