@@ -406,35 +406,32 @@ fn rccl_all_pairs_file_runs_as_collsims_all_pairs() {
         assert!(out.status.success(), "{out:?}");
         common::first_row(&String::from_utf8(out.stdout).unwrap())
     };
+    // collsim's own direct exchange of `kind` in `chunks` pieces a block.
+    let direct = |kind: &str, chunks: &str| {
+        mesh(&[
+            "--algorithm",
+            "direct-staggered",
+            "--collective",
+            kind,
+            "--chunks",
+            chunks,
+        ])
+    };
     let file = tools_file("rccl_allreduce_allpairs_8n_ll_32tb.xml");
     let rccl = mesh(&["--schedule", &file]);
-    // RCCL's all-to-all files import too: each pair's block on the file's channels, the time of
-    // collsim's direct all-to-all on the same links.
-    let a2a = mesh(&["--schedule", &tools_file("rccl_alltoall_8n_9kb_190kb.xml")]);
-    let own_a2a = mesh(&[
-        "--algorithm",
-        "direct-staggered",
-        "--collective",
-        "all-to-all",
-        "--chunks",
-        "2",
-    ]);
-    assert_eq!(a2a["collective"], "all-to-all");
-    assert_eq!(a2a["transfers"], "112");
-    assert_eq!(a2a["collective_time_ns"], own_a2a["collective_time_ns"]);
-    let own = mesh(&[
-        "--algorithm",
-        "direct-staggered",
-        "--collective",
-        "all-reduce",
-        "--chunks",
-        "4",
-    ]);
+    let own = direct("all-reduce", "4");
     assert_eq!(rccl["collective"], "all-reduce");
     assert_eq!(rccl["chunks_per_npu"], "32");
     assert_eq!(rccl["transfers"], "448");
     assert_eq!(own["transfers"], "448");
     assert_eq!(rccl["collective_time_ns"], own["collective_time_ns"]);
+    // RCCL's all-to-all files import too: each pair's block on the file's channels, the time of
+    // collsim's direct all-to-all on the same links.
+    let a2a = mesh(&["--schedule", &tools_file("rccl_alltoall_8n_9kb_190kb.xml")]);
+    let own_a2a = direct("all-to-all", "2");
+    assert_eq!(a2a["collective"], "all-to-all");
+    assert_eq!(a2a["transfers"], "112");
+    assert_eq!(a2a["collective_time_ns"], own_a2a["collective_time_ns"]);
     let read = r#"<step s="6" type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="0" cnt="1""#;
     let text = std::fs::read_to_string(&file).unwrap();
     assert_eq!(text.matches(read).count(), 1);
