@@ -551,13 +551,26 @@ impl Model {
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
-        validate_with_relays(&schedule, &collective, &switches, 0x5eed)?;
-        let result = simulate(&topology, &schedule, &SimOptions::default(), &mut ())?;
+        self.run(choice, launch, &collective, &schedule, &topology, &switches)
+    }
+
+    /// Validates a call's `schedule` for `collective`, simulates it on the call's network and
+    /// adds the call's fixed cost.
+    fn run(
+        &self,
+        choice: Choice,
+        launch: Launch,
+        collective: &Collective,
+        schedule: &Schedule,
+        topology: &Topology,
+        switches: &[u32],
+    ) -> Result<Prediction, Error> {
+        validate_with_relays(schedule, collective, switches, 0x5eed)?;
+        let result = simulate(topology, schedule, &SimOptions::default(), &mut ())?;
         let fixed = self.fixed_cost_us(choice, launch);
-        let time = result.finish + Time::from_ps((fixed * 1e6).round() as u64);
         Ok(Prediction {
             choice,
-            time,
+            time: result.finish + Time::from_ps((fixed * 1e6).round() as u64),
             transfers: schedule.len(),
         })
     }
@@ -620,14 +633,7 @@ impl Model {
             CollectiveKind::AllToAll => nccl_kernels::all_to_all(&collective, channels)?,
             _ => nccl_kernels::all_pairs_all_reduce(&collective)?,
         };
-        validate_with_relays(&schedule, &collective, &switches, 0x5eed)?;
-        let result = simulate(&topology, &schedule, &SimOptions::default(), &mut ())?;
-        let fixed = self.fixed_cost_us(choice, launch);
-        Ok(Prediction {
-            choice,
-            time: result.finish + Time::from_ps((fixed * 1e6).round() as u64),
-            transfers: schedule.len(),
-        })
+        self.run(choice, launch, &collective, &schedule, &topology, &switches)
     }
 
     /// The call's fixed cost outside the simulated traffic, us: NCCL's base latency of the
@@ -882,9 +888,10 @@ impl Model {
             // one chunk's copy after the last post.
             intra_lat = if point_to_point { copy_us } else { 0.0 };
         }
-        // Each hop crosses two links (GPU - switch - GPU), or one on a full mesh.
-        let links_a_hop = |mesh: bool| if mesh { 1.0 } else { 2.0 };
-        let hop = |x: f64, mesh: bool| Time::from_ps((x * 1e6 / links_a_hop(mesh)).round() as u64);
+        // A hop's latency over the links it crosses: two (GPU - switch - GPU), or one GPU to GPU
+        // on a full mesh.
+        let hop = |x: f64, links: f64| Time::from_ps((x * 1e6 / links).round() as u64);
+        let intra_links = if s.intra == Intra::FullMesh { 1.0 } else { 2.0 };
         let gb = Bandwidth::gb_per_sec;
         let collnet = choice.algo == Algo::CollNetDirect;
         let relays = match (nvls, collnet) {
@@ -899,9 +906,9 @@ impl Model {
         let proxy = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
         let topology = s.network_sending_at(
             relays,
-            (gb(intra), hop(intra_lat, s.intra == Intra::FullMesh)),
+            (gb(intra), hop(intra_lat, intra_links)),
             send_share,
-            (gb(nic), hop(net_lat, false)),
+            (gb(nic), hop(net_lat, 2.0)),
             proxy,
         )?;
         Ok((topology, s.reducing_switches(relays)))
