@@ -681,8 +681,8 @@ fn collnet_sums_in_the_network_switches() {
 /// rings spread over the links, three edge-disjoint Hamiltonian rings run both ways using 6 of
 /// each GPU's 7 links, as NCCL's search spreads channels by deducting their bandwidth from the
 /// links: a 4 GiB all-gather within 15% of moving 7/8 of the buffer at 6 x 48 GB/s (Simple's
-/// post per 1 MiB slice takes about 4% of that; all rings in GPU order, as before, shared two
-/// links a GPU: 3.4x slower).
+/// post per 1 MiB slice, RCCL's 2.1 us step, takes a few percent of that; all rings in GPU
+/// order, as before, shared two links a GPU: 3.4x slower).
 #[test]
 fn rings_spread_over_a_full_mesh() {
     let time_us = ring_simple_time_us("all_gather", "mi300x:1", "4G");
@@ -779,6 +779,44 @@ fn mi300x_runs_rccls_msccl_algorithms_where_rccl_does() {
     ]));
     assert_eq!(all_to_all.cell(0, "algorithm"), "MSCCL");
     assert_eq!(all_to_all.cell(0, "channels"), "32");
+}
+
+/// RCCL, not NCCL, picks the MI300X's algorithm and protocol (`tuning_model_5`, src/nccl/rccl.rs).
+/// One box, all-gather: at 512 KiB RCCL's model prices Ring/LL at 12 + 7 x 0.8 us plus the
+/// bytes at 0.08 of 336 GB/s x 8/7 (34.7 us) and Ring/Simple at 17 + 7 x 2.1 plus the bytes at
+/// 336 x 8/7 (33.1 us): Simple, where NCCL's figures (LL at half the channels) kept LL to 2 MiB;
+/// at 64 KiB LL. Two boxes, all-reduce: RCCL's per-size ring correction (0.1 of the rings'
+/// bandwidth at 32 MiB, 0.8 at 512 MiB) keeps the trees to 128 MiB, where NCCL's figures ran
+/// rings from 32 MiB.
+#[test]
+fn mi300x_calls_are_chosen_by_rccls_model() {
+    let choice = |op: &str, system: &str, size: &str| {
+        let out = stdout_of(&[
+            "nccl-tests",
+            op,
+            "--topology",
+            system,
+            "-b",
+            size,
+            "-e",
+            size,
+            "--format",
+            "csv",
+        ]);
+        let table = Table::parse(&out);
+        format!(
+            "{} {}",
+            table.cell(0, "algorithm"),
+            table.cell(0, "protocol")
+        )
+    };
+    assert_eq!(choice("all_gather", "mi300x:1", "64K"), "Ring LL");
+    assert_eq!(choice("all_gather", "mi300x:1", "512K"), "Ring Simple");
+    assert_eq!(choice("reduce_scatter", "mi300x:1", "2M"), "Ring Simple");
+    assert_eq!(choice("all_reduce", "mi300x:2", "32M"), "Tree Simple");
+    assert_eq!(choice("all_reduce", "mi300x:2", "512M"), "Ring Simple");
+    // NVIDIA boxes keep NCCL's choice (LL at 512 KiB on eight A100s).
+    assert_eq!(choice("all_gather", "dgx-a100:1", "512K"), "Ring LL");
 }
 
 /// The one public MI300X measurement at hand (an 8 MiB all-reduce, `-g 8`: 91.1 us) against

@@ -17,7 +17,7 @@
 //!
 //! On one box of eight MI300X, calls RCCL runs as one of the MSCCL algorithms it ships (all-reduce
 //! to 16 MiB, all-to-all to 43 MiB) run as those ([`msccl`]): each pair of GPUs exchanging its
-//! blocks directly.
+//! blocks directly. On MI300X boxes the other calls are chosen by RCCL's cost model ([`rccl`]).
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
 //! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
@@ -31,6 +31,7 @@ pub mod log;
 pub mod msccl;
 pub mod nvls;
 pub mod p2p;
+pub mod rccl;
 pub mod tuning;
 
 use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
@@ -469,9 +470,9 @@ impl Model {
             ))
         })?;
         let (channels, threads) = tuning::channels_and_threads(
+            &self.system,
             self.comm_channels,
             self.nvls.channels,
-            self.system.gpus(),
             algo,
             proto,
             bytes,
@@ -646,7 +647,7 @@ impl Model {
             Algo::Nvls | Algo::NvlsTree => HW_LATENCY[HW_NVLINK][a][p],
             // Not in the tuner's tables: the launch and fixed overhead alone.
             Algo::Msccl => 0.0,
-            _ => BASE_LATENCY[a][p],
+            _ => tuning::base_latency(&self.system, choice.algo, choice.proto),
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
         let fixed = self
@@ -848,21 +849,24 @@ impl Model {
         };
         // NVLS's steps synchronise as the Simple ring's do.
         let (lat_algo, lat_proto) = if nvls {
-            (Algo::Ring as usize, Proto::Simple as usize)
+            (Algo::Ring, Proto::Simple)
         } else {
-            (a, p)
+            (table_algo, choice.proto)
         };
-        let mut intra_lat = if msccl {
-            msccl::XGMI_STEP_LATENCY_US[p]
-        } else {
-            HW_LATENCY[hw_intra][lat_algo][lat_proto]
-        };
+        // The library's per-step latency inside the box (RCCL's on the MI300X, whose MSCCL
+        // channels run the ring's primitives); across boxes NCCL's network figures, which RCCL's
+        // model replaces by values that steer its choice rather than measure the network.
+        let mut intra_lat = tuning::hw_latency(s, hw_intra, lat_algo, lat_proto);
         // As NCCL's model has it, for rings only.
         if s.boxes > 1 && choice.algo == Algo::Ring {
             intra_lat = intra_lat.max(tuning::ring_overhead_floor_us(s.cpu, choice.proto));
         }
-        let net_lat = HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo][lat_proto]);
-        let factor = measured.latency_factor.get(lat_proto).unwrap_or(1.0);
+        let net_lat =
+            HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo as usize][lat_proto as usize]);
+        let factor = measured
+            .latency_factor
+            .get(lat_proto as usize)
+            .unwrap_or(1.0);
         let (mut intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
         // Simple's post per slice: a ring or tree channel waits for its slice, copies it, then
         // fences and posts it before the next (src/device/prims_simple.h), so inside a box it

@@ -66,11 +66,6 @@ pub const ALGORITHMS: [Algorithm; 8] = {
     ]
 };
 
-/// RCCL's per-step latency over xGMI by protocol (LL, LL128, Simple), us: `tuning_model_5`'s
-/// Ring row for its NVLink (xGMI) class (`src/graph/tuning.cc`), the model its `rome_model_79`
-/// names. MSCCL's thread blocks run the same LL and Simple primitives.
-pub const XGMI_STEP_LATENCY_US: [f64; 3] = [0.8, 0.0, 2.1];
-
 /// The MSCCL algorithm RCCL runs for a call of `bytes` of `kind` in elements of `element_bytes`
 /// on `system`, if any: only on one box of eight MI300X.
 pub fn find(

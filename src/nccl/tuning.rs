@@ -1,10 +1,11 @@
 //! NCCL's cost model (src/graph/tuning.cc `ncclTopoTuneModel` and `ncclTopoGetAlgoTime`) and its
 //! choice of algorithm, protocol, channels and threads per call (src/enqueue.cc
-//! `topoGetAlgoInfo`): what NCCL itself would pick at each size, before collsim simulates it.
+//! `topoGetAlgoInfo`): what NCCL itself would pick at each size, before collsim simulates it. On
+//! the AMD systems RCCL runs, its model's figures and rules instead ([`super::rccl`]).
 
 use super::constants::*;
 use super::graph::Graph;
-use super::{Algo, Func, Proto};
+use super::{rccl, Algo, Func, Proto};
 use crate::topology::{CpuVendor, GpuArch, GpuSystem, Intra};
 
 /// Bandwidth (GB/s, algorithm bandwidth) and latency (us) of every (function, algorithm,
@@ -37,6 +38,34 @@ struct Comm {
     intra_hw: usize,
     /// The hosts' CPU (`cpuVendor`: the network overhead and LL's bandwidth row).
     cpu: CpuVendor,
+    /// RCCL prices the calls ([`rccl`]).
+    rccl: bool,
+}
+
+/// The library that runs collectives on `system`: RCCL on AMD GPUs, NCCL elsewhere.
+pub fn runs_rccl(system: &GpuSystem) -> bool {
+    system.arch == GpuArch::Cdna3
+}
+
+/// Base latency of (algorithm, protocol) in the model of the library `system` runs, us.
+pub fn base_latency(system: &GpuSystem, algo: Algo, proto: Proto) -> f64 {
+    let table = if runs_rccl(system) {
+        &rccl::BASE_LATENCY
+    } else {
+        &BASE_LATENCY
+    };
+    table[algo as usize][proto as usize]
+}
+
+/// Per-step latency of (algorithm, protocol) over link class `hw` (`HW_NVLINK`, `HW_PCI`,
+/// `HW_NET`) in the model of the library `system` runs, us.
+pub fn hw_latency(system: &GpuSystem, hw: usize, algo: Algo, proto: Proto) -> f64 {
+    let table = if runs_rccl(system) {
+        &rccl::HW_LATENCY
+    } else {
+        &HW_LATENCY
+    };
+    table[hw][algo as usize][proto as usize]
 }
 
 /// `ncclTopoTuneModel`: the tables for `system` with its `graphs`, and which algorithms and
@@ -52,6 +81,7 @@ pub fn tune(
         ranks: system.gpus(),
         generation: system.arch.table_index(),
         cpu: system.cpu,
+        rccl: runs_rccl(system),
         intra_hw: if system.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -102,6 +132,9 @@ pub fn tune(
             for proto in Proto::ALL {
                 let p = proto as usize;
                 if !protos[p] || !algo.takes(proto) {
+                    continue;
+                }
+                if comm.rccl && !rccl::priced(algo, proto, nodes) {
                     continue;
                 }
                 let collnet = matches!(algo, Algo::CollNetDirect | Algo::CollNetChain);
@@ -170,6 +203,11 @@ pub fn tune(
                     }
                 }
                 tables.share[f][a][p] = bus / (channels * bw);
+                // RCCL prices the choice with its own ratios; the share above (the protocol's
+                // wire efficiency) stays the simulated links' rate.
+                if comm.rccl {
+                    bus = rccl::bus_bandwidth(func, algo, proto, nodes, channels * bw);
+                }
                 // Bus bandwidth to algorithm bandwidth.
                 let gathers = matches!(func, Func::AllGather | Func::ReduceScatter);
                 if !(algo != Algo::Ring && gathers) {
@@ -203,18 +241,24 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
     let (a, p) = (algo as usize, proto as usize);
     let (nodes, ranks) = (comm.nodes, comm.ranks);
     let ppn = ranks / nodes;
-    let base = BASE_LATENCY[a][p];
-    let mut intra_lat = HW_LATENCY[comm.intra_hw][a][p];
-    let inter_lat = if ppn == 1 {
-        HW_LATENCY[HW_NET][Algo::Tree as usize][p]
+    let (base_table, hw_table) = if comm.rccl {
+        (&rccl::BASE_LATENCY, &rccl::HW_LATENCY)
     } else {
-        HW_LATENCY[HW_NET][a][p]
+        (&BASE_LATENCY, &HW_LATENCY)
+    };
+    let base = base_table[a][p];
+    let mut intra_lat = hw_table[comm.intra_hw][a][p];
+    // With one GPU a box NCCL exposes the Tree's network latency; RCCL does not.
+    let inter_lat = if ppn == 1 && !comm.rccl {
+        hw_table[HW_NET][Algo::Tree as usize][p]
+    } else {
+        hw_table[HW_NET][a][p]
     };
     let log_nodes = log2i(nodes as u64).max(0) as f64;
     match algo {
         Algo::Ring => {
             let hw = if nodes == 1 { comm.intra_hw } else { HW_NET };
-            let lat = HW_LATENCY[hw][a][p];
+            let lat = hw_table[hw][a][p];
             if matches!(func, Func::Reduce | Func::Broadcast) {
                 // sameChannels graphs (every one collsim builds) pay one step.
                 base + lat
@@ -222,8 +266,10 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
                 if nodes > 1 {
                     intra_lat = intra_lat.max(ring_overhead_floor_us(comm.cpu, proto));
                 }
+                // RCCL counts 2 x boxes network steps of an all-reduce, NCCL 2 x (boxes - 1).
                 let inter_steps = match (nodes, func) {
                     (1, _) => 0.0,
+                    (_, Func::AllReduce) if comm.rccl => 2.0 * nodes as f64,
                     (_, Func::AllReduce) => 2.0 * (nodes - 1) as f64,
                     _ => (nodes - 1) as f64,
                 };
@@ -301,6 +347,10 @@ pub fn algo_time(
     if bw <= 0.0 {
         return None;
     }
+    if runs_rccl(system) {
+        bw *= rccl::correction(algo, proto, system.boxes.max(1), bytes);
+        return Some(lat + bytes as f64 / (1000.0 * bw));
+    }
     bw *= tree_correction(system, func, algo, proto, bytes);
     let ranks = system.gpus() as u64;
     if algo == Algo::Ring
@@ -315,25 +365,27 @@ pub fn algo_time(
     Some(lat + bytes as f64 / (1000.0 * bw))
 }
 
-/// Channels and threads per channel NCCL gives a call (`topoGetAlgoInfo`): Ring and Tree drop
-/// channels, then halve threads, while each thread would have less than its threshold of bytes;
-/// NVLS takes its own channel count.
+/// Channels and threads per channel NCCL gives a call on `system` (`topoGetAlgoInfo`): Ring and
+/// Tree drop channels, then halve threads, while each thread would have less than its threshold
+/// of bytes; NVLS takes its own channel count. RCCL keeps its 256 threads and drops channels only.
 pub fn channels_and_threads(
+    system: &GpuSystem,
     comm_channels: u32,
     nvls_channels: u32,
-    ranks: u32,
     algo: Algo,
     proto: Proto,
     bytes: u64,
 ) -> (u32, u64) {
     let p = proto as usize;
+    let rccl = runs_rccl(system);
     let mut threads = match algo {
+        _ if rccl => rccl::THREADS,
         Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain => NVLS_THREADS,
         _ => MAX_THREADS[p],
     };
     let mut threshold = THREAD_THRESHOLD[p];
     if algo == Algo::Ring && proto == Proto::LL {
-        threshold *= ranks as u64;
+        threshold *= system.gpus() as u64;
     }
     let mut channels = comm_channels;
     match algo {
@@ -342,7 +394,10 @@ pub fn channels_and_threads(
             while bytes < channels as u64 * threads * threshold && channels >= 2 {
                 channels -= 1;
             }
-            while bytes < channels as u64 * threads * threshold && threads.is_multiple_of(128) {
+            while !rccl
+                && bytes < channels as u64 * threads * threshold
+                && threads.is_multiple_of(128)
+            {
                 threads /= 2;
             }
         }
@@ -413,6 +468,37 @@ mod tests {
         assert_eq!(tree_correction(&b200, ar, Algo::Tree, simple, 1 << 30), 1.0);
     }
 
+    /// RCCL prices one box of eight MI300X with its `tuning_model_5`: Ring/Simple all-reduce
+    /// books its 14 channels' 24 GB/s whole (`bwRatio` 1.0) at 8/14, Ring/LL 0.08 of it; the
+    /// latencies are RCCL's base (17 and 12 us) and 14 xGMI steps (2.1 and 0.8 us); Tree/Simple
+    /// is not priced inside one box but is across two. The simulated links keep LL's wire share
+    /// (NCCL's half of the channels, capped at llMaxBw), not the 0.08 that steers the choice.
+    #[test]
+    fn mi300x_is_priced_by_rccls_model() {
+        let m = model("mi300x:1");
+        let (f, ring, tree) = (
+            Func::AllReduce as usize,
+            Algo::Ring as usize,
+            Algo::Tree as usize,
+        );
+        let (ll, simple) = (Proto::LL as usize, Proto::Simple as usize);
+        assert_eq!(m.graphs[ring].channels, 14);
+        let booked = 14.0 * m.graphs[ring].bw_intra;
+        let table = |a: usize, p: usize| (m.tables.bandwidth[f][a][p], m.tables.latency[f][a][p]);
+        let (bw, lat) = table(ring, simple);
+        assert!((bw - booked * 8.0 / 14.0).abs() < 1e-9, "{bw}");
+        assert!((lat - (17.0 + 14.0 * 2.1)).abs() < 1e-9, "{lat}");
+        let (bw, lat) = table(ring, ll);
+        assert!((bw - booked * 0.08 * 8.0 / 14.0).abs() < 1e-9, "{bw}");
+        assert!((lat - (12.0 + 14.0 * 0.8)).abs() < 1e-9, "{lat}");
+        assert_eq!(table(tree, simple).0, 0.0);
+        assert!(model("mi300x:2").tables.bandwidth[f][tree][simple] > 0.0);
+        assert!((m.tables.share[f][ring][ll] - 141.0 / booked).abs() < 1e-9);
+        // NVIDIA systems keep NCCL's figures.
+        let a100 = model("dgx-a100:1");
+        assert!((a100.tables.latency[f][ring][ll] - (6.6 + 14.0 * 0.6)).abs() < 1e-9);
+    }
+
     /// H100 NVLS all-reduce: 8 channels x 40 GB/s x 0.85 x 7/8 x 2 x 8/14 = 272 GB/s of algorithm
     /// bandwidth; the maintainer's figure for an 8 x H100 NVLS all-reduce is ~275 (algbw, with
     /// ~480 busbw; sjeaugey, nccl-tests#212).
@@ -446,13 +532,16 @@ mod tests {
     /// channels (each of 512 threads wants 64 bytes), and never under one.
     #[test]
     fn small_calls_use_fewer_channels() {
-        let (c, _) = channels_and_threads(24, 16, 8, Algo::Ring, Proto::Simple, 64 << 10);
-        assert_eq!(c, 2);
-        let (c, t) = channels_and_threads(24, 16, 8, Algo::Ring, Proto::Simple, 8);
-        assert_eq!((c, t), (1, 64));
-        assert_eq!(
-            channels_and_threads(24, 16, 8, Algo::Ring, Proto::Simple, 1 << 30).0,
-            24
-        );
+        let a100 = GpuSystem::parse("dgx-a100:1").unwrap().unwrap();
+        let ring = |bytes| channels_and_threads(&a100, 24, 16, Algo::Ring, Proto::Simple, bytes);
+        assert_eq!(ring(64 << 10).0, 2);
+        assert_eq!(ring(8), (1, 64));
+        assert_eq!(ring(1 << 30).0, 24);
+        // RCCL keeps 256 threads and drops channels only: 64 KiB is 4 channels' worth at 64
+        // bytes a thread.
+        let mi300x = GpuSystem::parse("mi300x:1").unwrap().unwrap();
+        let ring = |bytes| channels_and_threads(&mi300x, 28, 0, Algo::Ring, Proto::Simple, bytes);
+        assert_eq!(ring(64 << 10), (4, 256));
+        assert_eq!(ring(8), (1, 256));
     }
 }
