@@ -47,25 +47,30 @@ pub fn runs_rccl(system: &GpuSystem) -> bool {
     system.arch == GpuArch::Cdna3
 }
 
-/// Base latency of (algorithm, protocol) in the model of the library `system` runs, us.
-pub fn base_latency(system: &GpuSystem, algo: Algo, proto: Proto) -> f64 {
-    let table = if runs_rccl(system) {
-        &rccl::BASE_LATENCY
+/// The base latencies and per-step latencies (by link class `HW_NVLINK`, `HW_PCI`, `HW_NET`) of
+/// RCCL's model or NCCL's, us.
+type LatencyTables = (
+    &'static [[f64; PROTOS]; ALGOS],
+    &'static [[[f64; PROTOS]; ALGOS]; 3],
+);
+
+fn latency_tables(rccl: bool) -> LatencyTables {
+    if rccl {
+        (&rccl::BASE_LATENCY, &rccl::HW_LATENCY)
     } else {
-        &BASE_LATENCY
-    };
-    table[algo as usize][proto as usize]
+        (&BASE_LATENCY, &HW_LATENCY)
+    }
 }
 
-/// Per-step latency of (algorithm, protocol) over link class `hw` (`HW_NVLINK`, `HW_PCI`,
-/// `HW_NET`) in the model of the library `system` runs, us.
+/// Base latency of (algorithm, protocol) in the model of the library `system` runs, us.
+pub fn base_latency(system: &GpuSystem, algo: Algo, proto: Proto) -> f64 {
+    latency_tables(runs_rccl(system)).0[algo as usize][proto as usize]
+}
+
+/// Per-step latency of (algorithm, protocol) over link class `hw` in the model of the library
+/// `system` runs, us.
 pub fn hw_latency(system: &GpuSystem, hw: usize, algo: Algo, proto: Proto) -> f64 {
-    let table = if runs_rccl(system) {
-        &rccl::HW_LATENCY
-    } else {
-        &HW_LATENCY
-    };
-    table[hw][algo as usize][proto as usize]
+    latency_tables(runs_rccl(system)).1[hw][algo as usize][proto as usize]
 }
 
 /// `ncclTopoTuneModel`: the tables for `system` with its `graphs`, and which algorithms and
@@ -241,11 +246,7 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
     let (a, p) = (algo as usize, proto as usize);
     let (nodes, ranks) = (comm.nodes, comm.ranks);
     let ppn = ranks / nodes;
-    let (base_table, hw_table) = if comm.rccl {
-        (&rccl::BASE_LATENCY, &rccl::HW_LATENCY)
-    } else {
-        (&BASE_LATENCY, &HW_LATENCY)
-    };
+    let (base_table, hw_table) = latency_tables(comm.rccl);
     let base = base_table[a][p];
     let mut intra_lat = hw_table[comm.intra_hw][a][p];
     // With one GPU a box NCCL exposes the Tree's network latency; RCCL does not.
