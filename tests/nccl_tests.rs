@@ -781,6 +781,51 @@ fn mi300x_runs_rccls_msccl_algorithms_where_rccl_does() {
     assert_eq!(all_to_all.cell(0, "channels"), "32");
 }
 
+/// NCCL runs no LL128 across boxes whose GPUs reach their NICs beyond PXN (`--nic-path phb`): two
+/// B200 boxes' all-gather then runs LL and Simple at every size, one box still LL128. The
+/// two-box B200 log reads so (results/README.md): its 4 and 8 MiB rows, which the boards' own
+/// path (LL128) runs at less than half their measured time, come within 10% on Simple.
+#[test]
+fn ll128_across_boxes_follows_the_nic_path() {
+    let protocols = |system: &str, path: &str| -> Vec<String> {
+        let out = stdout_of(&[
+            "nccl-tests",
+            "all_gather",
+            "--topology",
+            system,
+            "--nic-path",
+            path,
+            "-b",
+            "256K",
+            "-e",
+            "64M",
+            "-f",
+            "4",
+            "--format",
+            "csv",
+        ]);
+        Table::parse(&out)
+            .column("protocol")
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
+    assert!(!protocols("hgx-b200:2", "phb").iter().any(|p| p == "LL128"));
+    assert!(protocols("hgx-b200:2", "pxb").iter().any(|p| p == "LL128"));
+    assert!(protocols("hgx-b200:1", "phb").iter().any(|p| p == "LL128"));
+    let log = "b200_2node_all_gather_reduce_scatter.md";
+    let error_at = |args: &[&str], size: u64| {
+        let rows = compare("all_gather", "hgx-b200:2", log, args);
+        let row = rows.iter().find(|r| r.size == size).unwrap();
+        row.predicted / row.measured.unwrap() - 1.0
+    };
+    for size in [4 << 20, 8 << 20] {
+        assert!(error_at(&[], size) < -0.5);
+        let error = error_at(&["--nic-path", "phb"], size);
+        assert!(error.abs() < 0.10, "{size} B: {error}");
+    }
+}
+
 /// RCCL, not NCCL, picks the MI300X's algorithm and protocol (`tuning_model_5`, src/nccl/rccl.rs).
 /// One box, all-gather: at 512 KiB RCCL's model prices Ring/LL at 12 + 7 x 0.8 us plus the
 /// bytes at 0.08 of 336 GB/s x 8/7 (34.7 us) and Ring/Simple at 17 + 7 x 2.1 plus the bytes at

@@ -118,6 +118,11 @@ pub struct SystemOverrideArgs {
     /// systems]
     #[arg(long)]
     pub cpu: Option<String>,
+    /// GPU systems: how a GPU reaches its NIC, in NCCL's path types pix, pxb, pxn, phb or sys
+    /// (beyond pxn on Hopper and later, pxb before, NCCL runs no LL128 across boxes) [default:
+    /// pxb, a NIC on each GPU's PCIe switch]
+    #[arg(long)]
+    pub nic_path: Option<String>,
     /// GPU systems: the network's switches reduce (IB SHARP), so NCCL may run CollNet
     #[arg(long)]
     pub sharp: bool,
@@ -129,6 +134,7 @@ impl SystemOverrideArgs {
             nic: self.nic.clone(),
             nic_kind: self.nic_kind.clone(),
             cpu: self.cpu.clone(),
+            nic_path: self.nic_path.clone(),
             sharp: self.sharp,
         }
     }

@@ -9,7 +9,7 @@
 //! topologies:
 //!   - ring:64
 //!   - {spec: mesh:8x8, name: 2D Mesh, bandwidth: 50GB/s, remove_npus: "7,9"}
-//!   - {spec: dgx-a100:2, name: RoCE, nic: 16x100Gb, nic_kind: roce}  # also cpu, sharp
+//!   - {spec: dgx-a100:2, name: RoCE, nic: 16x100Gb, nic_kind: roce}  # also cpu, nic_path, sharp
 //! collectives: [all-reduce]
 //! sizes: [1GB]               # or a range: "1KB..1GB:x10"
 //! algorithms: [ring, direct, rhd, tacos]
@@ -201,7 +201,8 @@ impl Experiment {
             .topologies
             .iter()
             .map(|t| match t {
-                RawTopology::Spec(spec) | RawTopology::Full { spec, .. } => spec.clone(),
+                RawTopology::Spec(spec) => spec.clone(),
+                RawTopology::Full(entry) => entry.spec.clone(),
             })
             .collect();
         let topologies = raw
@@ -215,33 +216,38 @@ impl Experiment {
                     },
                     name: None,
                 },
-                RawTopology::Full {
-                    spec,
-                    name,
-                    bandwidth,
-                    latency,
-                    remove_npus,
-                    remove_links,
-                    nic,
-                    nic_kind,
-                    cpu,
-                    sharp,
-                } => TopologyEntry {
-                    options: TopologyOptions {
+                RawTopology::Full(entry) => {
+                    let RawTopologyEntry {
                         spec,
+                        name,
                         bandwidth,
                         latency,
-                        remove_npus: remove_npus.map(|v| v.text()),
+                        remove_npus,
                         remove_links,
-                        system: SystemOverrides {
-                            nic,
-                            nic_kind,
-                            cpu,
-                            sharp,
+                        nic,
+                        nic_kind,
+                        cpu,
+                        nic_path,
+                        sharp,
+                    } = *entry;
+                    TopologyEntry {
+                        options: TopologyOptions {
+                            spec,
+                            bandwidth,
+                            latency,
+                            remove_npus: remove_npus.map(|v| v.text()),
+                            remove_links,
+                            system: SystemOverrides {
+                                nic,
+                                nic_kind,
+                                cpu,
+                                nic_path,
+                                sharp,
+                            },
                         },
-                    },
-                    name,
-                },
+                        name,
+                    }
+                }
             })
             .map(|mut entry| {
                 let inline =
@@ -428,19 +434,24 @@ fn same_name(list: &str, names: &[&str]) -> Result<(), String> {
 #[serde(untagged)]
 enum RawTopology {
     Spec(String),
-    Full {
-        spec: String,
-        name: Option<String>,
-        bandwidth: Option<String>,
-        latency: Option<String>,
-        remove_npus: Option<IdList>,
-        remove_links: Option<String>,
-        nic: Option<String>,
-        nic_kind: Option<String>,
-        cpu: Option<String>,
-        #[serde(default)]
-        sharp: bool,
-    },
+    Full(Box<RawTopologyEntry>),
+}
+
+/// A topology entry with its name and figures.
+#[derive(Deserialize)]
+struct RawTopologyEntry {
+    spec: String,
+    name: Option<String>,
+    bandwidth: Option<String>,
+    latency: Option<String>,
+    remove_npus: Option<IdList>,
+    remove_links: Option<String>,
+    nic: Option<String>,
+    nic_kind: Option<String>,
+    cpu: Option<String>,
+    nic_path: Option<String>,
+    #[serde(default)]
+    sharp: bool,
 }
 
 #[derive(Deserialize)]
@@ -535,7 +546,7 @@ mod tests {
     #[test]
     fn a_gpu_systems_figures_are_overridden_per_topology() {
         let exp = Experiment::parse(
-            "topologies: [dgx-a100:2, {spec: dgx-a100:2, name: slow, nic: 2x25Gb, nic_kind: roce, sharp: true}]\n\
+            "topologies: [dgx-a100:2, {spec: dgx-a100:2, name: slow, nic: 2x25Gb, nic_kind: roce, nic_path: phb, sharp: true}]\n\
              collectives: [all-reduce]\nsizes: [1MiB]\nalgorithms: [ring]\n",
             "x.yaml",
         )
@@ -549,6 +560,8 @@ mod tests {
         assert_eq!(systems[1].nics_per_box, 2);
         assert_eq!(systems[1].nic_kind, crate::topology::NicKind::RoCE);
         assert!(systems[1].sharp && !systems[0].sharp);
+        assert_eq!(systems[1].nic_path, crate::topology::NicPath::Phb);
+        assert_eq!(systems[0].nic_path, crate::topology::NicPath::Pxb);
     }
 
     #[test]

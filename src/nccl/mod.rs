@@ -208,11 +208,15 @@ impl Allowed {
     /// The protocols NCCL may run on `system`: unless NCCL_PROTO names them, LL128 only where
     /// NCCL enables it by default (src/graph/tuning.cc: NVIDIA GPUs of one generation whose
     /// GPUs meet over NVLink, "other cases are not tested and may cause silent data
-    /// corruption"; RCCL, src/graph/tuning.cc: only on gfx90a, so not on the MI300X).
+    /// corruption", and across boxes only while each GPU reaches its NIC within NCCL's path
+    /// limit, [`GpuSystem::ll128_across_boxes`]; RCCL, src/graph/tuning.cc: only on gfx90a, so
+    /// not on the MI300X).
     fn protos_on(&self, system: &GpuSystem) -> [bool; PROTOS] {
         let mut protos = self.protos;
         let nvidia_nvlink = system.arch != GpuArch::Cdna3 && system.intra == Intra::NvSwitch;
-        if !self.protos_named && !nvidia_nvlink {
+        let network_allows = system.boxes <= 1 || system.ll128_across_boxes();
+        let by_default = nvidia_nvlink && network_allows;
+        if !self.protos_named && !by_default {
             protos[Proto::LL128 as usize] = false;
         }
         protos

@@ -9,6 +9,7 @@
 //!   nic: 8x400Gb          # optional, as --nic takes it
 //!   nic_kind: ib          # optional: ib or roce
 //!   cpu: intel            # optional: intel, amd or other (NCCL's network overhead)
+//!   nic_path: pxb         # optional: pix, pxb, pxn, phb or sys (LL128 across boxes)
 //!   sharp: false          # optional
 //!   calibrated:           # optional, written by collsim calibrate
 //!     intra_gbps: 612.4
@@ -39,6 +40,8 @@ struct SystemFile {
     nic_kind: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nic_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sharp: Option<bool>,
     #[serde(default, skip_serializing_if = "Calibration::is_empty")]
@@ -71,7 +74,7 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     if !body.is_mapping() {
         return Err(Error::input(format!(
             "{path}: {KEY}: expected a mapping of system fields (base, boxes, nic, nic_kind, \
-             cpu, sharp, calibrated)"
+             cpu, nic_path, sharp, calibrated)"
         )));
     }
     let file: SystemFile = serde_yaml::from_value(body.clone())
@@ -117,6 +120,11 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
         system
             .set_cpu(cpu)
             .map_err(|e| Error::input(format!("{path}: {KEY}.cpu: {e}")))?;
+    }
+    if let Some(nic_path) = &file.nic_path {
+        system
+            .set_nic_path(nic_path)
+            .map_err(|e| Error::input(format!("{path}: {KEY}.nic_path: {e}")))?;
     }
     if let Some(sharp) = file.sharp {
         system.sharp = sharp;
@@ -195,6 +203,7 @@ pub fn render(base: &GpuSystem, calibration: &Calibration, notes: &[String]) -> 
             .to_string(),
         ),
         cpu: Some(base.cpu.name().to_string()),
+        nic_path: Some(base.nic_path.name().to_string()),
         sharp: Some(base.sharp),
         calibrated: calibration.clone(),
     };
@@ -218,6 +227,7 @@ pub fn render(base: &GpuSystem, calibration: &Calibration, notes: &[String]) -> 
 mod tests {
     use super::*;
     use crate::topology::systems::PerProtocol;
+    use crate::topology::NicPath;
 
     /// A file holding `text` in a folder of its own, removed when the value is dropped.
     struct Temp {
@@ -245,6 +255,7 @@ mod tests {
         let mut base = GpuSystem::named("dgx-a100:2").unwrap().unwrap();
         base.set_nics("16x100Gb").unwrap();
         base.set_nic_kind("roce").unwrap();
+        base.set_nic_path("phb").unwrap();
         let calibration = Calibration {
             intra_gbps: Some(201.5),
             latency_factor: PerProtocol {
@@ -262,6 +273,7 @@ mod tests {
         assert_eq!((read.boxes, read.nics_per_box), (2, 16));
         assert_eq!(read.nic_line_rate, base.nic_line_rate);
         assert_eq!(read.nic_kind, base.nic_kind);
+        assert_eq!(read.nic_path, NicPath::Phb);
         // FILE:N resizes it.
         let four = GpuSystem::parse(&format!("{spec}:4")).unwrap().unwrap();
         assert_eq!((four.boxes, four.nics_per_box), (4, 16));

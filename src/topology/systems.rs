@@ -101,6 +101,44 @@ impl CpuVendor {
     }
 }
 
+/// How a GPU reaches its NIC over PCIe, in NCCL's path types (`src/graph/topo.h`, nearest
+/// first): through one PCIe switch (PIX), several (PXB), over NVLink to a GPU that does (PXN),
+/// through the CPU's host bridge (PHB) or across CPUs (SYS). NCCL runs LL128 across boxes only
+/// within PXN on Hopper and later, PXB before (`tuning.cc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NicPath {
+    Pix,
+    Pxb,
+    Pxn,
+    Phb,
+    Sys,
+}
+
+impl NicPath {
+    /// The name `--nic-path` takes and system files hold (NCCL's, lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            NicPath::Pix => "pix",
+            NicPath::Pxb => "pxb",
+            NicPath::Pxn => "pxn",
+            NicPath::Phb => "phb",
+            NicPath::Sys => "sys",
+        }
+    }
+
+    fn parse(text: &str) -> Option<NicPath> {
+        [
+            NicPath::Pix,
+            NicPath::Pxb,
+            NicPath::Pxn,
+            NicPath::Phb,
+            NicPath::Sys,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(text))
+    }
+}
+
 /// Which of a GPU system's switches are NPUs of its network (in-switch reduction: NVLS in the
 /// boxes' NVSwitches, SHARP in the rails' leaf switches). Node order is GPUs, box switches, rail
 /// leaves, spines, so the rails' leaves come with the boxes' switches.
@@ -123,6 +161,8 @@ pub struct SystemOverrides {
     pub nic_kind: Option<String>,
     /// `intel`, `amd` or `other`.
     pub cpu: Option<String>,
+    /// How a GPU reaches its NIC (`pix`, `pxb`, `pxn`, `phb`, `sys`).
+    pub nic_path: Option<String>,
     /// The network's switches reduce (IB SHARP).
     pub sharp: bool,
 }
@@ -153,6 +193,8 @@ pub struct GpuSystem {
     pub nic_kind: NicKind,
     /// The hosts' CPU vendor (the NCCL proxy's per-step network overhead).
     pub cpu: CpuVendor,
+    /// How a GPU reaches its NIC (whether NCCL runs LL128 across boxes).
+    pub nic_path: NicPath,
     /// Whether the network switches reduce in the network (SHARP), enabling CollNet.
     pub sharp: bool,
     /// Whether the box's switches reduce (NVLink SHARP, Hopper and later NVSwitches).
@@ -286,6 +328,8 @@ impl GpuSystem {
             nic_line_rate: gbit(nic_rate),
             nic_kind: NicKind::InfiniBand,
             cpu,
+            // Each GPU and its NIC on one PCIe switch, as the DGX/HGX boards put them.
+            nic_path: NicPath::Pxb,
             sharp: false,
             nvls: arch != GpuArch::Ampere,
             kind,
@@ -352,6 +396,10 @@ impl GpuSystem {
             self.set_cpu(cpu)?;
             changed.push(format!("{} hosts", cpu.to_ascii_lowercase()));
         }
+        if let Some(path) = &overrides.nic_path {
+            self.set_nic_path(path)?;
+            changed.push(format!("nic path {}", path.to_ascii_lowercase()));
+        }
         if overrides.sharp {
             self.sharp = true;
             changed.push("sharp".into());
@@ -398,6 +446,26 @@ impl GpuSystem {
             }
         };
         Ok(())
+    }
+
+    /// Sets how a GPU reaches its NIC by NCCL's path name (`pix`, `pxb`, `pxn`, `phb`, `sys`).
+    pub fn set_nic_path(&mut self, text: &str) -> Result<(), Error> {
+        self.nic_path = NicPath::parse(text).ok_or_else(|| {
+            Error::input(format!(
+                "--nic-path '{text}': expected pix, pxb, pxn, phb or sys"
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Whether NCCL enables LL128 on the network path (`tuning.cc`: the GPU reaches its NIC
+    /// within PXN on Hopper and later, within PXB before; RCCL has its own rule).
+    pub fn ll128_across_boxes(&self) -> bool {
+        let limit = match self.arch {
+            GpuArch::Ampere => NicPath::Pxb,
+            _ => NicPath::Pxn,
+        };
+        self.nic_path <= limit
     }
 
     /// Sets the hosts' CPU vendor by name (`intel`, `amd`, `other`).
@@ -619,6 +687,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--cpu"));
+    }
+
+    /// NCCL's LL128 across boxes follows the GPU's path to its NIC (`tuning.cc`): within PXN on
+    /// Hopper and Blackwell, within PXB on Ampere; the boards' own path (PXB) allows it.
+    #[test]
+    fn the_nic_path_bounds_ll128_across_boxes() {
+        let named = |s: &str| GpuSystem::named(s).unwrap().unwrap();
+        let across = |s: &str, path: &str| {
+            let mut system = named(s);
+            system.set_nic_path(path).unwrap();
+            system.ll128_across_boxes()
+        };
+        assert!(named("hgx-b200:2").ll128_across_boxes());
+        assert!(named("dgx-a100:2").ll128_across_boxes());
+        assert!(across("hgx-h100:2", "pxn"));
+        assert!(!across("hgx-h100:2", "phb"));
+        assert!(!across("hgx-b200:2", "sys"));
+        assert!(!across("dgx-a100:2", "pxn"));
+        assert!(across("dgx-a100:2", "PIX"));
+        let error = named("hgx-b200:2").set_nic_path("c2c").unwrap_err();
+        assert!(error.to_string().contains("--nic-path 'c2c'"), "{error}");
     }
 
     /// With a proxy, each GPU's network messages pass a send proxy and the far GPU's receive
