@@ -826,6 +826,30 @@ fn ll128_across_boxes_follows_the_nic_path() {
     }
 }
 
+/// LL across boxes: each GPU writes its lines at the rate NCCL's model books LL (its llMaxBw
+/// cap, the GPU's), the NIC carries them at LL's wire share, so a small Tree/LL all-reduce pays
+/// the capped rate once a network hop. On the two RoCE DGX A100 boxes the log's 8-32 KiB calls
+/// come within 10% (+4.8 to +8.1%; charging the capped rate at the NIC and again at the far leaf
+/// gave +12.5 to +16.0%).
+#[test]
+fn ll_lines_pay_their_capped_rate_once_a_network_hop() {
+    let rows = compare(
+        "all_reduce",
+        "dgx-a100:2",
+        "a100_2node_roce_all_reduce.md",
+        &["--nic", "16x100Gb", "--nic-kind", "roce"],
+    );
+    for size in [8 << 10, 16 << 10, 32 << 10] {
+        let row = rows.iter().find(|r| r.size == size).unwrap();
+        assert_eq!(
+            (row.algorithm.as_str(), row.protocol.as_str()),
+            ("Tree", "LL")
+        );
+        let error = row.predicted / row.measured.unwrap() - 1.0;
+        assert!(error.abs() < 0.10, "{size} B: {error}");
+    }
+}
+
 /// RCCL, not NCCL, picks the MI300X's algorithm and protocol (`tuning_model_5`, src/nccl/rccl.rs).
 /// One box, all-gather: at 512 KiB RCCL's model prices Ring/LL at 12 + 7 x 0.8 us plus the
 /// bytes at 0.08 of 336 GB/s x 8/7 (34.7 us) and Ring/Simple at 17 + 7 x 2.1 plus the bytes at

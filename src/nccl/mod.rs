@@ -846,6 +846,18 @@ impl Model {
             .nic_gbps
             .unwrap_or_else(|| self.booked_nic_gbps(table_algo));
         let nic = nic_gbps * scale;
+        // LL's and LL128's lines are written by the GPU's threads at the rate NCCL's model books
+        // the protocol (its per-channel caps: the GPU's, not the wire's), then posted by the
+        // proxy; the NIC carries them at their wire share. (Simple's GPU copies at its own rate.)
+        let lines = matches!(choice.proto, Proto::LL | Proto::LL128)
+            && matches!(choice.algo, Algo::Ring | Algo::Tree)
+            && !point_to_point;
+        let (nic_link, gpu_to_network) = if lines {
+            let wire = nic_gbps * DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0);
+            (wire.max(nic), Some(Bandwidth::gb_per_sec(nic)))
+        } else {
+            (nic, None)
+        };
         let hw_intra = if s.intra == Intra::Pcie {
             HW_PCI
         } else {
@@ -916,8 +928,9 @@ impl Model {
             relays,
             (gb(intra), hop(intra_lat, intra_links)),
             send_share,
-            (gb(nic), hop(net_lat, 2.0)),
+            (gb(nic_link), hop(net_lat, 2.0)),
             proxy,
+            gpu_to_network,
         )?;
         Ok((topology, s.reducing_switches(relays)))
     }

@@ -561,13 +561,15 @@ impl GpuSystem {
         intra: (Bandwidth, Time),
         nic: (Bandwidth, Time),
     ) -> Result<Topology, Error> {
-        self.network_sending_at(relays, intra, 1.0, nic, Time::ZERO)
+        self.network_sending_at(relays, intra, 1.0, nic, Time::ZERO, None)
     }
 
     /// [`Self::network_at`] with each GPU's links into its box's fabric (to the NVSwitch, or
     /// to its mesh peers) at `send_share` of the intra rate in the GPU's sending direction, and
     /// (when `proxy` is not zero, across boxes) each GPU's network messages passing a proxy
-    /// each way that holds every message for `proxy` (a host thread posting them in turn).
+    /// each way that holds every message for `proxy` (a host thread posting them in turn),
+    /// and, with `gpu_to_network` (one NIC's share, proxies only), each GPU writing its network
+    /// messages at that rate on a link of its own before the proxy posts them.
     pub fn network_sending_at(
         &self,
         relays: SwitchRelays,
@@ -575,6 +577,7 @@ impl GpuSystem {
         send_share: f64,
         nic: (Bandwidth, Time),
         proxy: Time,
+        gpu_to_network: Option<Bandwidth>,
     ) -> Result<Topology, Error> {
         let sending = |(rate, latency): (Bandwidth, Time)| {
             (
@@ -618,6 +621,13 @@ impl GpuSystem {
             0
         };
         let first_proxy = n + fabric_nodes + rails + spines;
+        // Gates (one a GPU, after the proxies): where a GPU writes its network messages.
+        let gates = if proxies > 0 && gpu_to_network.is_some() {
+            n
+        } else {
+            0
+        };
+        let first_gate = first_proxy + proxies;
         // A proxy's hop: a message's bytes cost it nothing next to its post.
         let held = |src, dst| Link {
             per_message: proxy,
@@ -636,7 +646,16 @@ impl GpuSystem {
                         continue;
                     }
                     let (send, recv) = (first_proxy + 2 * gpu, first_proxy + 2 * gpu + 1);
-                    proxied.push(held(gpu, send));
+                    match gpu_to_network {
+                        Some(rate) if gates > 0 => {
+                            let gate = first_gate + gpu;
+                            let written = rate.as_bytes_per_sec() * nics_per_gpu;
+                            let tier = (Bandwidth::bytes_per_sec(written), Time::ZERO);
+                            proxied.push(Link::one_way(gpu, gate, tier));
+                            proxied.push(held(gate, send));
+                        }
+                        _ => proxied.push(held(gpu, send)),
+                    }
                     proxied.push(Link::one_way(send, leaf(i % rails), (per_gpu, nic.1)));
                     proxied.push(Link::one_way(leaf(i % rails), recv, (per_gpu, nic.1)));
                     proxied.push(held(recv, gpu));
@@ -651,10 +670,11 @@ impl GpuSystem {
             }
         }
         links.extend(proxied);
+        let hosts = proxies + gates;
         let (npus, switches) = match relays {
-            SwitchRelays::None => (n, fabric_nodes + rails + spines + proxies),
-            SwitchRelays::Boxes => (n + fabric_nodes, rails + spines + proxies),
-            SwitchRelays::BoxesAndRails => (n + fabric_nodes + rails, spines + proxies),
+            SwitchRelays::None => (n, fabric_nodes + rails + spines + hosts),
+            SwitchRelays::Boxes => (n + fabric_nodes, rails + spines + hosts),
+            SwitchRelays::BoxesAndRails => (n + fabric_nodes + rails, spines + hosts),
         };
         Topology::from_parts(
             self.name.clone(),
@@ -710,6 +730,61 @@ mod tests {
         assert!(error.to_string().contains("--nic-path 'c2c'"), "{error}");
     }
 
+    /// With a write rate (`gpu_to_network`), each GPU's network messages first cross a gate of
+    /// their own at that rate (a NIC's share: doubled where a GPU has two NICs), then the send
+    /// proxy's hold; without proxies there is no gate.
+    #[test]
+    fn gates_carry_each_gpus_network_writes_at_their_rate() {
+        let s = GpuSystem::parse("dgx-a100:2").unwrap().unwrap();
+        let tier = |gbps: f64, ns: u64| (Bandwidth::gb_per_sec(gbps), Time::from_ns(ns));
+        let hold = Time::from_ns(1_000);
+        let build = |nic: &str, proxy: Time, gate: Option<Bandwidth>| {
+            let mut system = s.clone();
+            system.set_nics(nic).unwrap();
+            system
+                .network_sending_at(
+                    SwitchRelays::None,
+                    tier(240.0, 100),
+                    1.0,
+                    tier(25.0, 500),
+                    proxy,
+                    gate,
+                )
+                .unwrap()
+        };
+        let rate = Some(Bandwidth::gb_per_sec(2.0));
+        let plain = build("8x200Gb", hold, None);
+        let gated = build("8x200Gb", hold, rate);
+        assert_eq!(gated.nodes(), plain.nodes() + 16);
+        let first_gate = plain.nodes();
+        let gate_links: Vec<_> = gated
+            .links()
+            .iter()
+            .filter(|l| l.dst >= first_gate)
+            .collect();
+        assert_eq!(gate_links.len(), 16);
+        assert!(gate_links
+            .iter()
+            .all(|l| l.src < 16 && l.bandwidth == Bandwidth::gb_per_sec(2.0)));
+        // Every gate leads to its GPU's send proxy, which holds each message.
+        assert!(gated
+            .links()
+            .iter()
+            .filter(|l| l.src >= first_gate)
+            .all(|l| l.per_message == hold));
+        // Two NICs a GPU: the GPU writes at two NICs' share.
+        let doubled = build("16x100Gb", hold, rate);
+        assert!(doubled
+            .links()
+            .iter()
+            .filter(|l| l.dst >= first_gate)
+            .all(|l| l.bandwidth == Bandwidth::gb_per_sec(4.0)));
+        assert_eq!(
+            build("8x200Gb", Time::ZERO, rate).nodes(),
+            build("8x200Gb", Time::ZERO, None).nodes()
+        );
+    }
+
     /// With a proxy, each GPU's network messages pass a send proxy and the far GPU's receive
     /// proxy, each holding every message; inside a box nothing changes; without one the
     /// network is the datasheet's.
@@ -725,6 +800,7 @@ mod tests {
                 1.0,
                 tier(50.0, 500),
                 Time::ZERO,
+                None,
             )
             .unwrap();
         let proxied = s
@@ -734,6 +810,7 @@ mod tests {
                 1.0,
                 tier(50.0, 500),
                 hold,
+                None,
             )
             .unwrap();
         assert_eq!(proxied.nodes(), plain.nodes() + 2 * 16);
