@@ -38,7 +38,7 @@ use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
-use crate::topology::{GpuArch, GpuSystem, Intra, SwitchRelays, Topology};
+use crate::topology::{GpuSystem, Intra, SwitchRelays, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 use constants::*;
@@ -213,7 +213,7 @@ impl Allowed {
     /// not on the MI300X).
     fn protos_on(&self, system: &GpuSystem) -> [bool; PROTOS] {
         let mut protos = self.protos;
-        let nvidia_nvlink = system.arch != GpuArch::Cdna3 && system.intra == Intra::NvSwitch;
+        let nvidia_nvlink = !tuning::runs_rccl(system) && system.intra == Intra::NvSwitch;
         let network_allows = system.boxes <= 1 || system.ll128_across_boxes();
         let by_default = nvidia_nvlink && network_allows;
         if !self.protos_named && !by_default {

@@ -349,19 +349,20 @@ pub fn algo_time(
         return None;
     }
     if runs_rccl(system) {
+        // RCCL's own corrections, and no plateau.
         bw *= rccl::correction(algo, proto, system.boxes.max(1), bytes);
-        return Some(lat + bytes as f64 / (1000.0 * bw));
-    }
-    bw *= tree_correction(system, func, algo, proto, bytes);
-    let ranks = system.gpus() as u64;
-    if algo == Algo::Ring
-        && proto == Proto::Simple
-        && system.boxes > 1
-        && func == Func::AllReduce
-        && bytes / (comm_channels as u64 * ranks) >= 64
-    {
-        // "Plateau effect of ring" on Ampere and later.
-        lat *= 1.4;
+    } else {
+        bw *= tree_correction(system, func, algo, proto, bytes);
+        let ranks = system.gpus() as u64;
+        if algo == Algo::Ring
+            && proto == Proto::Simple
+            && system.boxes > 1
+            && func == Func::AllReduce
+            && bytes / (comm_channels as u64 * ranks) >= 64
+        {
+            // "Plateau effect of ring" on Ampere and later.
+            lat *= 1.4;
+        }
     }
     Some(lat + bytes as f64 / (1000.0 * bw))
 }

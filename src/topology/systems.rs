@@ -646,15 +646,16 @@ impl GpuSystem {
                         continue;
                     }
                     let (send, recv) = (first_proxy + 2 * gpu, first_proxy + 2 * gpu + 1);
+                    // (Here the proxies exist, so a write rate means a gate.)
                     match gpu_to_network {
-                        Some(rate) if gates > 0 => {
+                        Some(rate) => {
                             let gate = first_gate + gpu;
                             let written = rate.as_bytes_per_sec() * nics_per_gpu;
                             let tier = (Bandwidth::bytes_per_sec(written), Time::ZERO);
                             proxied.push(Link::one_way(gpu, gate, tier));
                             proxied.push(held(gate, send));
                         }
-                        _ => proxied.push(held(gpu, send)),
+                        None => proxied.push(held(gpu, send)),
                     }
                     proxied.push(Link::one_way(send, leaf(i % rails), (per_gpu, nic.1)));
                     proxied.push(Link::one_way(leaf(i % rails), recv, (per_gpu, nic.1)));
