@@ -209,6 +209,53 @@ fn sizes_step_by_an_increment_and_the_reduction_is_named() {
     }
 }
 
+/// The count column is the count nccl-tests hands each call (its `paramcount`,
+/// src/*.cu `GetCollByteCount`): per rank where the ranks split the buffer (all-gather sends,
+/// reduce-scatter receives, all-to-all sends each peer that many), the whole buffer otherwise.
+#[test]
+fn the_count_column_is_the_count_each_call_is_given() {
+    let count = |op: &str, datatype: &str| {
+        let csv = stdout_of(&[
+            "nccl-tests",
+            op,
+            "--topology",
+            "dgx-a100:1",
+            "-b",
+            "8M",
+            "-e",
+            "8M",
+            "-d",
+            datatype,
+            "--format",
+            "csv",
+        ]);
+        Table::parse(&csv).number(0, "count") as u64
+    };
+    for op in ["all_reduce", "broadcast", "reduce"] {
+        assert_eq!(count(op, "float"), (8 << 20) / 4, "{op}");
+    }
+    for op in ["all_gather", "reduce_scatter", "alltoall"] {
+        assert_eq!(count(op, "float"), (8 << 20) / 4 / 8, "{op}");
+        assert_eq!(count(op, "half"), (8 << 20) / 2 / 8, "{op}");
+    }
+    // 24 ranks: 8 MiB of floats is 87381.3 a rank, trimmed to 87380 (16 bytes a rank).
+    let csv = stdout_of(&[
+        "nccl-tests",
+        "all_gather",
+        "--topology",
+        "dgx-a100:3",
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "--format",
+        "csv",
+    ]);
+    let table = Table::parse(&csv);
+    assert_eq!(table.number(0, "count") as u64, 87380);
+    assert_eq!(table.number(0, "size") as u64, 87380 * 24 * 4);
+}
+
 /// A measured run's command line works as written: nccl-tests' options that change no call's
 /// time (-t -n -w -c -a -p -N -T, and -m -z -G -C at their defaults) leave every row as it was;
 /// those that change what nccl-tests times are refused naming the option.

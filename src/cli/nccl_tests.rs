@@ -386,12 +386,19 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         .map(|dir| OutputDir::prepare(dir, args.force))
         .transpose()?;
     let model = Model::with_allowed(&system, allowed);
-    // nccl-tests rounds each size down to whole elements per rank where ranks split it.
-    let align = match kind {
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
-            tsize * gpus as u64
-        }
-        _ => tsize,
+    // nccl-tests rounds each size down to whole elements, and where the ranks split it, to a
+    // multiple of 16 bytes a rank (since its commit 29f4114, December 2024, for aligned
+    // buffers). Its count column is the count each call is given (`paramcount`): per rank where
+    // the ranks split the buffer (all-gather's send, reduce-scatter's receive, all-to-all's
+    // per-peer block), the whole buffer otherwise.
+    let split = matches!(
+        kind,
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll
+    );
+    let (align, per_count) = if split {
+        (16 * gpus as u64, tsize * gpus as u64)
+    } else {
+        (tsize, tsize)
     };
     let sweep_given = args.min_bytes.is_some() || args.max_bytes.is_some();
     let sizes = match (&measured, sweep_given) {
@@ -422,7 +429,7 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         lines.push(Line {
             p2p: kind == CollectiveKind::AllToAll && prediction.choice.algo != Algo::Msccl,
             size,
-            count: size / tsize,
+            count: size / per_count,
             prediction,
             measured: measured_us,
         });
