@@ -258,7 +258,7 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
     let mut columns: Option<Columns> = None;
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
-        let line = raw.trim();
+        let line = untagged(raw.trim());
         if line.is_empty() {
             continue;
         }
@@ -424,6 +424,28 @@ fn size_of(cell: &str) -> Option<u64> {
         }
     }
     crate::units::parse_nccl_bytes(first).ok()
+}
+
+/// A line without the rank tag a launcher put before it: Open MPI's `--tag-output`
+/// (`[1,0]<stdout>:`), a bracketed rank (`[0] `) or Slurm's `srun --label` (`0: `).
+fn untagged(line: &str) -> &str {
+    let rank = |tag: &str| !tag.is_empty() && tag.chars().all(|c| c.is_ascii_digit() || c == ',');
+    let rest = if let Some((tag, rest)) = line.strip_prefix('[').and_then(|l| l.split_once(']')) {
+        if !rank(tag) {
+            return line;
+        }
+        let rest = rest
+            .strip_prefix("<stdout>")
+            .or_else(|| rest.strip_prefix("<stderr>"))
+            .unwrap_or(rest);
+        rest.strip_prefix(':').unwrap_or(rest)
+    } else {
+        match line.split_once(": ") {
+            Some((tag, rest)) if rank(tag) && !tag.contains(',') => rest,
+            _ => return line,
+        }
+    };
+    rest.trim()
 }
 
 fn shorten(line: &str) -> String {
@@ -650,6 +672,19 @@ mod tests {
         assert_eq!(rows[1].size, 1 << 20);
         assert_eq!((rows[1].time_us, rows[1].busbw), (85.58, 22.97));
         assert_eq!(rows[1].line, 7);
+    }
+
+    /// Rows a launcher tagged with their rank read as the bare log.
+    #[test]
+    fn reads_rank_tagged_output() {
+        let bare = read(write(LOG).path(), "all_reduce").unwrap();
+        for tag in ["[1,0]<stdout>:", "[0] ", "0: "] {
+            let tagged: String = LOG.lines().map(|l| format!("{tag}{l}\n")).collect();
+            let rows = read(write(&tagged).path(), "all_reduce").unwrap();
+            assert_eq!(rows, bare, "{tag}");
+        }
+        assert_eq!(untagged("[host:12] x"), "[host:12] x");
+        assert_eq!(untagged("1048576 262144 float"), "1048576 262144 float");
     }
 
     #[test]
