@@ -84,6 +84,10 @@ pub struct Cut {
     pub slices: u32,
     /// Sends a block may have in flight (NCCL_STEPS slots over the steps a send fills).
     pub window: u32,
+    /// Consecutive loops that make one chunk of NCCL's: LL's and LL128's chains and trees
+    /// forward each loop's lines inside a box, but cross boxes a chunk at a time (one slice a
+    /// step only).
+    pub loops_per_chunk: u32,
 }
 
 impl Cut {
@@ -94,9 +98,27 @@ impl Cut {
 
     /// The piece of rank part `part` for (loop, channel, slice).
     fn piece(&self, c: &Collective, part: u32, loop_: u32, ch: u32, slice: u32) -> (u32, u32) {
-        let k = c.chunks;
-        let first = part * k + (loop_ * self.channels + ch) * self.slices + slice;
+        let first = part * c.chunks + self.unit(loop_, ch, slice);
         (first, first + 1)
+    }
+
+    /// The unit (loop, channel, slice) in a part: a channel's loops are consecutive, so that a
+    /// chunk of them is one range of pieces.
+    fn unit(&self, loop_: u32, ch: u32, slice: u32) -> u32 {
+        (ch * self.loops + loop_) * self.slices + slice
+    }
+
+    /// The loops of each chunk, first and end, with their channel's sends across boxes made
+    /// once a chunk (a whole step) and inside a box once a loop.
+    fn chunk_loops(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let per_chunk = if self.slices == 1 {
+            self.loops_per_chunk.max(1)
+        } else {
+            1
+        };
+        (0..self.loops)
+            .step_by(per_chunk as usize)
+            .map(move |first| (first, (first + per_chunk).min(self.loops)))
     }
 }
 
@@ -171,7 +193,12 @@ pub fn ring(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, Er
 
 /// Rooted ring (broadcast, reduce): a chain from the root (broadcast) or to it (reduce) along
 /// each channel's ring.
-pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, Error> {
+pub fn chain(
+    c: &Collective,
+    rings: &[Vec<u32>],
+    cut: Cut,
+    gpus_per_box: u32,
+) -> Result<Schedule, Error> {
     let op = match c.kind {
         CollectiveKind::Broadcast => Op::Copy,
         CollectiveKind::Reduce => Op::Reduce,
@@ -179,13 +206,13 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
     };
     let mut b = Builder::new(c)?;
     let n = c.ranks();
+    let g = gpus_per_box.max(1);
     let mut program = Program::new(n, cut.channels, 1, cut.window);
-    for l in 0..cut.loops {
+    for (first, end) in cut.chunk_loops() {
         for ch in 0..cut.channels {
             let ring = &rings[ch as usize % rings.len()];
             let at = ring.iter().position(|&r| r == c.root_rank).unwrap_or(0) as u32;
             for s in 0..cut.slices {
-                let first = (l * cut.channels + ch) * cut.slices + s;
                 for hop in 0..n - 1 {
                     // Broadcast leaves the root; reduce arrives at it.
                     let (from, to) = match op {
@@ -193,7 +220,15 @@ pub fn chain(c: &Collective, rings: &[Vec<u32>], cut: Cut) -> Result<Schedule, E
                         Op::Reduce => (at + hop + 1, at + hop + 2),
                     };
                     let (src, dst) = (ring[(from % n) as usize], ring[(to % n) as usize]);
-                    program.send(&mut b, (src, dst), (first, first + 1), op, (ch, 0));
+                    if src / g != dst / g {
+                        let pieces = (cut.unit(first, ch, s), cut.unit(end - 1, ch, s) + 1);
+                        program.send(&mut b, (src, dst), pieces, op, (ch, 0));
+                        continue;
+                    }
+                    for l in first..end {
+                        let u = cut.unit(l, ch, s);
+                        program.send(&mut b, (src, dst), (u, u + 1), op, (ch, 0));
+                    }
                 }
             }
         }
@@ -239,22 +274,30 @@ pub fn tree_all_reduce(
             (t, order)
         })
         .collect();
-    for l in 0..cut.loops {
+    for (first, end) in cut.chunk_loops() {
         for ch in 0..cut.channels {
             let (t, order) = &trees[ch as usize];
             for s in 0..cut.slices {
-                let first = ((l * cut.channels + ch) * cut.slices + s) * n;
-                let pieces = (first, first + n);
+                // A unit's pieces are every rank's share of it.
+                let unit = |l: u32| cut.unit(l, ch, s) * n;
+                let mut send = |b: &mut Builder, (src, dst): (u32, u32), op, group| {
+                    if src / g != dst / g {
+                        let pieces = (unit(first), unit(end - 1) + n);
+                        program.send(b, (src, dst), pieces, op, (ch, group));
+                        return;
+                    }
+                    for l in first..end {
+                        program.send(b, (src, dst), (unit(l), unit(l) + n), op, (ch, group));
+                    }
+                };
                 for &at in order {
                     for &kid in &t.children[at] {
-                        let edge = (kid as u32, at as u32);
-                        program.send(&mut b, edge, pieces, Op::Reduce, (ch, 0));
+                        send(&mut b, (kid as u32, at as u32), Op::Reduce, 0);
                     }
                 }
                 for &at in order.iter().rev() {
                     for &kid in &t.children[at] {
-                        let edge = (at as u32, kid as u32);
-                        program.send(&mut b, edge, pieces, Op::Copy, (ch, 1));
+                        send(&mut b, (at as u32, kid as u32), Op::Copy, 1);
                     }
                 }
             }
@@ -474,6 +517,7 @@ mod tests {
             loops: 1,
             slices: 1,
             window: 8,
+            loops_per_chunk: 1,
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let edges_across = |comm_channels: u32| {
@@ -501,6 +545,7 @@ mod tests {
             loops: 2,
             slices: 2,
             window: 4,
+            loops_per_chunk: 1,
         };
         let rings: Vec<Vec<u32>> = vec![(0..8).collect(), (0..8).rev().collect()];
         for kind in [
@@ -525,7 +570,7 @@ mod tests {
         for kind in [CollectiveKind::Broadcast, CollectiveKind::Reduce] {
             let c =
                 Collective::new(kind, (0..8).collect(), 1 << 20, cut.chunks(), Some(3)).unwrap();
-            let s = chain(&c, &rings, cut).unwrap();
+            let s = chain(&c, &rings, cut, 4).unwrap();
             crate::schedule::validate(&s, &c, 7).unwrap();
         }
         let c = collective(CollectiveKind::AllToAll, 4, 6);
@@ -574,6 +619,7 @@ mod tests {
             loops: 1,
             slices: 1,
             window: 8,
+            loops_per_chunk: 1,
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let switches: Vec<NodeId> = (16..24).collect();
@@ -602,6 +648,7 @@ mod tests {
             loops: 2,
             slices: 2,
             window: 4,
+            loops_per_chunk: 1,
         };
         let units = cut.chunks() as usize;
         let rings: Vec<Vec<u32>> = vec![(0..8).collect()];
@@ -637,9 +684,64 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            chain(&c, &rings, cut).unwrap().len(),
+            chain(&c, &rings, cut, 8).unwrap().len(),
             count(Kernel::Chain, &c, 1)
         );
+    }
+
+    /// LL's chains and trees pass each loop's lines on inside a box but cross boxes a chunk
+    /// (here two loops) at a time: over two boxes of four, a broadcast sends each of its four
+    /// loops on its own along the six hops inside boxes and two chunks over the one across; a
+    /// tree all-reduce's sends across boxes carry twice the bytes of those inside. Both still
+    /// do what they claim.
+    #[test]
+    fn lines_cross_boxes_a_chunk_at_a_time() {
+        let cut = Cut {
+            channels: 1,
+            loops: 4,
+            slices: 1,
+            window: 16,
+            loops_per_chunk: 2,
+        };
+        let rings = vec![(0..8).collect::<Vec<u32>>()];
+        let c = Collective::new(
+            CollectiveKind::Broadcast,
+            (0..8).collect(),
+            1 << 20,
+            cut.chunks(),
+            None,
+        )
+        .unwrap();
+        let s = chain(&c, &rings, cut, 4).unwrap();
+        crate::schedule::validate(&s, &c, 7).unwrap();
+        assert_eq!(s.len(), 6 * 4 + 2);
+        let loop_bytes = (1 << 20) / 4;
+        for t in s.transfers() {
+            let across = t.src / 4 != t.dst / 4;
+            assert_eq!(t.bytes, if across { 2 } else { 1 } * loop_bytes, "{t:?}");
+        }
+        let c = Collective::new(
+            CollectiveKind::Reduce,
+            (0..8).collect(),
+            1 << 20,
+            cut.chunks(),
+            Some(5),
+        )
+        .unwrap();
+        crate::schedule::validate(&chain(&c, &rings, cut, 4).unwrap(), &c, 7).unwrap();
+        let c = collective(CollectiveKind::AllReduce, 8, cut.chunks());
+        let s = tree_all_reduce(&c, 4, cut, 2, false).unwrap();
+        crate::schedule::validate(&s, &c, 7).unwrap();
+        let mut across = 0;
+        for t in s.transfers() {
+            if t.src / 4 != t.dst / 4 {
+                across += 1;
+                assert_eq!(t.bytes, 2 * loop_bytes, "{t:?}");
+            } else {
+                assert_eq!(t.bytes, loop_bytes, "{t:?}");
+            }
+        }
+        assert_eq!(across, 2 * 2, "one edge across, up and down, two chunks");
     }
 
     /// A block's sends wait for its previous send: on a 4-rank ring of one channel, rank 0's
@@ -651,6 +753,7 @@ mod tests {
             loops: 2,
             slices: 1,
             window: 1,
+            loops_per_chunk: 1,
         };
         let c = collective(CollectiveKind::AllGather, 4, cut.chunks());
         let s = ring(&c, &[(0..4).collect()], cut).unwrap();

@@ -175,6 +175,20 @@ pub fn step_data_bytes(proto: usize) -> u64 {
 /// `ncclProtoGrainSize` (src/include/device.h): the unit NCCL cuts a protocol's chunks in, bytes
 /// (LL 16; LL128 32 threads x 8 elements / 16 per line x 15 data elements x 8 B; Simple 512).
 pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];
+/// Data bytes a channel's `threads` move in one trip of LL's or LL128's loop, the grain at which
+/// a rank forwards what it receives (src/device/prims_ll.h: each thread waits for its own
+/// 16-byte line, 8 bytes of data, and stores it on at once; prims_ll128.h: each warp a slice of
+/// `NCCL_LL128_SHMEM_ELEMS_PER_THREAD` 8 words a thread, 15 of each 16-word line data, 60 bytes
+/// a thread). Simple forwards whole slices: its step.
+pub fn trip_data_bytes(proto: super::Proto, threads: u64) -> u64 {
+    let threads = threads.max(32);
+    match proto {
+        super::Proto::LL => threads * 8,
+        super::Proto::LL128 => threads * 8 * 8 / 16 * 15,
+        super::Proto::Simple => step_data_bytes(proto as usize),
+    }
+}
+
 /// Peer-to-peer chunk sizes (src/init.cc): 512 KiB over NVLink, 128 KiB over the network.
 pub const P2P_NVLINK_CHUNK: u64 = 512 << 10;
 pub const P2P_NET_CHUNK: u64 = 128 << 10;

@@ -692,15 +692,28 @@ impl Model {
             ),
             (_, proto) => (step_data_bytes(proto as usize), 1),
         };
+        // LL's and LL128's chains and trees pass each line on as it arrives, a trip of the
+        // channel's threads at a time, between GPUs of a box; across boxes the proxy posts a
+        // chunk's lines once the GPU has written them all. (A ring's links carry its chunks one
+        // after another however they are cut, so its pieces stay chunks.)
+        let kernel = kernel_of(kind, choice.algo);
+        let lines = matches!(choice.proto, Proto::LL | Proto::LL128)
+            && matches!(kernel, Kernel::Chain | Kernel::Tree);
+        let trips = if lines {
+            chunk.div_ceil(trip_data_bytes(choice.proto, choice.threads))
+        } else {
+            1
+        };
+        let piece = chunk.div_ceil(trips);
         // Data a loop of one channel moves per rank part.
         // (A tree unit carries the whole chunk; a ring or NVLS unit one chunk per rank.)
         let per_part = match (kind, choice.algo) {
             (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) | (_, Algo::Tree) => bytes,
             _ => bytes.div_ceil(n),
         };
-        let mut loops = per_part.div_ceil(channels as u64 * chunk).max(1);
+        let mut loops = per_part.div_ceil(channels as u64 * piece).max(1);
         let g = self.system.gpus_per_box as u64;
-        let steps_per_loop = kernel_of(kind, choice.algo).sends_per_unit(kind, n, n / g);
+        let steps_per_loop = kernel.sends_per_unit(kind, n, n / g);
         let per_loop = channels as u64 * slices as u64 * steps_per_loop;
         if loops * per_loop > TRANSFER_BUDGET {
             loops = (TRANSFER_BUDGET / per_loop).max(1);
@@ -714,11 +727,17 @@ impl Model {
         }
         // A send fills `slice steps` of the receiver's NCCL_STEPS slots.
         let steps_per_send = if slices > 1 { RING_SLICE_STEPS } else { 1 };
+        // Loops a chunk spans, sent across boxes together; a slot holds a chunk of them.
+        let per_chunk = {
+            let piece = per_part.div_ceil(channels as u64 * loops).max(1);
+            (chunk / piece).clamp(1, trips.min(loops))
+        };
         let mut cut = Cut {
             channels,
             loops: loops as u32,
             slices,
-            window: (STEPS / steps_per_send) as u32,
+            window: (STEPS * per_chunk / steps_per_send) as u32,
+            loops_per_chunk: per_chunk as u32,
         };
         while cut.chunks() as u64 > grains.max(1) && cut.slices > 1 {
             cut.slices -= 1;
@@ -793,7 +812,7 @@ impl Model {
         let g = self.system.gpus_per_box;
         match kernel_of(c.kind, choice.algo) {
             Kernel::AllToAll => nccl_kernels::all_to_all(c, choice.channels),
-            Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut),
+            Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut, g),
             Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
             Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
             Kernel::Tree => {
@@ -958,6 +977,30 @@ mod tests {
     fn model(spec: &str) -> Model {
         let system = GpuSystem::parse(spec).unwrap().unwrap();
         Model::with_allowed(&system, Allowed::default())
+    }
+
+    /// LL's lines go on a trip of the channel's threads at a time (8 data bytes a thread) inside
+    /// a box and a chunk (LL's step, 32 KiB of data) at a time across boxes: a 32 KiB broadcast
+    /// over three boxes of 8 runs one channel of 128 threads (NCCL's thread threshold of 8 x 24
+    /// bytes a thread halves 512 twice), so 32 loops of 1 KiB, all 32 one chunk. A ring
+    /// all-reduce's links carry its chunks one after another however they are cut: its pieces
+    /// stay chunks.
+    #[test]
+    fn ll_chains_forward_a_trip_at_a_time() {
+        let three = model("dgx-a100:3");
+        let bytes = 32 << 10;
+        let choice = three.choose(CollectiveKind::Broadcast, bytes).unwrap();
+        let shape = (choice.algo, choice.proto, choice.channels, choice.threads);
+        assert_eq!(shape, (Algo::Ring, Proto::LL, 1, 128));
+        let cut = three.cut(CollectiveKind::Broadcast, bytes, choice);
+        assert_eq!((cut.loops, cut.loops_per_chunk, cut.window), (32, 32, 256));
+        let ring = Choice {
+            algo: Algo::Ring,
+            ..choice
+        };
+        let cut = three.cut(CollectiveKind::AllReduce, 24 << 20, ring);
+        assert_eq!(cut.loops_per_chunk, 1);
+        assert_eq!(cut.window, STEPS as u32);
     }
 
     /// NCCL's Tree LL128 chunk worked by hand (`computeCollChunkInfo`): LL128's step holds
