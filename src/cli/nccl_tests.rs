@@ -12,6 +12,7 @@ use crate::report::{save_figure, LinePlot, OutputDir, Series};
 use crate::topology::GpuSystem;
 use crate::units::format_bytes_approx;
 use crate::Error;
+use rayon::prelude::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TableFormat {
@@ -410,19 +411,25 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
         }
         _ => sweep(min, max, step, align),
     };
-    use std::io::IsTerminal;
-    let progress = sizes.len() > 8 && std::io::stderr().is_terminal();
+    // Sizes are simulated side by side; the table keeps their order.
+    let bar = (sizes.len() > 8)
+        .then(|| crate::report::progress_bar(sizes.len() as u64, &args.op, "sizes"));
+    let predictions: Vec<Result<Prediction, Error>> = sizes
+        .par_iter()
+        .map(|&size| {
+            let prediction = model.predict(kind, size, args.root, launch);
+            if let Some(bar) = &bar {
+                bar.inc(1);
+            }
+            prediction
+        })
+        .collect();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
     let mut lines = Vec::with_capacity(sizes.len());
-    for (i, &size) in sizes.iter().enumerate() {
-        if progress {
-            eprint!(
-                "\rprogress: size {}/{} ({})",
-                i + 1,
-                sizes.len(),
-                format_bytes_approx(size as f64)
-            );
-        }
-        let prediction = model.predict(kind, size, args.root, launch)?;
+    for (&size, prediction) in sizes.iter().zip(predictions) {
+        let prediction = prediction?;
         let measured_us = measured
             .as_ref()
             .and_then(|rows| rows.iter().find(|r| r.size == size).map(|r| r.time_us));
@@ -433,9 +440,6 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             prediction,
             measured: measured_us,
         });
-    }
-    if progress {
-        eprintln!();
     }
     let factor = kind.busbw_factor(gpus);
     let root = if kind.is_rooted() {
