@@ -675,14 +675,7 @@ mod tests {
         assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));
         let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
         assert_eq!(s.len(), count(Kernel::CollNet, &c, 4));
-        let c = Collective::new(
-            CollectiveKind::Broadcast,
-            (0..8).collect(),
-            1 << 20,
-            cut.chunks(),
-            None,
-        )
-        .unwrap();
+        let c = collective(CollectiveKind::Broadcast, 8, cut.chunks());
         assert_eq!(
             chain(&c, &rings, cut, 8).unwrap().len(),
             count(Kernel::Chain, &c, 1)
@@ -704,14 +697,7 @@ mod tests {
             loops_per_chunk: 2,
         };
         let rings = vec![(0..8).collect::<Vec<u32>>()];
-        let c = Collective::new(
-            CollectiveKind::Broadcast,
-            (0..8).collect(),
-            1 << 20,
-            cut.chunks(),
-            None,
-        )
-        .unwrap();
+        let c = collective(CollectiveKind::Broadcast, 8, cut.chunks());
         let s = chain(&c, &rings, cut, 4).unwrap();
         crate::schedule::validate(&s, &c, 7).unwrap();
         assert_eq!(s.len(), 6 * 4 + 2);
