@@ -919,7 +919,15 @@ impl Model {
             );
         let mut send_share = 1.0;
         if posting {
-            let per_channel_gbps = intra / posts.channels.max(1) as f64;
+            // A channel's share of the one link it copies over: the GPU's link to its NVSwitch,
+            // or on a full mesh one of its g - 1 links (its channels spread over them).
+            let (link_gbps, channels_per_link) = if s.intra == Intra::FullMesh {
+                let links = s.gpus_per_box.saturating_sub(1).max(1);
+                (intra / links as f64, posts.channels.max(1).div_ceil(links))
+            } else {
+                (intra, posts.channels.max(1))
+            };
+            let per_channel_gbps = link_gbps / channels_per_link as f64;
             let copy_us = posts.slice_bytes as f64 / (per_channel_gbps * 1e3);
             send_share = copy_us / (copy_us + intra_lat);
             // A point-to-point receiver copies each chunk out of its buffer after the post
