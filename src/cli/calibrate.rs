@@ -97,7 +97,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
                 .iter()
                 .find(|o| **o == op)
                 .expect("checked by log::kind");
-            for row in log::read_for(path, op, system.gpus())? {
+            for row in log::read_for(path, op, "float", system.gpus())? {
                 measured.push(Measurement {
                     op,
                     kind,

@@ -240,19 +240,13 @@ fn nccl_size(text: &str, flag: &str) -> Result<u64, Error> {
     crate::units::parse_nccl_bytes(text).map_err(|e| Error::input(format!("{flag}: {e}")))
 }
 
-/// Bytes of one element of nccl-tests' data types.
-fn type_bytes(name: &str) -> Result<u64, Error> {
-    Ok(match name {
-        "int8" | "uint8" | "char" | "f8e4m3" | "f8e5m2" => 1,
-        "half" | "float16" | "bfloat16" => 2,
-        "float" | "float32" | "int32" | "int" | "uint32" => 4,
-        "double" | "float64" | "int64" | "uint64" => 8,
-        _ => {
-            return Err(Error::input(format!(
-                "-d '{name}': expected float, half, bfloat16, double, int8, uint8, int32, uint32, \
-                 int64 or uint64"
-            )))
-        }
+/// The data type `-d` names: nccl-tests' own name for it, and its bytes.
+fn datatype(name: &str) -> Result<(&'static str, u64), Error> {
+    log::datatype(name).ok_or_else(|| {
+        Error::input(format!(
+            "-d '{name}': expected float, half, bfloat16, double, int8, uint8, int32, uint32, \
+             int64 or uint64"
+        ))
     })
 }
 
@@ -370,14 +364,14 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             args.root
         )));
     }
-    let tsize = type_bytes(&args.datatype)?;
+    let (type_name, tsize) = datatype(&args.datatype)?;
     let launch = Launch {
         element_bytes: tsize,
         average: args.reduction == "avg",
         ..launch
     };
     let measured = match &args.compare {
-        Some(path) => Some(log::read_for(path, &args.op, gpus)?),
+        Some(path) => Some(log::read_for(path, &args.op, type_name, gpus)?),
         None => None,
     };
     // The folder is checked before anything runs.
@@ -656,6 +650,8 @@ mod tests {
         assert_eq!(nccl_size("1KiB", "-b").unwrap(), 1024);
         assert!(nccl_size("lots", "-b").is_err());
         assert!(log::kind("allreduce").is_err());
-        assert_eq!(type_bytes("half").unwrap(), 2);
+        assert_eq!(datatype("half").unwrap(), ("half", 2));
+        assert_eq!(datatype("float32").unwrap(), ("float", 4));
+        assert!(datatype("quad").is_err());
     }
 }

@@ -21,6 +21,31 @@ pub const OPS: [&str; 6] = [
     "reduce",
 ];
 
+/// nccl-tests' data types as its rows print them (`test_typenames`), each with the other names
+/// `-d` takes for it and its bytes.
+const TYPES: [(&str, &[&str], u64); 12] = [
+    ("int8", &["char"], 1),
+    ("uint8", &[], 1),
+    ("int32", &["int"], 4),
+    ("uint32", &[], 4),
+    ("int64", &[], 8),
+    ("uint64", &[], 8),
+    ("half", &["float16"], 2),
+    ("float", &["float32"], 4),
+    ("double", &["float64"], 8),
+    ("bfloat16", &[], 2),
+    ("f8e4m3", &[], 1),
+    ("f8e5m2", &[], 1),
+];
+
+/// The data type `-d` names: the name nccl-tests prints in its rows, and its bytes.
+pub fn datatype(name: &str) -> Option<(&'static str, u64)> {
+    TYPES
+        .iter()
+        .find(|(printed, others, _)| *printed == name || others.contains(&name))
+        .map(|&(printed, _, bytes)| (printed, bytes))
+}
+
 /// The collective of an nccl-tests operation name.
 pub fn kind(op: &str) -> Result<CollectiveKind, Error> {
     Ok(match op {
@@ -98,6 +123,8 @@ pub struct Row {
     /// Whether the row's redop column names a reduction (`sum`, `max`, ...) or `none`; `None`
     /// where the row has no such column (a Markdown table).
     pub reduces: Option<bool>,
+    /// The data type the row names (nccl-tests' name), where it names one.
+    pub datatype: Option<&'static str>,
     /// 1-based line in the log.
     pub line: usize,
 }
@@ -116,8 +143,8 @@ impl Row {
 
 /// [`read`], refusing a log that ran on another number of ranks than the `gpus` it is to be
 /// held against (as [`ranks`] reads it off the log's own bandwidths).
-pub fn read_for(path: &Path, op: &str, gpus: u32) -> Result<Vec<Row>, Error> {
-    let mut rows = read(path, op)?;
+pub fn read_for(path: &Path, op: &str, datatype: &str, gpus: u32) -> Result<Vec<Row>, Error> {
+    let mut rows = read(path, op, datatype)?;
     holds_op(&rows, op, path)?;
     // A table without algbw or busbw: the missing one by nccl-tests' factor at these ranks.
     let factor = kind(op)?.busbw_factor(gpus);
@@ -245,9 +272,11 @@ fn time_unit(line: &str) -> Option<f64> {
     }
 }
 
-/// Reads the rows of `op` from the log at `path`. Errors name the file and line: a data row cut
-/// short, no rows at all, a log whose tests do not include `op`, or time units that change.
-pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
+/// Reads the rows of `op` from the log at `path`: of the data type `datatype` (nccl-tests'
+/// name) where the log names types and holds that one (a `-d all` log holds a row of every type
+/// at each size), else the first row of each size. Errors name the file and line: a data row
+/// cut short, no rows at all, a log whose tests do not include `op`, or time units that change.
+pub fn read(path: &Path, op: &str, datatype: &str) -> Result<Vec<Row>, Error> {
     let shown = path.display();
     let text = crate::read_text(path, "cannot read the log")?;
     let mut rows = Vec::new();
@@ -301,11 +330,19 @@ pub fn read(path: &Path, op: &str) -> Result<Vec<Row>, Error> {
             row.line = line_no;
             row.time_us *= unit.map_or(1.0, |u| u.0);
             row.complete();
-            if !rows.iter().any(|r: &Row| r.size == row.size) {
+            if !rows
+                .iter()
+                .any(|r: &Row| r.size == row.size && r.datatype == row.datatype)
+            {
                 rows.push(row);
             }
         }
     }
+    if rows.iter().any(|r| r.datatype == Some(datatype)) {
+        rows.retain(|r| r.datatype == Some(datatype));
+    }
+    let mut seen = std::collections::HashSet::new();
+    rows.retain(|r| seen.insert(r.size));
     if rows.is_empty() {
         if !seen_ops.is_empty() && !seen_ops.contains(&op) {
             return Err(Error::input(format!(
@@ -329,6 +366,7 @@ struct Columns {
     algbw: Option<usize>,
     busbw: Option<usize>,
     redop: Option<usize>,
+    datatype: Option<usize>,
     /// The operation of each row, in a table of several.
     op: Option<usize>,
 }
@@ -352,6 +390,7 @@ impl Columns {
             algbw: find(&["algbw", "algorithmbandwidth"]),
             busbw: find(&["busbw", "busbandwidth"]),
             redop: find(&["redop"]),
+            datatype: cells.iter().position(|c| c == "type" || c == "datatype"),
             op: cells
                 .iter()
                 .position(|c| ["op", "operation", "collective", "coll"].contains(&c.as_str())),
@@ -405,6 +444,11 @@ impl Columns {
                 .redop
                 .and_then(|i| f.get(i))
                 .map(|r| !r.eq_ignore_ascii_case("none")),
+            datatype: self
+                .datatype
+                .and_then(|i| f.get(i))
+                .and_then(|t| datatype(t))
+                .map(|t| t.0),
             line: 0,
         }))
     }
@@ -512,9 +556,9 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         .iter()
         .take_while(|s| s.chars().any(|c| c.is_ascii_alphabetic()))
         .count();
-    let reduces = match (line.starts_with('|'), &after_count[..named]) {
-        (false, [_, redop]) => Some(*redop != "none"),
-        _ => None,
+    let (reduces, datatype) = match (line.starts_with('|'), &after_count[..named]) {
+        (false, [kind, redop]) => (Some(*redop != "none"), datatype(kind).map(|t| t.0)),
+        _ => (None, None),
     };
     let values: Vec<f64> = if line.starts_with('|') {
         f[1..].iter().filter_map(|s| number(s)).collect()
@@ -542,6 +586,7 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         algbw: values[1],
         busbw: values[2],
         reduces,
+        datatype,
         line: 0,
     }))
 }
@@ -557,6 +602,7 @@ mod tests {
             algbw,
             busbw,
             reduces: None,
+            datatype: None,
             line: 1,
         }
     }
@@ -597,9 +643,9 @@ mod tests {
             "| size_B | time_us | algbw_GBps | busbw_GBps |\n|---:|---:|---:|---:|\n\
              | 1048576 | 50.70 | 20.68 | 36.19 |\n",
         );
-        assert!(read_for(&reduce, "all_reduce", 8).is_ok());
-        assert!(read_for(&gather, "all_gather", 8).is_ok());
-        assert!(read_for(&table, "all_reduce", 8).is_ok());
+        assert!(read_for(&reduce, "all_reduce", "float", 8).is_ok());
+        assert!(read_for(&gather, "all_gather", "float", 8).is_ok());
+        assert!(read_for(&table, "all_reduce", "float", 8).is_ok());
         for (path, op, why) in [
             (&reduce, "all_gather", "redop column holds a reduction"),
             (&reduce, "broadcast", "redop column holds a reduction"),
@@ -608,7 +654,7 @@ mod tests {
             (&table, "all_gather", "busbw / algbw is 1.750"),
             (&table, "broadcast", "busbw / algbw is 1.750"),
         ] {
-            let err = read_for(path, op, 8).unwrap_err().to_string();
+            let err = read_for(path, op, "float", 8).unwrap_err().to_string();
             let at = format!("{}:", path.display());
             assert!(err.contains(&at) && err.contains(why), "{op}: {err}");
         }
@@ -667,20 +713,47 @@ mod tests {
     #[test]
     fn reads_nccl_tests_output() {
         let f = write(LOG);
-        let rows = read(f.path(), "all_reduce").unwrap();
+        let rows = read(f.path(), "all_reduce", "float").unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].size, 1 << 20);
         assert_eq!((rows[1].time_us, rows[1].busbw), (85.58, 22.97));
         assert_eq!(rows[1].line, 7);
     }
 
+    /// A `-d all` log holds a row of every type at each size: the type asked for is read
+    /// (`-d`'s, by any of its names), and where the log has none of it, the first of each size.
+    #[test]
+    fn reads_the_rows_of_the_type_asked_for() {
+        let all = write(
+            "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor)
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+     1048576       1048576      int8     sum      -1    90.00   11.65   20.39      0    90.00   11.65   20.39      0
+     1048576        262144     float     sum      -1    85.58   12.25   22.97      0    84.00   12.48   23.40      0
+     2097152       2097152      int8     sum      -1   150.00   13.98   24.47      0   150.00   13.98   24.47      0
+     2097152        524288     float     sum      -1   140.00   14.98   26.21      0   140.00   14.98   26.21      0
+",
+        );
+        let times = |datatype| -> Vec<f64> {
+            let name = super::datatype(datatype).unwrap().0;
+            read(all.path(), "all_reduce", name)
+                .unwrap()
+                .iter()
+                .map(|r| r.time_us)
+                .collect()
+        };
+        assert_eq!(times("float"), [85.58, 140.0]);
+        assert_eq!(times("float32"), [85.58, 140.0]);
+        assert_eq!(times("char"), [90.0, 150.0]);
+        assert_eq!(times("half"), [90.0, 150.0]);
+    }
+
     /// Rows a launcher tagged with their rank read as the bare log.
     #[test]
     fn reads_rank_tagged_output() {
-        let bare = read(write(LOG).path(), "all_reduce").unwrap();
+        let bare = read(write(LOG).path(), "all_reduce", "float").unwrap();
         for tag in ["[1,0]<stdout>:", "[0] ", "0: "] {
             let tagged: String = LOG.lines().map(|l| format!("{tag}{l}\n")).collect();
-            let rows = read(write(&tagged).path(), "all_reduce").unwrap();
+            let rows = read(write(&tagged).path(), "all_reduce", "float").unwrap();
             assert_eq!(rows, bare, "{tag}");
         }
         assert_eq!(untagged("[host:12] x"), "[host:12] x");
@@ -690,10 +763,15 @@ mod tests {
     #[test]
     fn reads_markdown_sections() {
         let f = write("## all_gather, 8 ranks\n| size_B | time_us | algbw_GBps | busbw_GBps |\n|---:|---:|---:|---:|\n| 128 | 16.12 | 0.01 | 0.01 |\n## alltoall\n| size_B | time_us | a | b |\n| 128 | 11.02 | 0.01 | 0.01 |\n");
-        let rows = read(f.path(), "all_gather").unwrap();
+        let rows = read(f.path(), "all_gather", "float").unwrap();
         assert_eq!((rows.len(), rows[0].time_us), (1, 16.12));
-        assert_eq!(read(f.path(), "alltoall").unwrap()[0].time_us, 11.02);
-        let e = read(f.path(), "all_reduce").unwrap_err().to_string();
+        assert_eq!(
+            read(f.path(), "alltoall", "float").unwrap()[0].time_us,
+            11.02
+        );
+        let e = read(f.path(), "all_reduce", "float")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("holds all_gather, alltoall results, not all_reduce"),
             "{e}"
@@ -706,39 +784,47 @@ mod tests {
     #[test]
     fn reads_tables_by_their_column_names() {
         let full = write("| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |\n|---|---|---|---|---|---|---|---|---|\n| 1048576 | 262144 | float | sum | -1 | 30.5 | 34.38 | 60.16 | 0 |\n");
-        let row = read(full.path(), "all_reduce").unwrap()[0];
+        let row = read(full.path(), "all_reduce", "float").unwrap()[0];
         assert_eq!((row.size, row.time_us, row.busbw), (1 << 20, 30.5, 60.16));
         assert_eq!(row.reduces, Some(true));
         let pairs = write("| Size | in-place time_us | in-place busbw |\n|---|---|---|\n| 16M | 117.2 | 251.4 |\n| 1 GiB | 4012 | 468.3 |\n");
-        let rows = read(pairs.path(), "all_reduce").unwrap();
+        let rows = read(pairs.path(), "all_reduce", "float").unwrap();
         assert_eq!(rows[0].size, 16 << 20);
         assert_eq!((rows[1].size, rows[1].time_us), (1 << 30, 4012.0));
         let out_first = write("| size_B | out-of-place time | out-of-place busbw | in-place time | in-place busbw |\n| 1024 (1K) | 40.0 | 0.04 | 39.0 | 0.05 |\n");
         assert_eq!(
-            read(out_first.path(), "all_reduce").unwrap()[0].time_us,
+            read(out_first.path(), "all_reduce", "float").unwrap()[0].time_us,
             40.0
         );
         // busbw alone: 8 ranks' all-reduce factor 2 x 7/8 gives algbw 100 GB/s, so 10 us for
         // 1 MB; the 0.00 row says nothing and is left out.
         let bus =
             write("| size_B | busbw_GBps |\n|---:|---:|\n| 8 | 0.00 |\n| 1000000 | 175.0 |\n");
-        let rows = read_for(bus.path(), "all_reduce", 8).unwrap();
+        let rows = read_for(bus.path(), "all_reduce", "float", 8).unwrap();
         assert_eq!(rows.len(), 1);
         assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
         assert!((rows[0].algbw - 100.0).abs() < 1e-9);
         // A time derived from algbw is in microseconds whatever unit an earlier table's time
         // column had.
         let later = write("## all_gather\n| size_B | time (ms) | busbw |\n| 1048576 | 0.05 | 18.0 |\n## all_reduce\n| size_B | algbw |\n| 1000000 | 100.0 |\n");
-        assert_eq!(read(later.path(), "all_gather").unwrap()[0].time_us, 50.0);
-        let rows = read(later.path(), "all_reduce").unwrap();
+        assert_eq!(
+            read(later.path(), "all_gather", "float").unwrap()[0].time_us,
+            50.0
+        );
+        let rows = read(later.path(), "all_reduce", "float").unwrap();
         assert!((rows[0].time_us - 10.0).abs() < 1e-9, "{rows:?}");
         // CSV with an operation column: the asked operation's rows only.
         let csv = write("op,size,count,type,redop,root,time,algbw,busbw\nall_gather,1048576,262144,float,none,-1,20.0,52.43,45.88\nall_reduce,1048576,262144,float,sum,-1,30.5,34.38,60.16\n");
-        let rows = read(csv.path(), "all_reduce").unwrap();
+        let rows = read(csv.path(), "all_reduce", "float").unwrap();
         assert_eq!((rows.len(), rows[0].time_us, rows[0].line), (1, 30.5, 3));
-        assert_eq!(read(csv.path(), "all_gather").unwrap()[0].time_us, 20.0);
+        assert_eq!(
+            read(csv.path(), "all_gather", "float").unwrap()[0].time_us,
+            20.0
+        );
         let cut = write("| size_B | time_us | busbw_GBps |\n| 1024 | 40.0 |\n");
-        let e = read(cut.path(), "all_reduce").unwrap_err().to_string();
+        let e = read(cut.path(), "all_reduce", "float")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(":2: a data row without its busbw"), "{e}");
     }
 
@@ -748,15 +834,19 @@ mod tests {
             "    85.58   12.25   22.97      0    84.00   12.48   23.40      0",
             "    85.58",
         ));
-        let e = read(truncated.path(), "all_reduce")
+        let e = read(truncated.path(), "all_reduce", "float")
             .unwrap_err()
             .to_string();
         assert!(e.contains(":7: a data row without time"), "{e}");
         let empty = write("# nothing here\n");
-        let e = read(empty.path(), "all_reduce").unwrap_err().to_string();
+        let e = read(empty.path(), "all_reduce", "float")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no nccl-tests rows"), "{e}");
         let mixed = write("| size | time_us | a | b |\n| 8 | 1.0 | 0 | 0 |\n| size | time_ms | a | b |\n| 16 | 1.0 | 0 | 0 |\n");
-        let e = read(mixed.path(), "all_reduce").unwrap_err().to_string();
+        let e = read(mixed.path(), "all_reduce", "float")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(":3: time unit changes"), "{e}");
     }
 }
