@@ -243,9 +243,14 @@ fn nccl_size(text: &str, flag: &str) -> Result<u64, Error> {
 /// The data type `-d` names: nccl-tests' own name for it, and its bytes.
 fn datatype(name: &str) -> Result<(&'static str, u64), Error> {
     log::datatype(name).ok_or_else(|| {
+        let all = if name == "all" {
+            " (one type a run; --compare reads a `-d all` log's rows of the type -d names)"
+        } else {
+            ""
+        };
         Error::input(format!(
             "-d '{name}': expected float, half, bfloat16, double, int8, uint8, int32, uint32, \
-             int64 or uint64"
+             int64 or uint64{all}"
         ))
     })
 }
@@ -653,5 +658,9 @@ mod tests {
         assert_eq!(datatype("half").unwrap(), ("half", 2));
         assert_eq!(datatype("float32").unwrap(), ("float", 4));
         assert!(datatype("quad").is_err());
+        assert!(datatype("all")
+            .unwrap_err()
+            .to_string()
+            .contains("one type a run"));
     }
 }
