@@ -216,7 +216,7 @@ fn sizes_step_by_an_increment_and_the_reduction_is_named() {
 fn rooted_calls_take_longer_as_they_grow() {
     for system in ["mi300x:2", "hgx-h200:2"] {
         for op in ["broadcast", "reduce"] {
-            let csv = stdout_of(&[
+            growing_sweep(&[
                 "nccl-tests",
                 op,
                 "--topology",
@@ -227,16 +227,24 @@ fn rooted_calls_take_longer_as_they_grow() {
                 "1G",
                 "-f",
                 "16",
-                "--format",
-                "csv",
             ]);
-            let times = Table::parse(&csv).numbers("time_us");
-            assert!(
-                times.windows(2).all(|w| w[0] <= w[1]),
-                "{system} {op}: {times:?}"
-            );
         }
     }
+}
+
+/// The CSV table of an `nccl-tests` sweep (`args` without `--format`), asserting that its times
+/// never fall as the sizes grow.
+fn growing_sweep(args: &[&str]) -> Table {
+    let mut args = args.to_vec();
+    args.extend(["--format", "csv"]);
+    let table = Table::parse(&stdout_of(&args));
+    let times = table.numbers("time_us");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "{}: {times:?}",
+        args.join(" ")
+    );
+    table
 }
 
 /// Simple's channels post each slice after copying it over their link, and a small call runs
@@ -248,7 +256,7 @@ fn rooted_calls_take_longer_as_they_grow() {
 fn simple_calls_take_longer_as_they_grow() {
     for system in ["mi300x:1", "dgx-a100:1"] {
         for op in ["all_gather", "all_reduce"] {
-            let csv = stdout_of(&[
+            let table = growing_sweep(&[
                 "nccl-tests",
                 op,
                 "--topology",
@@ -261,16 +269,8 @@ fn simple_calls_take_longer_as_they_grow() {
                 "64M",
                 "-f",
                 "4",
-                "--format",
-                "csv",
             ]);
-            let table = Table::parse(&csv);
             assert!(table.column("protocol").iter().all(|&p| p == "Simple"));
-            let times = table.numbers("time_us");
-            assert!(
-                times.windows(2).all(|w| w[0] <= w[1]),
-                "{system} {op}: {times:?}"
-            );
         }
     }
 }
