@@ -351,6 +351,14 @@ fn nccl_tests_measurement_options_are_taken_or_refused() {
         let err = refused(&collsim(&args));
         assert!(err.contains(names), "{err}");
     }
+    // One GPU: nothing to communicate, refused naming the system whatever the operation.
+    for op in ["all_reduce", "all_gather", "alltoall", "broadcast"] {
+        let err = refused(&collsim(&["nccl-tests", op, "--topology", "pcie:1"]));
+        assert!(
+            err.contains("'pcie:1'") && err.contains("at least 2 GPUs"),
+            "{err}"
+        );
+    }
 }
 
 /// NVLS runs Simple's primitives: each loop a GPU's scatter posts one chunk of every head and

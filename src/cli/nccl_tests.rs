@@ -345,6 +345,13 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
     let kind = log::kind(&args.op)?;
     let (system, allowed, launch) = args.system.build(args.compare.as_deref())?;
     let gpus = system.gpus();
+    if gpus < 2 {
+        return Err(Error::input(format!(
+            "topology '{}': nccl-tests needs at least 2 GPUs (one GPU's call is a local copy, \
+             which collsim does not model)",
+            system.name
+        )));
+    }
     args.measurement.check(launch, gpus)?;
     let (min_text, max_text) = (
         args.min_bytes.as_deref().unwrap_or(DEFAULT_BYTES),
