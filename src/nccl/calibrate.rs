@@ -12,8 +12,9 @@ use argmin::core::{CostFunction, Executor, State};
 use argmin::solver::neldermead::NelderMead;
 use rayon::prelude::*;
 
+use super::algo::{Algo, Proto};
 use super::constants::FIXED_OVERHEAD_US;
-use super::{log, Algo, Launch, Model, Proto, Setting};
+use super::{log, Launch, Model, Setting};
 use crate::collective::CollectiveKind;
 use crate::topology::{Calibration, Intra};
 use crate::Error;

@@ -2,10 +2,8 @@
 //! master of 2026) or the maintainer's statement. Tables are indexed by [`super::Algo`],
 //! [`super::Proto`] and the GPU generation (Volta 0, Ampere 1, Hopper 2, Blackwell 3).
 
-/// Algorithms in NCCL's order: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT.
-pub const ALGOS: usize = 7;
-/// Protocols in NCCL's order: LL, LL128, Simple.
-pub const PROTOS: usize = 3;
+use super::algo::Proto;
+pub use super::algo::{ALGOS, PROTOS};
 
 /// `baseLatencies` (src/graph/tuning.cc, `ncclTunerConstantsDefaults`), us.
 pub const BASE_LATENCY: [[f64; PROTOS]; ALGOS] = [
@@ -180,12 +178,12 @@ pub const GRAIN_BYTES: [u64; PROTOS] = [16, 32 * 8 / 16 * 15 * 8, 512];
 /// 16-byte line, 8 bytes of data, and stores it on at once; prims_ll128.h: each warp a slice of
 /// `NCCL_LL128_SHMEM_ELEMS_PER_THREAD` 8 words a thread, 15 of each 16-word line data, 60 bytes
 /// a thread). Simple forwards whole slices: its step.
-pub fn trip_data_bytes(proto: super::Proto, threads: u64) -> u64 {
+pub fn trip_data_bytes(proto: Proto, threads: u64) -> u64 {
     let threads = threads.max(32);
     match proto {
-        super::Proto::LL => threads * 8,
-        super::Proto::LL128 => threads * 8 * 8 / 16 * 15,
-        super::Proto::Simple => step_data_bytes(proto as usize),
+        Proto::LL => threads * 8,
+        Proto::LL128 => threads * 8 * 8 / 16 * 15,
+        Proto::Simple => step_data_bytes(proto as usize),
     }
 }
 

@@ -12,8 +12,8 @@
 //! system here is symmetric, so channels are counted by bandwidth), PCI topologies inside the box,
 //! and search timeouts.
 
+use super::algo::Algo;
 use super::constants::{MAX_CHANNELS, MAX_NVLS_ARITY, SPEEDS_INTER, SPEEDS_INTRA};
-use super::Algo;
 use crate::topology::{GpuArch, GpuSystem, Intra};
 
 /// One algorithm's channel graph: NCCL's `nChannels`, `bwIntra`, `bwInter`.

@@ -11,7 +11,7 @@
 //! all-to-alls send each peer its block directly. (MSCCL++, which RCCL also ships, runs calls up
 //! to 1 MiB only under HIP graph capture, which nccl-tests does not use by default.)
 
-use super::Proto;
+use super::algo::Proto;
 use crate::collective::CollectiveKind;
 use crate::topology::{GpuArch, GpuSystem, Intra};
 

@@ -10,8 +10,8 @@
 //! chunk, so each channel's chunk takes longer against the same L: this is why NCCL's all-to-all
 //! bandwidth keeps rising with size long after the pipeline is full.
 
+use super::algo::Proto;
 use super::constants::{step_data_bytes, P2P_NET_CHUNK, P2P_NVLINK_CHUNK};
-use super::Proto;
 use crate::topology::{GpuSystem, Intra};
 
 /// `NCCL_MAX_DEV_WORK_P2P_PER_BATCH` (src/include/device.h): p2p operations a channel runs at once.

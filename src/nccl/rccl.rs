@@ -14,8 +14,8 @@
 //! protocol's wire share, NCCL's network latencies) except the per-step latency over xGMI, which
 //! is RCCL's.
 
+use super::algo::{Algo, Func, Proto};
 use super::constants::{ALGOS, PROTOS};
-use super::{Algo, Func, Proto};
 
 /// `baseLat` (RCCL's `src/graph/tuning.cc`), us, in collsim's algorithm order (RCCL has no PAT).
 pub const BASE_LATENCY: [[f64; PROTOS]; ALGOS] = [

@@ -3,9 +3,10 @@
 //! `topoGetAlgoInfo`): what NCCL itself would pick at each size, before collsim simulates it. On
 //! the AMD systems RCCL runs, its model's figures and rules instead ([`super::rccl`]).
 
+use super::algo::{Algo, Func, Proto};
 use super::constants::*;
 use super::graph::Graph;
-use super::{rccl, Algo, Func, Proto};
+use super::rccl;
 use crate::topology::{CpuVendor, GpuArch, GpuSystem, Intra};
 
 /// Bandwidth (GB/s, algorithm bandwidth) and latency (us) of every (function, algorithm,
