@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use super::algo::{Algo, Proto};
 use super::constants::FIXED_OVERHEAD_US;
-use super::{log, Launch, Model, Setting};
+use super::{log, Launch, Model, Plan, Setting};
 use crate::collective::CollectiveKind;
 use crate::topology::{Calibration, Intra};
 use crate::Error;
@@ -275,6 +275,8 @@ struct Problem<'a> {
     /// The model of each way the calls were run, and the one of each measurement.
     models: &'a [Model],
     model_of: &'a [usize],
+    /// Each measurement's call as planned once (the plan does not depend on the figures).
+    plans: &'a [Plan],
     launch: Launch,
     measured: &'a [Measurement],
     figures: &'a [Figure],
@@ -307,12 +309,12 @@ impl Problem<'_> {
             .collect();
         let done = self.evaluations.fetch_add(1, Ordering::Relaxed) + 1;
         (self.progress)(done);
-        self.measured
+        self.plans
             .par_iter()
             .zip(self.model_of)
-            .map(|(m, &i)| {
+            .map(|(plan, &i)| {
                 models[i]
-                    .predict(m.kind, m.size, 0, self.launch)
+                    .time(plan, self.launch)
                     .map(|p| p.time.as_ns_f64() / 1e3)
             })
             .collect()
@@ -387,12 +389,22 @@ pub fn fit(
             "calibrate: none of the --figures named can be told from these logs",
         ));
     }
+    let plans = measured
+        .par_iter()
+        .zip(&model_of)
+        .map(|(m, &i)| {
+            models[i]
+                .plan(m.kind, m.size, 0, launch)
+                .map_err(|e| Error::input(format!("{}: {e}", m.source)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let evaluations = AtomicUsize::new(0);
     let starts: Vec<f64> = figures.iter().map(|f| f.start(model)).collect();
     let problem = Problem {
         model,
         models: &models,
         model_of: &model_of,
+        plans: &plans,
         launch,
         measured,
         figures: &figures,

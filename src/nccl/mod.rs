@@ -284,6 +284,55 @@ struct Posts {
 /// long enough to be bound by bandwidth, where the loops' count no longer matters).
 const TRANSFER_BUDGET: u64 = 1 << 19;
 
+/// A call as NCCL runs it, independent of the system's calibrated figures: the choice, the
+/// validated schedule of its channels, and what its network depends on ([`Model::plan`]).
+pub struct Plan {
+    choice: Choice,
+    schedule: Schedule,
+    /// The NPUs that relay and reduce for it (each box's NVSwitch for NVLS, the leaves for
+    /// CollNet).
+    switches: Vec<u32>,
+    posts: Posts,
+    /// The share of a tree's modelled bandwidth NCCL's maintainers find it delivers.
+    correction: f64,
+}
+
+impl Plan {
+    /// A plan whose schedule has been validated for `collective`.
+    fn validated(
+        choice: Choice,
+        collective: Collective,
+        schedule: Schedule,
+        switches: Vec<u32>,
+        posts: Posts,
+        correction: f64,
+    ) -> Result<Plan, Error> {
+        validate_with_relays(&schedule, &collective, &switches, 0x5eed)?;
+        Ok(Plan {
+            choice,
+            schedule,
+            switches,
+            posts,
+            correction,
+        })
+    }
+
+    /// What NCCL runs for the call.
+    pub fn choice(&self) -> Choice {
+        self.choice
+    }
+}
+
+/// The switches that relay (and reduce) for an algorithm: each box's NVSwitch for NVLS and
+/// NVLSTree, the rails' leaves too for CollNet Direct.
+fn relays(algo: Algo) -> SwitchRelays {
+    match algo {
+        Algo::CollNetDirect => SwitchRelays::BoxesAndRails,
+        Algo::Nvls | Algo::NvlsTree => SwitchRelays::Boxes,
+        _ => SwitchRelays::None,
+    }
+}
+
 impl Model {
     pub fn new(system: &GpuSystem) -> Model {
         Model::with_allowed(system, Allowed::default())
@@ -394,8 +443,22 @@ impl Model {
         root: u32,
         launch: Launch,
     ) -> Result<Prediction, Error> {
+        let plan = self.plan(kind, bytes, root, launch)?;
+        self.time(&plan, launch)
+    }
+
+    /// What NCCL runs for the call and its validated schedule, before any network: it depends on
+    /// the system's shape, not on its calibrated figures, so a fit plans each call once and times
+    /// it under every candidate calibration ([`Model::time`]).
+    pub fn plan(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        root: u32,
+        launch: Launch,
+    ) -> Result<Plan, Error> {
         if let Some(algorithm) = self.msccl(kind, bytes, launch) {
-            return self.predict_msccl(algorithm, kind, bytes, launch);
+            return self.plan_msccl(algorithm, kind, bytes);
         }
         let choice = self.choose(kind, bytes)?;
         let n = self.system.gpus();
@@ -437,31 +500,24 @@ impl Model {
         let correction = Func::of(kind).map_or(1.0, |func| {
             tuning::tree_correction(&self.system, func, choice.algo, choice.proto, bytes)
         });
-        let (topology, switches) = self.network(choice, posts, correction)?;
+        let switches = self.system.reducing_switches(relays(choice.algo));
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
-        self.run(choice, launch, &collective, &schedule, &topology, &switches)
+        Plan::validated(choice, collective, schedule, switches, posts, correction)
     }
 
-    /// Validates a call's `schedule` for `collective`, simulates it on the call's network and
+    /// Simulates a planned call on the system's network as this model's figures give it and
     /// adds the call's fixed cost.
-    fn run(
-        &self,
-        choice: Choice,
-        launch: Launch,
-        collective: &Collective,
-        schedule: &Schedule,
-        topology: &Topology,
-        switches: &[u32],
-    ) -> Result<Prediction, Error> {
-        validate_with_relays(schedule, collective, switches, 0x5eed)?;
-        let result = simulate(topology, schedule, &SimOptions::default(), &mut ())?;
-        let fixed = self.fixed_cost_us(choice, launch);
+    pub fn time(&self, plan: &Plan, launch: Launch) -> Result<Prediction, Error> {
+        let (topology, switches) = self.network(plan.choice, plan.posts, plan.correction)?;
+        debug_assert_eq!(switches, plan.switches);
+        let result = simulate(&topology, &plan.schedule, &SimOptions::default(), &mut ())?;
+        let fixed = self.fixed_cost_us(plan.choice, launch);
         Ok(Prediction {
-            choice,
+            choice: plan.choice,
             time: result.finish + Time::from_ps((fixed * 1e6).round() as u64),
-            transfers: schedule.len(),
+            transfers: plan.schedule.len(),
         })
     }
 
@@ -484,13 +540,12 @@ impl Model {
     /// on the algorithm's channels (all-reduce: the all-pairs reduce-scatter, then the
     /// all-gather of the sums), at the protocol's share of the link and RCCL's step latency on
     /// xGMI, each Simple channel posting its pieces as a ring's slices.
-    fn predict_msccl(
+    fn plan_msccl(
         &self,
         algorithm: &msccl::Algorithm,
         kind: CollectiveKind,
         bytes: u64,
-        launch: Launch,
-    ) -> Result<Prediction, Error> {
+    ) -> Result<Plan, Error> {
         let n = self.system.gpus();
         let proto = algorithm.proto;
         let channels = algorithm.channels;
@@ -516,14 +571,14 @@ impl Model {
             channels: (n - 1) * channels,
             point_to_point: false,
         };
-        let (topology, switches) = self.network(choice, posts, 1.0)?;
+        let switches = self.system.reducing_switches(relays(choice.algo));
         let collective =
             Collective::new(kind, (0..n).collect(), bytes.max(pieces), per_part, None)?;
         let schedule = match kind {
             CollectiveKind::AllToAll => nccl_kernels::all_to_all(&collective, channels)?,
             _ => nccl_kernels::all_pairs_all_reduce(&collective)?,
         };
-        self.run(choice, launch, &collective, &schedule, &topology, &switches)
+        Plan::validated(choice, collective, schedule, switches, posts, 1.0)
     }
 
     /// The call's fixed cost outside the simulated traffic, us: NCCL's base latency of the
@@ -825,12 +880,7 @@ impl Model {
         let hop = |x: f64, links: f64| Time::from_ps((x * 1e6 / links).round() as u64);
         let intra_links = if s.intra == Intra::FullMesh { 1.0 } else { 2.0 };
         let gb = Bandwidth::gb_per_sec;
-        let collnet = choice.algo == Algo::CollNetDirect;
-        let relays = match (nvls, collnet) {
-            (_, true) => SwitchRelays::BoxesAndRails,
-            (true, _) => SwitchRelays::Boxes,
-            _ => SwitchRelays::None,
-        };
+        let relays = relays(choice.algo);
         // One proxy thread a GPU posts every network step of its channels in turn (NCCL's
         // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
         // model triples it for Simple as a latency floor (kept so above); held that long a
@@ -870,6 +920,62 @@ mod tests {
     fn model(spec: &str) -> Model {
         let system = GpuSystem::parse(spec).unwrap().unwrap();
         Model::with_allowed(&system, Allowed::default())
+    }
+
+    /// A call's plan does not depend on the calibrated figures, so `calibrate` plans each call
+    /// once: timed under other figures, a plan made without them gives what predicting with
+    /// those figures gives, to the picosecond (rings, trees, NVLS and NVLSTree, CollNet, RCCL's
+    /// MSCCL, point-to-point, a rooted call).
+    #[test]
+    fn a_plan_times_as_the_calibrated_model_predicts() {
+        let launch = Launch::default();
+        let cases = [
+            ("dgx-a100:1", CollectiveKind::AllReduce, 8u64 << 20, 0),
+            ("dgx-a100:2", CollectiveKind::AllReduce, 64 << 10, 0),
+            ("dgx-a100:2", CollectiveKind::AllGather, 4 << 20, 0),
+            ("hgx-h100:1", CollectiveKind::AllReduce, 64 << 20, 0),
+            ("hgx-h100:2", CollectiveKind::AllReduce, 32 << 20, 0),
+            ("hgx-b200:2", CollectiveKind::AllToAll, 1 << 20, 0),
+            ("hgx-h100:2", CollectiveKind::Broadcast, 1 << 20, 5),
+            ("mi300x:1", CollectiveKind::AllReduce, 8 << 20, 0),
+        ];
+        for (spec, kind, bytes, root) in cases {
+            let plain = model(spec);
+            let mut system = plain.system.clone();
+            let c = &mut system.calibration;
+            c.intra_gbps = Some(123.0);
+            c.nic_gbps = Some(17.0);
+            c.fixed_us = Some(9.5);
+            for p in 0..PROTOS {
+                c.latency_factor.set(p, Some(1.7));
+                c.rate_factor.set(p, Some(0.6));
+            }
+            let fitted = Model::with_allowed(&system, Allowed::default());
+            let plan = plain.plan(kind, bytes, root, launch).unwrap();
+            let predicted = fitted.predict(kind, bytes, root, launch).unwrap();
+            let timed = fitted.time(&plan, launch).unwrap();
+            assert_eq!(timed, predicted, "{spec} {kind} {bytes}");
+            assert_ne!(
+                plain.time(&plan, launch).unwrap().time,
+                timed.time,
+                "{spec} {kind} {bytes}: the figures must matter"
+            );
+        }
+        let mut sharp = GpuSystem::parse("dgx-a100:4").unwrap().unwrap();
+        sharp.sharp = true;
+        let plain = Model::new(&sharp);
+        let plan = plain
+            .plan(CollectiveKind::AllReduce, 1 << 30, 0, launch)
+            .unwrap();
+        assert_eq!(plan.choice().algo, Algo::CollNetDirect);
+        sharp.calibration.nic_gbps = Some(11.0);
+        let fitted = Model::new(&sharp);
+        assert_eq!(
+            fitted.time(&plan, launch).unwrap(),
+            fitted
+                .predict(CollectiveKind::AllReduce, 1 << 30, 0, launch)
+                .unwrap()
+        );
     }
 
     /// LL's lines go on a trip of the channel's threads at a time (8 data bytes a thread) inside
