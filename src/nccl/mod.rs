@@ -289,16 +289,14 @@ const TRANSFER_BUDGET: u64 = 1 << 19;
 pub struct Plan {
     choice: Choice,
     schedule: Schedule,
-    /// The NPUs that relay and reduce for it (each box's NVSwitch for NVLS, the leaves for
-    /// CollNet).
-    switches: Vec<u32>,
     posts: Posts,
     /// The share of a tree's modelled bandwidth NCCL's maintainers find it delivers.
     correction: f64,
 }
 
 impl Plan {
-    /// A plan whose schedule has been validated for `collective`.
+    /// A plan whose schedule has been validated for `collective` with `switches` relaying (the
+    /// network [`Model::time`] builds places them by the same [`relays`]).
     fn validated(
         choice: Choice,
         collective: Collective,
@@ -311,7 +309,6 @@ impl Plan {
         Ok(Plan {
             choice,
             schedule,
-            switches,
             posts,
             correction,
         })
@@ -510,8 +507,7 @@ impl Model {
     /// Simulates a planned call on the system's network as this model's figures give it and
     /// adds the call's fixed cost.
     pub fn time(&self, plan: &Plan, launch: Launch) -> Result<Prediction, Error> {
-        let (topology, switches) = self.network(plan.choice, plan.posts, plan.correction)?;
-        debug_assert_eq!(switches, plan.switches);
+        let topology = self.network(plan.choice, plan.posts, plan.correction)?;
         let result = simulate(&topology, &plan.schedule, &SimOptions::default(), &mut ())?;
         let fixed = self.fixed_cost_us(plan.choice, launch);
         Ok(Prediction {
@@ -763,8 +759,8 @@ impl Model {
         }
     }
 
-    /// The system's network as the chosen algorithm and protocol see it, and the relay NPUs
-    /// (each box's NVSwitch) for NVLS. A tree's rates are taken down by `tree_correction`, the
+    /// The system's network as the chosen algorithm and protocol see it, with the switches that
+    /// relay for it ([`relays`]) as NPUs. A tree's rates are taken down by `tree_correction`, the
     /// share of its modelled bandwidth NCCL's maintainers find it delivers at the call's size
     /// ([`tuning::tree_correction`]).
     fn network(
@@ -772,7 +768,7 @@ impl Model {
         choice: Choice,
         posts: Posts,
         tree_correction: f64,
-    ) -> Result<(Topology, Vec<u32>), Error> {
+    ) -> Result<Topology, Error> {
         let s = &self.system;
         let msccl = choice.algo == Algo::Msccl;
         // MSCCL's channels run the ring's primitives; its rows of NCCL's tables are the ring's.
@@ -880,21 +876,19 @@ impl Model {
         let hop = |x: f64, links: f64| Time::from_ps((x * 1e6 / links).round() as u64);
         let intra_links = if s.intra == Intra::FullMesh { 1.0 } else { 2.0 };
         let gb = Bandwidth::gb_per_sec;
-        let relays = relays(choice.algo);
         // One proxy thread a GPU posts every network step of its channels in turn (NCCL's
         // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
         // model triples it for Simple as a latency floor (kept so above); held that long a
         // step, a 64 KiB NVLSTree step would cap a NIC at a third of NCCL's own rate.
         let proxy = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
-        let topology = s.network_sending_at(
-            relays,
+        s.network_sending_at(
+            relays(choice.algo),
             (gb(intra), hop(intra_lat, intra_links)),
             send_share,
             (gb(nic_link), hop(net_lat, 2.0)),
             proxy,
             gpu_to_network,
-        )?;
-        Ok((topology, s.reducing_switches(relays)))
+        )
     }
 
     /// One NIC's rate as NCCL's search books it for `algo`: its channels' `bwInter` spread
