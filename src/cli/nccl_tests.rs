@@ -249,8 +249,8 @@ fn datatype(name: &str) -> Result<(&'static str, u64), Error> {
             ""
         };
         Error::input(format!(
-            "-d '{name}': expected float, half, bfloat16, double, int8, uint8, int32, uint32, \
-             int64 or uint64{all}"
+            "-d '{name}': expected {}{all}",
+            log::datatype_names()
         ))
     })
 }
@@ -664,7 +664,9 @@ mod tests {
         assert!(log::kind("allreduce").is_err());
         assert_eq!(datatype("half").unwrap(), ("half", 2));
         assert_eq!(datatype("float32").unwrap(), ("float", 4));
-        assert!(datatype("quad").is_err());
+        let unknown = datatype("quad").unwrap_err().to_string();
+        assert!(unknown.contains("expected int8, uint8,"), "{unknown}");
+        assert!(unknown.contains("bfloat16, f8e4m3 or f8e5m2"), "{unknown}");
         assert!(datatype("all")
             .unwrap_err()
             .to_string()

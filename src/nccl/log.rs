@@ -38,6 +38,13 @@ const TYPES: [(&str, &[&str], u64); 12] = [
     ("f8e5m2", &[], 1),
 ];
 
+/// nccl-tests' printed names of its data types, for error messages: `int8, ... or f8e5m2`.
+pub fn datatype_names() -> String {
+    let names: Vec<&str> = TYPES.iter().map(|t| t.0).collect();
+    let (last, rest) = names.split_last().expect("a type");
+    format!("{} or {last}", rest.join(", "))
+}
+
 /// The data type `-d` names: the name nccl-tests prints in its rows, and its bytes.
 pub fn datatype(name: &str) -> Option<(&'static str, u64)> {
     TYPES
