@@ -11,7 +11,7 @@
 //! that start a shortest path (by latency, then hops).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use super::build::{strides, DimKind};
 use super::{LinkId, NodeId, Topology};
@@ -67,6 +67,47 @@ impl Choices {
     }
 }
 
+/// A value per destination a schedule uses, found by the destination's id without hashing:
+/// the simulator looks one up at every switch a message passes. Sized by the topology's nodes
+/// plus the destinations used, never nodes x nodes.
+struct PerDestination<T> {
+    /// Per node: its value's position in `values`, or `u32::MAX` when it is no destination.
+    index: Vec<u32>,
+    values: Vec<T>,
+}
+
+impl<T> PerDestination<T> {
+    /// One value per distinct destination in `destinations`, made by `make`.
+    fn build(
+        nodes: u32,
+        destinations: impl IntoIterator<Item = NodeId>,
+        mut make: impl FnMut(NodeId) -> T,
+    ) -> PerDestination<T> {
+        let mut index = vec![u32::MAX; nodes as usize];
+        let mut values = Vec::new();
+        for dst in destinations {
+            if index[dst as usize] == u32::MAX {
+                index[dst as usize] = values.len() as u32;
+                values.push(make(dst));
+            }
+        }
+        PerDestination { index, values }
+    }
+
+    fn empty() -> PerDestination<T> {
+        PerDestination {
+            index: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// The value of `dst`, which must have been one of the destinations.
+    #[inline]
+    fn get(&self, dst: NodeId) -> &T {
+        &self.values[self.index[dst as usize] as usize]
+    }
+}
+
 /// Route lookups for one simulation.
 pub struct Router<'t> {
     topology: &'t Topology,
@@ -82,9 +123,9 @@ pub struct Router<'t> {
     /// finds a hop's link without searching the node's out-links.
     steps: Vec<[LinkId; 2]>,
     /// Shortest-path next links per destination (only for non-dimensional topologies).
-    tables: HashMap<NodeId, Vec<LinkId>>,
+    tables: PerDestination<Vec<LinkId>>,
     /// ECMP: its seed and the equal-cost next links per destination.
-    ecmp: Option<(u64, HashMap<NodeId, Choices>)>,
+    ecmp: Option<(u64, PerDestination<Choices>)>,
     /// Per node, how [`Router::next_link_of`] finds a message's next link there.
     hops: Vec<Hop>,
 }
@@ -120,22 +161,21 @@ impl<'t> Router<'t> {
         destinations: impl IntoIterator<Item = NodeId>,
         routing: Routing,
     ) -> Result<Router<'t>, Error> {
-        let mut tables = HashMap::new();
-        let mut choices = HashMap::new();
-        for dst in destinations {
-            if let Routing::Ecmp { .. } = routing {
-                choices
-                    .entry(dst)
-                    .or_insert_with(|| equal_cost_choices(topology, dst));
-            } else if !topology.uses_dimension_routing() {
-                tables
-                    .entry(dst)
-                    .or_insert_with(|| shortest_path_tree(topology, dst));
+        let nodes = topology.nodes();
+        let (tables, ecmp) = match routing {
+            Routing::Ecmp { seed } => {
+                let choices = PerDestination::build(nodes, destinations, |dst| {
+                    equal_cost_choices(topology, dst)
+                });
+                (PerDestination::empty(), Some((seed, choices)))
             }
-        }
-        let ecmp = match routing {
-            Routing::Ecmp { seed } => Some((seed, choices)),
-            Routing::Dor | Routing::Pinned => None,
+            Routing::Dor | Routing::Pinned if !topology.uses_dimension_routing() => {
+                let tables = PerDestination::build(nodes, destinations, |dst| {
+                    shortest_path_tree(topology, dst)
+                });
+                (tables, None)
+            }
+            Routing::Dor | Routing::Pinned => (PerDestination::empty(), None),
         };
         let strides = strides(topology.dims());
         let mut coords = Vec::new();
@@ -216,7 +256,7 @@ impl<'t> Router<'t> {
         let Some((seed, choices)) = &self.ecmp else {
             return self.next_link(at, dst);
         };
-        let table = &choices[&dst];
+        let table = choices.get(dst);
         let (first, end) = (
             table.start[at as usize] as usize,
             table.start[at as usize + 1] as usize,
@@ -240,7 +280,7 @@ impl<'t> Router<'t> {
             }
             self.dimension_order_link(at, dst)
         } else {
-            let link = self.tables[&dst][at as usize];
+            let link = self.tables.get(dst)[at as usize];
             debug_assert_ne!(
                 link, NO_LINK,
                 "connectivity was checked when the topology was built"
