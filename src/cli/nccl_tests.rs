@@ -47,7 +47,8 @@ pub struct NcclTestsArgs {
     /// the operation); it names the table's redop column
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub reduction: String,
-    /// Data type (-d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64
+    /// Data type (-d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64,
+    /// f8e4m3, f8e5m2
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
     /// Root rank of broadcast and reduce (-r)
@@ -671,5 +672,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("one type a run"));
+    }
+
+    /// `--help` names every type `-d` takes (its list is written by hand beside the table).
+    #[test]
+    fn the_help_names_every_data_type() {
+        let command = NcclTestsArgs::augment_args(clap::Command::new("nccl-tests"));
+        let help = command
+            .get_arguments()
+            .find(|a| a.get_id() == "datatype")
+            .and_then(|a| a.get_help())
+            .expect("-d has a help text")
+            .to_string();
+        let names = log::datatype_names().replace(" or ", ", ");
+        for name in names.split(", ") {
+            assert!(datatype(name).is_ok(), "{name}");
+            assert!(help.contains(name), "-d's help leaves out {name}: {help}");
+        }
     }
 }
