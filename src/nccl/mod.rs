@@ -39,7 +39,7 @@ use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
-use crate::topology::{GpuSystem, Intra, SwitchRelays, Topology};
+use crate::topology::{GpuSystem, Intra, ProxyHolds, SwitchRelays, Topology};
 use crate::units::{Bandwidth, Time};
 use crate::Error;
 pub use algo::{Algo, Func, Proto};
@@ -880,7 +880,21 @@ impl Model {
         // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
         // model triples it for Simple as a latency floor (kept so above); held that long a
         // step, a 64 KiB NVLSTree step would cap a NIC at a third of NCCL's own rate.
-        let proxy = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
+        let hold = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
+        // LL's and LL128's receivers read each line's flag as the NIC writes it
+        // (src/device/prims_ll.h, prims_ll128.h): the receive proxy only reposts buffers, off
+        // the data's path (src/transport/net.cc even lets it skip their completions,
+        // NCCL_NET_OPTIONAL_RECV_COMPLETION); Simple's receiver waits for the proxy to see the
+        // step arrive (and flush it) before it may read.
+        let lines_read_directly = matches!(choice.proto, Proto::LL | Proto::LL128);
+        let proxy = ProxyHolds {
+            send: hold,
+            receive: if lines_read_directly {
+                Time::ZERO
+            } else {
+                hold
+            },
+        };
         s.network_sending_at(
             relays(choice.algo),
             (gb(intra), hop(intra_lat, intra_links)),
@@ -970,6 +984,40 @@ mod tests {
                 .predict(CollectiveKind::AllReduce, 1 << 30, 0, launch)
                 .unwrap()
         );
+    }
+
+    /// Across boxes a GPU's send proxy holds every message for the hosts' network overhead;
+    /// its receive proxy holds Simple's steps (the GPU reads them once the proxy has seen them
+    /// arrive) but not LL's or LL128's lines, whose flags the GPU reads as the NIC writes them.
+    #[test]
+    fn only_simple_steps_wait_for_the_receive_proxy() {
+        let two = model("dgx-a100:2");
+        let hold = Time::from_ns(2_000);
+        let posts = Posts {
+            slice_bytes: 1 << 16,
+            channels: 16,
+            point_to_point: false,
+        };
+        let gpus = two.system.gpus();
+        for (proto, receive_holds) in [(Proto::LL, 0), (Proto::LL128, 0), (Proto::Simple, 16)] {
+            let choice = Choice {
+                algo: Algo::Tree,
+                proto,
+                channels: 16,
+                threads: 512,
+                estimate_us: 0.0,
+            };
+            let topology = two.network(choice, posts, 1.0).unwrap();
+            let held = |into_gpu: bool| {
+                topology
+                    .links()
+                    .iter()
+                    .filter(|l| l.per_message == hold && (l.dst < gpus) == into_gpu)
+                    .count()
+            };
+            assert_eq!(held(false), 16, "{proto:?}: one send proxy a GPU");
+            assert_eq!(held(true), receive_holds, "{proto:?}");
+        }
     }
 
     /// LL's lines go on a trip of the channel's threads at a time (8 data bytes a thread) inside

@@ -19,8 +19,8 @@ pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
 pub use systems::{
-    Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, NicPath, PerProtocol, SwitchRelays,
-    SystemOverrides,
+    Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, NicPath, PerProtocol, ProxyHolds,
+    SwitchRelays, SystemOverrides,
 };
 
 use crate::units::{Bandwidth, Time};

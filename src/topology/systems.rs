@@ -71,6 +71,30 @@ pub enum NicKind {
     RoCE,
 }
 
+/// How long a GPU's network proxies hold each message it sends and receives across boxes (a
+/// host thread posting them in turn); no proxies when the send hold is zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProxyHolds {
+    pub send: Time,
+    pub receive: Time,
+}
+
+impl ProxyHolds {
+    /// No proxies: the network as the datasheet has it.
+    pub const NONE: ProxyHolds = ProxyHolds {
+        send: Time::ZERO,
+        receive: Time::ZERO,
+    };
+
+    /// The same hold each way.
+    pub fn both(hold: Time) -> ProxyHolds {
+        ProxyHolds {
+            send: hold,
+            receive: hold,
+        }
+    }
+}
+
 /// The host CPU's vendor: NCCL's per-step network overhead depends on it (the proxy thread
 /// that drives the NICs runs on the host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -561,22 +585,22 @@ impl GpuSystem {
         intra: (Bandwidth, Time),
         nic: (Bandwidth, Time),
     ) -> Result<Topology, Error> {
-        self.network_sending_at(relays, intra, 1.0, nic, Time::ZERO, None)
+        self.network_sending_at(relays, intra, 1.0, nic, ProxyHolds::NONE, None)
     }
 
     /// [`Self::network_at`] with each GPU's links into its box's fabric (to the NVSwitch, or
     /// to its mesh peers) at `send_share` of the intra rate in the GPU's sending direction, and
-    /// (when `proxy` is not zero, across boxes) each GPU's network messages passing a proxy
-    /// each way that holds every message for `proxy` (a host thread posting them in turn),
-    /// and, with `gpu_to_network` (one NIC's share, proxies only), each GPU writing its network
-    /// messages at that rate on a link of its own before the proxy posts them.
+    /// (when `proxy.send` is not zero, across boxes) each GPU's network messages passing a
+    /// proxy each way that holds every message for its time (a host thread posting them in
+    /// turn), and, with `gpu_to_network` (one NIC's share, proxies only), each GPU writing its
+    /// network messages at that rate on a link of its own before the proxy posts them.
     pub fn network_sending_at(
         &self,
         relays: SwitchRelays,
         intra: (Bandwidth, Time),
         send_share: f64,
         nic: (Bandwidth, Time),
-        proxy: Time,
+        proxy: ProxyHolds,
         gpu_to_network: Option<Bandwidth>,
     ) -> Result<Topology, Error> {
         let sending = |(rate, latency): (Bandwidth, Time)| {
@@ -615,7 +639,7 @@ impl GpuSystem {
         };
         let leaf = |r: u32| n + fabric_nodes + r;
         // Proxies (a send and a receive one a GPU) after the spines.
-        let proxies = if multi && proxy > Time::ZERO {
+        let proxies = if multi && proxy.send > Time::ZERO {
             2 * n
         } else {
             0
@@ -629,8 +653,8 @@ impl GpuSystem {
         };
         let first_gate = first_proxy + proxies;
         // A proxy's hop: a message's bytes cost it nothing next to its post.
-        let held = |src, dst| Link {
-            per_message: proxy,
+        let held = |src, dst, hold| Link {
+            per_message: hold,
             ..Link::one_way(src, dst, (Bandwidth::bytes_per_sec(1e15), Time::ZERO))
         };
         let mut proxied = Vec::new();
@@ -653,13 +677,13 @@ impl GpuSystem {
                             let written = rate.as_bytes_per_sec() * nics_per_gpu;
                             let tier = (Bandwidth::bytes_per_sec(written), Time::ZERO);
                             proxied.push(Link::one_way(gpu, gate, tier));
-                            proxied.push(held(gate, send));
+                            proxied.push(held(gate, send, proxy.send));
                         }
-                        None => proxied.push(held(gpu, send)),
+                        None => proxied.push(held(gpu, send, proxy.send)),
                     }
                     proxied.push(Link::one_way(send, leaf(i % rails), (per_gpu, nic.1)));
                     proxied.push(Link::one_way(leaf(i % rails), recv, (per_gpu, nic.1)));
-                    proxied.push(held(recv, gpu));
+                    proxied.push(held(recv, gpu, proxy.receive));
                 }
             }
             let spine = |s: u32| n + fabric_nodes + rails + s;
@@ -739,7 +763,7 @@ mod tests {
         let s = GpuSystem::parse("dgx-a100:2").unwrap().unwrap();
         let tier = |gbps: f64, ns: u64| (Bandwidth::gb_per_sec(gbps), Time::from_ns(ns));
         let hold = Time::from_ns(1_000);
-        let build = |nic: &str, proxy: Time, gate: Option<Bandwidth>| {
+        let build = |nic: &str, proxy: ProxyHolds, gate: Option<Bandwidth>| {
             let mut system = s.clone();
             system.set_nics(nic).unwrap();
             system
@@ -754,8 +778,8 @@ mod tests {
                 .unwrap()
         };
         let rate = Some(Bandwidth::gb_per_sec(2.0));
-        let plain = build("8x200Gb", hold, None);
-        let gated = build("8x200Gb", hold, rate);
+        let plain = build("8x200Gb", ProxyHolds::both(hold), None);
+        let gated = build("8x200Gb", ProxyHolds::both(hold), rate);
         assert_eq!(gated.nodes(), plain.nodes() + 16);
         let first_gate = plain.nodes();
         let gate_links: Vec<_> = gated
@@ -774,15 +798,15 @@ mod tests {
             .filter(|l| l.src >= first_gate)
             .all(|l| l.per_message == hold));
         // Two NICs a GPU: the GPU writes at two NICs' share.
-        let doubled = build("16x100Gb", hold, rate);
+        let doubled = build("16x100Gb", ProxyHolds::both(hold), rate);
         assert!(doubled
             .links()
             .iter()
             .filter(|l| l.dst >= first_gate)
             .all(|l| l.bandwidth == Bandwidth::gb_per_sec(4.0)));
         assert_eq!(
-            build("8x200Gb", Time::ZERO, rate).nodes(),
-            build("8x200Gb", Time::ZERO, None).nodes()
+            build("8x200Gb", ProxyHolds::NONE, rate).nodes(),
+            build("8x200Gb", ProxyHolds::NONE, None).nodes()
         );
     }
 
@@ -800,7 +824,7 @@ mod tests {
                 tier(450.0, 100),
                 1.0,
                 tier(50.0, 500),
-                Time::ZERO,
+                ProxyHolds::NONE,
                 None,
             )
             .unwrap();
@@ -810,7 +834,7 @@ mod tests {
                 tier(450.0, 100),
                 1.0,
                 tier(50.0, 500),
-                hold,
+                ProxyHolds::both(hold),
                 None,
             )
             .unwrap();
