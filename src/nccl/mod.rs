@@ -196,6 +196,8 @@ pub struct Model {
     pub rings: Vec<Vec<u32>>,
     /// The channels point-to-point sends (all-to-all) are striped over.
     pub p2p: P2pChannels,
+    /// Transfers a simulated call may have ([`TRANSFER_BUDGET`]).
+    transfer_budget: u64,
 }
 
 /// How nccl-tests issues a call: `gpus_per_thread` kernels launched one after another, on
@@ -280,9 +282,25 @@ struct Posts {
     point_to_point: bool,
 }
 
-/// Transfers a simulated call may have; beyond, a channel's loops are merged (such calls are
-/// long enough to be bound by bandwidth, where the loops' count no longer matters).
+/// Transfers a simulated call may have. Beyond, a ring's or NVLS's loops are merged (a ring's
+/// links carry its loops back to back, so their count no longer matters); a tree or chain,
+/// whose pipeline fills and drains over its depth once a call (merged loops would make that
+/// fill as many times longer), runs fewer loops of its own chunks and is extrapolated
+/// ([`Extrapolation`]).
 const TRANSFER_BUDGET: u64 = 1 << 19;
+
+/// A tree or chain call too long to simulate whole, run as the same chunks in `loops` of its
+/// `all` loops. Every loop puts the same bytes on every link, and a pipeline in its steady
+/// state advances one loop in its busiest link's time for a loop, so each further loop adds
+/// that: `T(all) = T(loops) + (all - loops) x busiest link's busy time / loops`. It errs short
+/// by what of the pipeline's settling the shorter run leaves out: within 5% of simulating
+/// every loop where merging loops into larger chunks had been up to 56% long
+/// (`a_long_pipeline_is_extrapolated_from_its_own_chunks`).
+#[derive(Clone, Copy, Debug)]
+struct Extrapolation {
+    loops: u64,
+    all: u64,
+}
 
 /// A call as NCCL runs it, independent of the system's calibrated figures: the choice, the
 /// validated schedule of its channels, and what its network depends on ([`Model::plan`]).
@@ -292,6 +310,8 @@ pub struct Plan {
     posts: Posts,
     /// The share of a tree's modelled bandwidth NCCL's maintainers find it delivers.
     correction: f64,
+    /// Where `schedule` holds only some of the call's loops: how to reach the whole call.
+    extrapolation: Option<Extrapolation>,
 }
 
 impl Plan {
@@ -311,6 +331,7 @@ impl Plan {
             schedule,
             posts,
             correction,
+            extrapolation: None,
         })
     }
 
@@ -350,6 +371,7 @@ impl Model {
             nvls: NvlsTuning::of(system),
             rings: channel_rings(system),
             p2p: P2pChannels::of(system, comm_channels),
+            transfer_budget: TRANSFER_BUDGET,
         }
     }
 
@@ -460,11 +482,36 @@ impl Model {
         let choice = self.choose(kind, bytes)?;
         let n = self.system.gpus();
         let npus: Vec<u32> = (0..n).collect();
-        let cut = self.cut(kind, bytes, choice);
+        let pipelined = matches!(kernel_of(kind, choice.algo), Kernel::Tree | Kernel::Chain);
+        let whole = self.cut(kind, bytes, choice, None);
+        let cut = self.cut(kind, bytes, choice, Some(self.transfer_budget));
+        // A tree's or chain's loops are not merged: it runs as many loops of its own chunks as
+        // the budget holds (whole chunks of LL's and LL128's trips, at least two) and the call is
+        // extrapolated from them.
+        let per_chunk = whole.loops_per_chunk.max(1);
+        let budgeted = cut.loops / per_chunk * per_chunk;
+        let split = pipelined && whole.loops > cut.loops && budgeted >= 2 * per_chunk;
+        let (cut, simulated, extrapolation) = if split {
+            let extrapolation = Extrapolation {
+                loops: budgeted as u64,
+                all: whole.loops as u64,
+            };
+            let part = bytes / extrapolation.all * extrapolation.loops;
+            (
+                Cut {
+                    loops: budgeted,
+                    ..whole
+                },
+                part,
+                Some(extrapolation),
+            )
+        } else {
+            (cut, bytes, None)
+        };
         // A call smaller than one byte a piece is simulated at that size (latency-bound).
         let p2p = (kind == CollectiveKind::AllToAll).then(|| self.p2p_send(bytes));
         let chunks = match p2p {
-            Some(send) => self.p2p_chunks(bytes, send),
+            Some(send) => self.p2p_chunks(simulated, send),
             None => cut.chunks(),
         };
         let per_buffer = match kind {
@@ -487,7 +534,7 @@ impl Model {
                     _ => per_buffer,
                 };
                 Posts {
-                    slice_bytes: bytes.div_ceil(per_send.max(1)).max(1),
+                    slice_bytes: simulated.div_ceil(per_send.max(1)).max(1),
                     channels: cut.channels,
                     point_to_point: false,
                 }
@@ -499,9 +546,11 @@ impl Model {
         });
         let switches = self.system.reducing_switches(relays(choice.algo));
         let root = kind.is_rooted().then_some(root);
-        let collective = Collective::new(kind, npus, bytes.max(per_buffer), chunks, root)?;
+        let collective = Collective::new(kind, npus, simulated.max(per_buffer), chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
-        Plan::validated(choice, collective, schedule, switches, posts, correction)
+        let mut plan = Plan::validated(choice, collective, schedule, switches, posts, correction)?;
+        plan.extrapolation = extrapolation;
+        Ok(plan)
     }
 
     /// Simulates a planned call on the system's network as this model's figures give it and
@@ -509,10 +558,16 @@ impl Model {
     pub fn time(&self, plan: &Plan, launch: Launch) -> Result<Prediction, Error> {
         let topology = self.network(plan.choice, plan.posts, plan.correction)?;
         let result = simulate(&topology, &plan.schedule, &SimOptions::default(), &mut ())?;
+        let mut finish = result.finish;
+        if let Some(e) = plan.extrapolation {
+            let busiest = result.link_busy.iter().max().copied().unwrap_or(Time::ZERO);
+            let period = busiest.0 as f64 / e.loops as f64;
+            finish = finish + Time::from_ps((period * (e.all - e.loops) as f64).round() as u64);
+        }
         let fixed = self.fixed_cost_us(plan.choice, launch);
         Ok(Prediction {
             choice: plan.choice,
-            time: result.finish + Time::from_ps((fixed * 1e6).round() as u64),
+            time: finish + Time::from_ps((fixed * 1e6).round() as u64),
             transfers: plan.schedule.len(),
         })
     }
@@ -599,7 +654,8 @@ impl Model {
     }
 
     /// How NCCL cuts the call: channels, loops of `channels x ranks x chunk` bytes, slices.
-    fn cut(&self, kind: CollectiveKind, bytes: u64, choice: Choice) -> Cut {
+    /// With a `budget` of transfers, a ring's loops are merged to fit it.
+    fn cut(&self, kind: CollectiveKind, bytes: u64, choice: Choice, budget: Option<u64>) -> Cut {
         let p = choice.proto as usize;
         let n = self.system.gpus() as u64;
         let channels = choice.channels.max(1);
@@ -651,8 +707,8 @@ impl Model {
         let g = self.system.gpus_per_box as u64;
         let steps_per_loop = kernel.sends_per_unit(kind, n, n / g);
         let per_loop = channels as u64 * slices as u64 * steps_per_loop;
-        if loops * per_loop > TRANSFER_BUDGET {
-            loops = (TRANSFER_BUDGET / per_loop).max(1);
+        if let Some(budget) = budget.filter(|&b| loops * per_loop > b) {
+            loops = (budget / per_loop).max(1);
         }
         // At least one of the protocol's grains per piece (NCCL cuts chunks in whole grains,
         // and a slice with nothing to move posts without its fence).
@@ -986,6 +1042,39 @@ mod tests {
         );
     }
 
+    /// A tree or chain too long for the transfer budget runs fewer loops of its own chunks and
+    /// is extrapolated: close to simulating every loop, where merging loops into larger chunks
+    /// had lengthened the pipeline's fill as many times.
+    #[test]
+    fn a_long_pipeline_is_extrapolated_from_its_own_chunks() {
+        let system = GpuSystem::parse("dgx-a100:4").unwrap().unwrap();
+        let launch = Launch::default();
+        for (kind, algo, bytes, bound) in [
+            (CollectiveKind::AllReduce, "Tree", 1u64 << 30, 0.05),
+            (CollectiveKind::Broadcast, "Ring", 1 << 30, 0.01),
+        ] {
+            let mut allowed = Allowed::default();
+            allowed.set_algos(algo).unwrap();
+            allowed.set_protos("Simple").unwrap();
+            let whole = Model::with_allowed(&system, allowed.clone());
+            let full = whole.predict(kind, bytes, 0, launch).unwrap();
+            let mut budgeted = whole.clone();
+            budgeted.transfer_budget = full.transfers as u64 / 8;
+            let plan = budgeted.plan(kind, bytes, 0, launch).unwrap();
+            let e = plan.extrapolation.expect("over the budget: extrapolated");
+            assert_eq!(e.loops * 8, e.all, "{kind}");
+            let estimate = budgeted.time(&plan, launch).unwrap();
+            assert!(estimate.transfers * 7 < full.transfers, "{kind}");
+            let error = estimate.time.as_ns_f64() / full.time.as_ns_f64() - 1.0;
+            assert!(
+                (-bound..=0.0).contains(&error),
+                "{kind}: {} against {} us simulated whole",
+                estimate.time.as_ns_f64() / 1e3,
+                full.time.as_ns_f64() / 1e3
+            );
+        }
+    }
+
     /// Across boxes a GPU's send proxy holds every message for the hosts' network overhead;
     /// its receive proxy holds Simple's steps (the GPU reads them once the proxy has seen them
     /// arrive) but not LL's or LL128's lines, whose flags the GPU reads as the NIC writes them.
@@ -1033,13 +1122,13 @@ mod tests {
         let choice = three.choose(CollectiveKind::Broadcast, bytes).unwrap();
         let shape = (choice.algo, choice.proto, choice.channels, choice.threads);
         assert_eq!(shape, (Algo::Ring, Proto::LL, 1, 128));
-        let cut = three.cut(CollectiveKind::Broadcast, bytes, choice);
+        let cut = three.cut(CollectiveKind::Broadcast, bytes, choice, None);
         assert_eq!((cut.loops, cut.loops_per_chunk, cut.window), (32, 32, 256));
         let ring = Choice {
             algo: Algo::Ring,
             ..choice
         };
-        let cut = three.cut(CollectiveKind::AllReduce, 24 << 20, ring);
+        let cut = three.cut(CollectiveKind::AllReduce, 24 << 20, ring, None);
         assert_eq!(cut.loops_per_chunk, 1);
         assert_eq!(cut.window, STEPS as u32);
     }
