@@ -251,8 +251,9 @@ fn a_time_limit_is_honoured_and_still_gives_a_valid_schedule() {
     let ms = number(&row, "synthesis_ms");
     // Unlimited, the programs run on: with an 8 s limit they take 7.6 s. The margin covers the
     // recovery after the programs' 90% and a noisy 2-core machine running tests side by side
-    // (3.6 s seen once in CI; 3.1 s alone).
-    assert!(ms <= 3900.0, "synthesis took {ms} ms against a 3 s limit");
+    // (3.6 s seen once in CI, 4.0 s with two builds running beside the tests; 3.1 s alone),
+    // still well short of the 7.6 s an ignored limit would take.
+    assert!(ms <= 4500.0, "synthesis took {ms} ms against a 3 s limit");
     assert!(number(&row, "collective_time_ns") > 0.0);
 }
 
