@@ -654,7 +654,8 @@ impl Model {
     }
 
     /// How NCCL cuts the call: channels, loops of `channels x ranks x chunk` bytes, slices.
-    /// With a `budget` of transfers, a ring's loops are merged to fit it.
+    /// With a `budget` of transfers, the call's loops are merged to fit it (`plan` then keeps
+    /// a tree's or chain's own chunks instead, when it can extrapolate them).
     fn cut(&self, kind: CollectiveKind, bytes: u64, choice: Choice, budget: Option<u64>) -> Cut {
         let p = choice.proto as usize;
         let n = self.system.gpus() as u64;
