@@ -546,6 +546,9 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
     let size: u64 = match f.first().and_then(|s| s.split_whitespace().next()) {
         Some(s) => match s.parse() {
             Ok(v) => v,
+            Err(_) if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) => {
+                return Err(format!("a size of {s} bytes, more than 2^64"));
+            }
             Err(_) => return Ok(None),
         },
         None => return Ok(None),
@@ -576,12 +579,15 @@ fn parse_row(line: &str, has_root: bool) -> Result<Option<Row>, String> {
         } else {
             rest
         };
-        rest.iter()
-            .take(3)
-            .map(|s| number(s).unwrap_or(-1.0))
-            .collect()
+        let mut values = Vec::with_capacity(3);
+        for (name, text) in ["time", "algbw", "busbw"].into_iter().zip(rest) {
+            let value = number(text)
+                .ok_or_else(|| format!("{name} '{text}' is not a non-negative number"))?;
+            values.push(value);
+        }
+        values
     };
-    if values.len() < 3 || values.iter().take(3).any(|&v| v < 0.0) {
+    if values.len() < 3 {
         return Err("a data row without time, algbw and busbw (truncated?)".into());
     }
     if values[0] <= 0.0 {
@@ -833,6 +839,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(":2: a data row without its busbw"), "{e}");
+    }
+
+    /// A row whose fields are there but impossible is refused naming the field and its text,
+    /// not taken for a truncated row or skipped as a comment.
+    #[test]
+    fn impossible_values_are_named() {
+        for (from, to, expect) in [
+            ("85.58   12.25", "  NaN   12.25", ":7: time 'NaN' is not"),
+            (
+                "12.25   22.97",
+                "-12.25   22.97",
+                ":7: algbw '-12.25' is not",
+            ),
+            (
+                "     1048576  ",
+                "99999999999999999999",
+                ":7: a size of 99999999999999999999 bytes",
+            ),
+        ] {
+            let bad = write(&LOG.replacen(from, to, 1));
+            let e = read(bad.path(), "all_reduce", "float")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expect), "{e}");
+        }
     }
 
     #[test]
