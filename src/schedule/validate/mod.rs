@@ -12,6 +12,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::{Op, Schedule, TransferIndex};
+use atoms::Atoms;
+
+mod atoms;
 use crate::collective::{Collective, CollectiveKind};
 use crate::Error;
 
@@ -88,6 +91,11 @@ struct Validator<'a> {
     seed: u64,
     /// All pieces of the collective.
     pieces: u64,
+    /// Runs of pieces every transfer treats alike: each is checked by its first piece.
+    atoms: Atoms,
+    /// The window's first atom and its atoms (the store's cells a rank), set by `run`.
+    first_atom: u32,
+    span: u32,
     /// The pieces this pass covers (`window.0..window.1`), and the transfers that carry them.
     window: (u32, u32),
     members: Option<Vec<TransferIndex>>,
@@ -341,6 +349,9 @@ impl<'a> Validator<'a> {
             total_ranks: c.ranks() + relays.len() as u32,
             seed,
             pieces,
+            atoms: Atoms::new(schedule, c, pieces as u32),
+            first_atom: 0,
+            span: 0,
             window: (0, pieces as u32),
             members: None,
             store: Store::Dense(Vec::new()),
@@ -356,7 +367,12 @@ impl<'a> Validator<'a> {
 
     /// One pass over the current window: initial data, every member transfer, the final state.
     fn run(&mut self) -> Result<(), Error> {
-        let cells = self.total_ranks as u64 * self.span() as u64;
+        self.span = self.span();
+        self.first_atom = match self.span {
+            0 => 0,
+            _ => self.atoms.index(self.window.0),
+        };
+        let cells = self.total_ranks as u64 * self.span as u64;
         match &mut self.store {
             // Passes over piece windows reuse one allocation.
             Store::Dense(v) if cells <= DENSE_CELLS => {
@@ -371,21 +387,29 @@ impl<'a> Validator<'a> {
         self.check_final()
     }
 
+    /// Atoms in the window (a cell a rank each).
     fn span(&self) -> u32 {
-        self.window.1 - self.window.0
+        let (lo, hi) = self.window;
+        if lo >= hi {
+            return 0;
+        }
+        self.atoms.index(hi - 1) - self.atoms.index(lo) + 1
     }
 
-    /// The pieces of `lo..hi` inside the window.
-    fn within(&self, lo: u32, hi: u32) -> std::ops::Range<u32> {
-        lo.max(self.window.0)..hi.min(self.window.1)
+    /// The first pieces of the atoms of `lo..hi` inside the window.
+    fn within(&self, lo: u32, hi: u32) -> Vec<u32> {
+        self.atoms
+            .firsts(lo.max(self.window.0), hi.min(self.window.1))
     }
 
-    fn all_pieces(&self) -> std::ops::Range<u32> {
-        self.window.0..self.window.1
+    /// The first pieces of the window's atoms.
+    fn all_pieces(&self) -> Vec<u32> {
+        self.within(self.window.0, self.window.1)
     }
 
     fn key(&self, rank: u32, piece: u32) -> u64 {
-        rank as u64 * self.span() as u64 + (piece - self.window.0) as u64
+        let atom = self.atoms.index(piece) - self.first_atom;
+        rank as u64 * self.span as u64 + atom as u64
     }
 
     fn give(&mut self, rank: u32, piece: u32, owner: u32) {
@@ -415,24 +439,31 @@ impl<'a> Validator<'a> {
             CollectiveKind::AllGather | CollectiveKind::Gather => {
                 for r in 0..n {
                     let (lo, hi) = c.rank_block(r);
-                    self.within(lo, hi).for_each(|p| self.give(r, p, r));
+                    for p in self.within(lo, hi) {
+                        self.give(r, p, r);
+                    }
                 }
             }
             CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
+                let firsts = self.all_pieces();
                 for r in 0..n {
-                    self.all_pieces().for_each(|p| self.give(r, p, r));
+                    firsts.iter().for_each(|&p| self.give(r, p, r));
                 }
             }
             CollectiveKind::AllToAll => {
                 for r in 0..n {
                     for q in 0..n {
                         let (lo, hi) = c.a2a_block(r, q);
-                        self.within(lo, hi).for_each(|p| self.give(r, p, r));
+                        for p in self.within(lo, hi) {
+                            self.give(r, p, r);
+                        }
                     }
                 }
             }
             CollectiveKind::Broadcast | CollectiveKind::Scatter => {
-                self.all_pieces().for_each(|p| self.give(root, p, root));
+                for p in self.all_pieces() {
+                    self.give(root, p, root);
+                }
             }
         }
     }
@@ -610,7 +641,10 @@ impl<'a> Validator<'a> {
             )));
         }
         let op = s.op(t);
-        for p in lo..hi {
+        let mut next = lo;
+        while next < hi {
+            let p = next;
+            next = self.atoms.next_start(p + 1, hi);
             let from = self.store.get(self.key(src, p));
             if !from.held {
                 return Err(Error::input(format!(
@@ -735,21 +769,22 @@ impl<'a> Validator<'a> {
             })
         };
         let k = c.chunks;
+        let firsts = self.all_pieces();
         match c.kind {
             CollectiveKind::AllGather => {
                 for r in 0..n {
-                    for p in self.all_pieces() {
+                    for &p in &firsts {
                         self.require(r, p, contribution(self.seed, p / k, p), 1)?;
                     }
                 }
             }
             CollectiveKind::Gather => {
-                for p in self.all_pieces() {
+                for &p in &firsts {
                     self.require(root, p, contribution(self.seed, p / k, p), 1)?;
                 }
             }
             CollectiveKind::AllReduce => {
-                for p in self.all_pieces() {
+                for &p in &firsts {
                     let total = sum(p);
                     for r in 0..n {
                         self.require(r, p, total, n)?;
@@ -757,12 +792,12 @@ impl<'a> Validator<'a> {
                 }
             }
             CollectiveKind::ReduceScatter => {
-                for p in self.all_pieces() {
+                for &p in &firsts {
                     self.require(p / k, p, sum(p), n)?;
                 }
             }
             CollectiveKind::Reduce => {
-                for p in self.all_pieces() {
+                for &p in &firsts {
                     self.require(root, p, sum(p), n)?;
                 }
             }
@@ -778,13 +813,13 @@ impl<'a> Validator<'a> {
             }
             CollectiveKind::Broadcast => {
                 for r in 0..n {
-                    for p in self.all_pieces() {
+                    for &p in &firsts {
                         self.require(r, p, contribution(self.seed, root, p), 1)?;
                     }
                 }
             }
             CollectiveKind::Scatter => {
-                for p in self.all_pieces() {
+                for &p in &firsts {
                     self.require(p / k, p, contribution(self.seed, root, p), 1)?;
                 }
             }

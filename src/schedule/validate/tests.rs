@@ -219,3 +219,127 @@ fn a_transfer_outside_the_collective_is_named() {
         names_it(&s);
     }
 }
+
+/// [`validate`] with every piece checked on its own instead of by atoms.
+fn validate_piece_by_piece(s: &Schedule, c: &Collective, seed: u64) -> Result<(), Error> {
+    let mut v = Validator::new(s, c, &[], seed);
+    v.atoms = atoms::Atoms::every_piece(c.piece_count());
+    v.order_transfers()?;
+    if v.total_ranks as u64 * v.pieces <= WINDOW_CELLS {
+        return v.run();
+    }
+    by_windows(v)
+}
+
+/// Checking each atom by its first piece reaches the verdict, and names the transfer and piece,
+/// that checking every piece does: on the algorithms' schedules (many carry several pieces a
+/// transfer, so atoms merge pieces) and on broken copies of them (a transfer dropped, a range
+/// cut short, an operation flipped, a transfer's dependencies dropped).
+#[test]
+fn atoms_give_the_verdicts_of_every_piece() {
+    use crate::algorithms::{generate, Algorithm};
+    use crate::topology::TopologyOptions;
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let (mut merging, mut schedules, mut failures, mut cases) = (0, 0, 0, 0);
+    let mut check = |s: &Schedule, claim: &Collective, what: &str| {
+        let merged = atoms::Atoms::new(s, claim, claim.piece_count()).count();
+        merging += (merged < claim.piece_count()) as u32;
+        schedules += 1;
+        for mutation in 0..5 {
+            let broken = mutate(s, claim, mutation, &mut rng);
+            let by_atoms = validate(&broken, claim, 3).map_err(|e| e.to_string());
+            let plain = validate_piece_by_piece(&broken, claim, 3).map_err(|e| e.to_string());
+            assert_eq!(by_atoms, plain, "{what}, mutation {mutation}");
+            failures += by_atoms.is_err() as u32;
+            cases += 1;
+        }
+    };
+    // NCCL's tree all-reduce: each transfer carries every rank's share of a chunk.
+    let c = Collective::new(
+        CollectiveKind::AllReduce,
+        (0..8).collect(),
+        1 << 16,
+        4,
+        None,
+    )
+    .unwrap();
+    let cut = crate::algorithms::nccl_kernels::Cut {
+        channels: 2,
+        loops: 2,
+        slices: 1,
+        window: 4,
+        loops_per_chunk: 1,
+    };
+    let tree = crate::algorithms::nccl_kernels::tree_all_reduce(&c, 4, cut, 2, false).unwrap();
+    check(&tree, &c, "NCCL tree");
+    for shape in ["dims:ring2,switch4", "mesh:3x3", "switch:6"] {
+        let t = TopologyOptions::new(shape).build().unwrap();
+        for kind in [
+            CollectiveKind::AllReduce,
+            CollectiveKind::AllGather,
+            CollectiveKind::ReduceScatter,
+        ] {
+            let c = Collective::new(kind, t.active_npus(), 1 << 16, 2, None).unwrap();
+            for algorithm in Algorithm::ALL {
+                if matches!(algorithm, Algorithm::TacosIlp | Algorithm::TacclLike) {
+                    continue;
+                }
+                let Ok(s) = generate(algorithm, &t, &c) else {
+                    continue;
+                };
+                let claim = s.collective.clone().unwrap_or_else(|| c.clone());
+                check(&s, &claim, &format!("{shape} {kind} {algorithm:?}"));
+            }
+        }
+    }
+    assert!(
+        merging >= 10,
+        "{merging} of {schedules} schedules merge pieces"
+    );
+    assert!(
+        failures * 2 > cases,
+        "{failures} of {cases} broken copies refused"
+    );
+}
+
+/// A copy of `s` with one `mutation` at a random transfer: 0 none, 1 the transfer dropped,
+/// 2 its range's last piece dropped, 3 its operation flipped, 4 its dependencies dropped.
+fn mutate(s: &Schedule, c: &Collective, mutation: u32, rng: &mut impl rand::Rng) -> Schedule {
+    let n = s.len() as TransferIndex;
+    let wide: Vec<TransferIndex> = (0..n)
+        .filter(|&t| s.pieces(t).is_some_and(|(lo, hi)| hi - lo > 1))
+        .collect();
+    let at = match (mutation, wide.is_empty()) {
+        (2, false) => wide[rng.random_range(0..wide.len())],
+        _ => rng.random_range(0..n),
+    };
+    let shift = |d: TransferIndex| d - (mutation == 1 && d > at) as TransferIndex;
+    let mut out = Schedule::new();
+    for t in (0..n).filter(|&t| mutation != 1 || t != at) {
+        let (mut lo_hi, mut op) = (s.pieces(t).unwrap(), s.op(t));
+        let mut deps: Vec<TransferIndex> = s
+            .deps(t)
+            .iter()
+            .filter(|&&d| mutation != 1 || d != at)
+            .map(|&d| shift(d))
+            .collect();
+        if t == at {
+            match mutation {
+                2 if lo_hi.1 - lo_hi.0 > 1 => lo_hi.1 -= 1,
+                3 => {
+                    op = match op {
+                        Op::Copy => Op::Reduce,
+                        Op::Reduce => Op::Copy,
+                    }
+                }
+                4 => deps.clear(),
+                _ => {}
+            }
+        }
+        let mut transfer = s.transfer(t);
+        transfer.bytes = c.piece_bytes(lo_hi.0, lo_hi.1);
+        out.push_data(transfer, &deps, lo_hi, op);
+    }
+    out
+}
