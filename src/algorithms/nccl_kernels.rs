@@ -255,7 +255,8 @@ pub fn tree_all_reduce(
     let n = c.ranks();
     let g = gpus_per_box;
     let boxes: Vec<Vec<u32>> = (0..n / g).map(|b| (b * g..(b + 1) * g).collect()).collect();
-    let mut b = Builder::new(c)?;
+    // Every send carries whole units: all `n` ranks' shares of a chunk.
+    let mut b = Builder::with_grain(c, &[], n)?;
     // Two thread groups per block: reduce up, broadcast down.
     let mut program = Program::new(n, cut.channels, 2, cut.window);
     let trees: Vec<(Tree, Vec<usize>)> = (0..cut.channels)
@@ -318,7 +319,8 @@ pub fn nvls(
     let n = c.ranks();
     let g = gpus_per_box;
     let boxes = n / g;
-    let mut b = Builder::with_relays(c, switches)?;
+    // Across boxes every send carries whole shares of a head: `boxes` pieces.
+    let mut b = Builder::with_grain(c, switches, if boxes > 1 { boxes } else { 1 })?;
     let relay = |b: &Builder, bx: u32| b.relay_rank(bx);
     // Groups: 0 reduces into the switch, 1 stores into it, 2 up the tree across boxes, 3 down.
     let mut program = Program::new(n, cut.channels, 4, cut.window);
