@@ -286,15 +286,19 @@ struct Posts {
 /// links carry its loops back to back, so their count no longer matters); a tree or chain,
 /// whose pipeline fills and drains over its depth once a call (merged loops would make that
 /// fill as many times longer), runs fewer loops of its own chunks and is extrapolated
-/// ([`Extrapolation`]).
-const TRANSFER_BUDGET: u64 = 1 << 19;
+/// ([`Extrapolation`]). 2^22 holds the whole of a 1 GiB tree all-reduce on 128 DGX A100 boxes
+/// (2.5 s and 230 MB to simulate, now that a tree's builder and validator work a unit at a time)
+/// and of NVLSTree's on 64 HGX H100 boxes.
+const TRANSFER_BUDGET: u64 = 1 << 22;
 
 /// A tree or chain call too long to simulate whole, run as the same chunks in `loops` of its
 /// `all` loops. Every loop puts the same bytes on every link, and a pipeline in its steady
 /// state advances one loop in its busiest link's time for a loop, so each further loop adds
-/// that: `T(all) = T(loops) + (all - loops) x busiest link's busy time / loops`. It errs short
-/// by what of the pipeline's settling the shorter run leaves out: within 5% of simulating
-/// every loop where merging loops into larger chunks had been up to 56% long
+/// that: `T(all) = T(loops) + (all - loops) x busiest link's busy time / loops`. It errs short:
+/// the busiest link works off the pipeline's first burst at its full rate through a short run,
+/// where a whole one has it idle a few percent of the call as the channels finish unevenly
+/// (a 2 GiB tree on 128 DGX A100 boxes: -2.2% at the budget, -5.9% at an eighth of it), where
+/// merging loops into larger chunks had been up to 56% long
 /// (`a_long_pipeline_is_extrapolated_from_its_own_chunks`).
 #[derive(Clone, Copy, Debug)]
 struct Extrapolation {

@@ -191,9 +191,11 @@ fn collnet_sums_in_the_network_switches() {
     };
     let (t, algo) = time(&["--sharp"]);
     assert_eq!(algo, "CollNetDirect");
+    // Within 6% of NVLink's bound (1.053 with every loop of NCCL's chunks simulated; merged
+    // into larger chunks, as calls past 2^19 transfers once were, they came within 3%).
     let bound_us = (1u64 << 30) as f64 * 2.0 * 7.0 / 8.0 / 240e9 * 1e6;
     assert!(
-        t >= bound_us && t < 1.03 * bound_us,
+        t >= bound_us && t < 1.06 * bound_us,
         "{t} against {bound_us}"
     );
     let slow = ["--sharp", "--nic", "8x50Gb"];
