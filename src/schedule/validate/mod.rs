@@ -6,17 +6,18 @@
 //! ones). A transfer may only send pieces its source holds, and every write it reads must be one
 //! of its ancestors (otherwise the value it sends depends on timing); concurrent reductions into one
 //! piece are allowed because they commute. At the end every required (rank, piece) must hold
-//! exactly the expected value. Errors name the first bad transfer by its id.
+//! exactly the expected value. Errors name the first bad transfer by its id. Neighbouring pieces
+//! that every transfer treats alike are checked together by their first ([`atoms`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::{Op, Schedule, TransferIndex};
+use crate::collective::{Collective, CollectiveKind};
+use crate::Error;
 use atoms::Atoms;
 
 mod atoms;
-use crate::collective::{Collective, CollectiveKind};
-use crate::Error;
 
 const NONE: u32 = u32::MAX;
 
@@ -367,7 +368,7 @@ impl<'a> Validator<'a> {
 
     /// One pass over the current window: initial data, every member transfer, the final state.
     fn run(&mut self) -> Result<(), Error> {
-        self.span = self.span();
+        self.span = self.window_atoms();
         self.first_atom = match self.span {
             0 => 0,
             _ => self.atoms.index(self.window.0),
@@ -388,7 +389,7 @@ impl<'a> Validator<'a> {
     }
 
     /// Atoms in the window (a cell a rank each).
-    fn span(&self) -> u32 {
+    fn window_atoms(&self) -> u32 {
         let (lo, hi) = self.window;
         if lo >= hi {
             return 0;
