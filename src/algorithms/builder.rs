@@ -25,8 +25,8 @@ pub(crate) struct Builder<'c> {
     /// rank has.
     grain: u32,
     runs: u64,
-    /// Per (rank, run of `grain` pieces): NONE, the last transfer that wrote it, or `GROUP | g` when several
-    /// reductions into it run concurrently (listed in `groups[g]`).
+    /// Per (rank, run of `grain` pieces): NONE, the last transfer that wrote it, or `GROUP | g`
+    /// when several reductions into it run concurrently (listed in `groups[g]`).
     writer: Vec<u32>,
     groups: Vec<Vec<u32>>,
     /// Groups no writer entry names any more, for reuse.

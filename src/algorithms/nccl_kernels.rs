@@ -319,8 +319,8 @@ pub fn nvls(
     let n = c.ranks();
     let g = gpus_per_box;
     let boxes = n / g;
-    // Across boxes every send carries whole shares of a head: `boxes` pieces.
-    let mut b = Builder::with_grain(c, switches, if boxes > 1 { boxes } else { 1 })?;
+    // Across boxes every send carries whole shares of a head: `boxes` pieces (in one box, one).
+    let mut b = Builder::with_grain(c, switches, boxes)?;
     let relay = |b: &Builder, bx: u32| b.relay_rank(bx);
     // Groups: 0 reduces into the switch, 1 stores into it, 2 up the tree across boxes, 3 down.
     let mut program = Program::new(n, cut.channels, 4, cut.window);

@@ -302,7 +302,7 @@ const P2P_TRANSFER_BUDGET: u64 = 1 << 19;
 /// state advances one loop in its busiest link's time for a loop, so each further loop adds
 /// that: `T(all) = T(loops) + (all - loops) x busiest link's busy time / loops`. It errs short:
 /// the busiest link works off the pipeline's first burst at its full rate through a short run,
-/// where a whole one has it idle a few percent of the call as the channels finish unevenly
+/// where a whole one has it idle a few percent of the call as the later stages drain at the end
 /// (a 2 GiB tree on 128 DGX A100 boxes: -2.2% at the budget, -5.9% at an eighth of it), where
 /// merging loops into larger chunks had been up to 56% long
 /// (`a_long_pipeline_is_extrapolated_from_its_own_chunks`).

@@ -26,54 +26,37 @@ impl Atoms {
     /// The atoms of `pieces` pieces cut by `schedule`'s transfers (ranges outside the pieces are
     /// left to the validator to refuse) and by `c`'s blocks where its data depends on them.
     pub(super) fn new(schedule: &Schedule, c: &Collective, pieces: u32) -> Atoms {
-        let mut atoms = Atoms {
-            starts: vec![0; (pieces as usize).div_ceil(64)],
-            before: Vec::new(),
-            pieces,
-        };
-        atoms.cut(0);
-        for t in 0..schedule.len() as TransferIndex {
-            if let Some((lo, hi)) = schedule.pieces(t) {
-                if lo < hi && hi <= pieces {
-                    atoms.cut(lo);
-                    atoms.cut(hi);
-                }
-            }
-        }
+        let ranges = (0..schedule.len() as TransferIndex)
+            .filter_map(|t| schedule.pieces(t))
+            .filter(|&(lo, hi)| lo < hi && hi <= pieces)
+            .flat_map(|(lo, hi)| [lo, hi]);
         // Who holds a piece at the start, or must at the end, depends on its rank's block (or
-        // all-to-all's pair block): blocks of `chunks` pieces.
+        // all-to-all's pair block): blocks of `chunks` pieces; else the pieces are one block.
         let by_blocks = !matches!(
             c.kind,
             CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::Broadcast
         );
-        if by_blocks {
-            (0..pieces)
-                .step_by(c.chunks.max(1) as usize)
-                .for_each(|p| atoms.cut(p));
-        }
-        atoms.count_before();
-        atoms
+        let block = if by_blocks { c.chunks } else { pieces };
+        let blocks = (0..pieces).step_by(block.max(1) as usize);
+        Atoms::from_cuts(pieces, blocks.chain(ranges))
     }
 
     /// Every piece its own atom: validation piece by piece, the plain form the atoms are
     /// held to.
     #[cfg(test)]
     pub(super) fn every_piece(pieces: u32) -> Atoms {
-        let mut atoms = Atoms {
-            starts: vec![0; (pieces as usize).div_ceil(64)],
-            before: Vec::new(),
-            pieces,
-        };
-        (0..pieces).for_each(|p| atoms.cut(p));
-        atoms.count_before();
-        atoms
+        Atoms::from_cuts(pieces, 0..pieces)
     }
 
-    /// Fills `before` from `starts`.
-    fn count_before(&mut self) {
+    /// The atoms of `pieces` pieces starting at each of `cuts` (the end of the pieces starts
+    /// none).
+    fn from_cuts(pieces: u32, cuts: impl IntoIterator<Item = u32>) -> Atoms {
+        let mut starts = vec![0u64; (pieces as usize).div_ceil(64)];
+        for p in cuts.into_iter().filter(|&p| p < pieces) {
+            starts[p as usize / 64] |= 1 << (p % 64);
+        }
         let mut count = 0;
-        self.before = self
-            .starts
+        let before = starts
             .iter()
             .map(|w| {
                 let here = count;
@@ -81,19 +64,17 @@ impl Atoms {
                 here
             })
             .collect();
+        Atoms {
+            starts,
+            before,
+            pieces,
+        }
     }
 
     /// Atoms in all.
     #[cfg(test)]
     pub(super) fn count(&self) -> u32 {
         self.starts.iter().map(|w| w.count_ones()).sum()
-    }
-
-    /// Makes piece `p` start an atom (the end of the pieces starts none).
-    fn cut(&mut self, p: u32) {
-        if p < self.pieces {
-            self.starts[p as usize / 64] |= 1 << (p % 64);
-        }
     }
 
     /// The atom holding piece `p`, counted from the first.

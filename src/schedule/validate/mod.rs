@@ -137,10 +137,14 @@ pub fn validate_with_relays(
     if collective.kind == CollectiveKind::AllToAll && !schedule.has_deps() && relays.is_empty() {
         return validate_one_round_all_to_all(schedule, collective);
     }
-    let pieces = collective.piece_count() as u64;
-    let mut v = Validator::new(schedule, collective, relays, seed);
+    check(Validator::new(schedule, collective, relays, seed))
+}
+
+/// Runs `v` over the whole schedule: in one pass when its cells fit, else a group of pieces at
+/// a time.
+fn check(mut v: Validator) -> Result<(), Error> {
     v.order_transfers()?;
-    if v.total_ranks as u64 * pieces <= WINDOW_CELLS {
+    if v.total_ranks as u64 * v.pieces <= WINDOW_CELLS {
         return v.run();
     }
     by_windows(v)

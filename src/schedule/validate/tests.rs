@@ -224,11 +224,7 @@ fn a_transfer_outside_the_collective_is_named() {
 fn validate_piece_by_piece(s: &Schedule, c: &Collective, seed: u64) -> Result<(), Error> {
     let mut v = Validator::new(s, c, &[], seed);
     v.atoms = atoms::Atoms::every_piece(c.piece_count());
-    v.order_transfers()?;
-    if v.total_ranks as u64 * v.pieces <= WINDOW_CELLS {
-        return v.run();
-    }
-    by_windows(v)
+    check(v)
 }
 
 /// Checking each atom by its first piece reaches the verdict, and names the transfer and piece,
