@@ -107,6 +107,10 @@ pub struct TopologyArgs {
 /// A named GPU system's figures replaced on the command line.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SystemOverrideArgs {
+    /// GPU systems on NVSwitch: each GPU's NVLinks as COUNTxSPEED a direction, e.g. 8x25GB/s
+    /// (overrides the system's; NCCL rates them by count and the GPU's NVLink generation)
+    #[arg(long)]
+    pub nvlink: Option<String>,
     /// GPU systems: NICs per box as COUNTxSPEED, e.g. 16x100Gb (overrides the system's)
     #[arg(long)]
     pub nic: Option<String>,
@@ -131,6 +135,7 @@ pub struct SystemOverrideArgs {
 impl SystemOverrideArgs {
     pub fn overrides(&self) -> SystemOverrides {
         SystemOverrides {
+            nvlink: self.nvlink.clone(),
             nic: self.nic.clone(),
             nic_kind: self.nic_kind.clone(),
             cpu: self.cpu.clone(),

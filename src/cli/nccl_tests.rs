@@ -175,8 +175,9 @@ impl MeasurementArgs {
 /// `calibrate`.
 #[derive(Args, Debug)]
 pub struct NcclSystemArgs {
-    /// A GPU system: dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N (N boxes of 8), mi300x:N,
-    /// pcie:G, or a GPU-system file (FILE.yml, FILE.yml:N for N boxes of it)
+    /// A GPU system: dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N, hgx-a800:N, hgx-h800:N (N
+    /// boxes of 8), mi300x:N, pcie:G, or a GPU-system file (FILE.yml, FILE.yml:N for N boxes of
+    /// it)
     #[arg(long)]
     pub topology: String,
     /// GPUs driven by one thread (-g): their kernels are launched one after another [default:
@@ -205,7 +206,8 @@ impl NcclSystemArgs {
         let mut system = GpuSystem::parse(&self.topology)?.ok_or_else(|| {
             Error::input(format!(
                 "--topology '{}': NCCL runs on a GPU system: dgx-a100:N, hgx-h100:N, \
-                 hgx-h200:N, hgx-b200:N, mi300x:N, pcie:G or a GPU-system file",
+                 hgx-h200:N, hgx-b200:N, hgx-a800:N, hgx-h800:N, mi300x:N, pcie:G or a \
+                 GPU-system file",
                 self.topology
             ))
         })?;

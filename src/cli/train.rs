@@ -28,7 +28,7 @@ pub struct LlmArgs {
     /// a Hugging Face config.json gives only its context length)
     #[arg(long, requires = "model")]
     pub seq: Option<u64>,
-    /// GPU of every rank: a100, h100, h200, b200, mi300x [default: the GPU system's own
+    /// GPU of every rank: a100, a800, h100, h800, h200, b200, mi300x [default: the GPU system's own
     /// (dgx-a100:N: a100, hgx-h100:N: h100, ...), else a100]
     #[arg(long, requires = "model")]
     pub gpu: Option<String>,

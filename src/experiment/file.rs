@@ -9,7 +9,7 @@
 //! topologies:
 //!   - ring:64
 //!   - {spec: mesh:8x8, name: 2D Mesh, bandwidth: 50GB/s, remove_npus: "7,9"}
-//!   - {spec: dgx-a100:2, name: RoCE, nic: 16x100Gb, nic_kind: roce}  # also cpu, nic_path, sharp
+//!   - {spec: dgx-a100:2, name: RoCE, nic: 16x100Gb, nic_kind: roce}  # also nvlink, cpu, nic_path, sharp
 //! collectives: [all-reduce]
 //! sizes: [1GB]               # or a range: "1KB..1GB:x10"
 //! algorithms: [ring, direct, rhd, tacos]
@@ -224,6 +224,7 @@ impl Experiment {
                         latency,
                         remove_npus,
                         remove_links,
+                        nvlink,
                         nic,
                         nic_kind,
                         cpu,
@@ -238,6 +239,7 @@ impl Experiment {
                             remove_npus: remove_npus.map(|v| v.text()),
                             remove_links,
                             system: SystemOverrides {
+                                nvlink,
                                 nic,
                                 nic_kind,
                                 cpu,
@@ -446,6 +448,7 @@ struct RawTopologyEntry {
     latency: Option<String>,
     remove_npus: Option<IdList>,
     remove_links: Option<String>,
+    nvlink: Option<String>,
     nic: Option<String>,
     nic_kind: Option<String>,
     cpu: Option<String>,

@@ -74,7 +74,8 @@ const MEMORY_EFFICIENCY: f64 = 0.9;
 const HALF: f64 = 2.0;
 
 impl Gpu {
-    /// The presets: `a100`, `h100`, `h200`, `b200`, `mi300x`.
+    /// The presets: `a100`, `h100`, `h200`, `b200`, `mi300x`, and the export parts `a800`,
+    /// `h800`.
     pub fn parse(name: &str) -> Result<Gpu, Error> {
         let gpu = |name, peak: f64, mamf: f64, fp8: Option<f64>, tb_s: f64, gb: f64, sms| Gpu {
             name,
@@ -89,9 +90,15 @@ impl Gpu {
             // A100 SXM4 80 GB: 312 TFLOP/s, 2.039 TB/s, 108 SMs (datasheet, and the NVIDIA
             // guide's own wave example); MAMF 271.2 (torch 2.6.0+cu126); no FP8 tensor cores.
             "a100" => gpu("A100", 312.0, 271.2, None, 2.039, 80.0, 108),
+            // A800 SXM4 80 GB: the A100's chip and datasheet compute and memory (312 TFLOP/s,
+            // 2.039 TB/s); it differs in NVLink only, so the A100's figures.
+            "a800" => gpu("A800", 312.0, 271.2, None, 2.039, 80.0, 108),
             // H100 SXM5: 989 TFLOP/s, 3.35 TB/s, 80 GB, 132 SMs; MAMF 794.5 (torch
             // 2.7.0+cu126, the table's H100 and H200 row), FP8 1402.6 (torch 2.7.0+cu126).
             "h100" => gpu("H100", 989.0, 794.5, Some(1402.6), 3.35, 80.0, 132),
+            // H800 SXM5: the H100 SXM5's chip and datasheet BF16/FP8 tensor rates and memory
+            // (80 GB, 3.35 TB/s); it differs in NVLink (and FP64), so the H100's figures.
+            "h800" => gpu("H800", 989.0, 794.5, Some(1402.6), 3.35, 80.0, 132),
             // H200 SXM: the H100's compute, 4.8 TB/s, 141 GB; MAMF 794.5, FP8 1453.4 (torch
             // 2.7.1+cu128).
             "h200" => gpu("H200", 989.0, 794.5, Some(1453.4), 4.8, 141.0, 132),
@@ -104,14 +111,15 @@ impl Gpu {
             "mi300x" => gpu("MI300X", 1307.0, 668.4, None, 5.3, 192.0, 304),
             _ => {
                 return Err(Error::input(format!(
-                    "--gpu '{name}': expected a100, h100, h200, b200 or mi300x"
+                    "--gpu '{name}': expected a100, a800, h100, h800, h200, b200 or mi300x"
                 )))
             }
         })
     }
 
     /// The GPU of a GPU system (`dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N`,
-    /// `mi300x:N`; `pcie:G` holds A100 PCIe cards, modelled as the A100), else the A100.
+    /// `hgx-a800:N`, `hgx-h800:N`, `mi300x:N`; `pcie:G` holds A100 PCIe cards, modelled as the
+    /// A100), else the A100.
     pub fn of_system(system: Option<&GpuSystem>) -> Gpu {
         Gpu::parse(system.map_or("a100", |s| s.gpu)).expect("a preset")
     }

@@ -270,7 +270,8 @@ pub fn parse_inline(
                 "unknown topology '{spec}': expected a YAML file or one of ring:N, uring:N, fc:N, \
                  switch:N, mesh:AxB[xC], torus:AxB[xC], hypercube:D, dims:ring4,fc8,..., dgx1, \
                  dragonfly:GxA, spineleaf:LxSxH[xG], fattree:K, rail:BxG, bigraph:MxN, \
-                 dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N, mi300x:N, pcie:G"
+                 dgx-a100:N, hgx-h100:N, hgx-h200:N, hgx-b200:N, hgx-a800:N, hgx-h800:N, \
+                 mi300x:N, pcie:G"
             )))
         }
     };

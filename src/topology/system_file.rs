@@ -4,8 +4,9 @@
 //!
 //! ```yaml
 //! gpu_system:
-//!   base: hgx-b200        # dgx-a100, hgx-h100, hgx-h200, hgx-b200, mi300x, pcie
+//!   base: hgx-b200        # dgx-a100, hgx-h100, hgx-h200, hgx-b200, hgx-a800, hgx-h800, mi300x, pcie
 //!   boxes: 2              # optional (pcie: GPUs)
+//!   nvlink: 18x50GB/s     # optional, as --nvlink takes it (NVSwitch boxes)
 //!   nic: 8x400Gb          # optional, as --nic takes it
 //!   nic_kind: ib          # optional: ib or roce
 //!   cpu: intel            # optional: intel, amd or other (NCCL's network overhead)
@@ -34,6 +35,8 @@ struct SystemFile {
     base: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     boxes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nvlink: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     nic: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,8 +76,8 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     };
     if !body.is_mapping() {
         return Err(Error::input(format!(
-            "{path}: {KEY}: expected a mapping of system fields (base, boxes, nic, nic_kind, \
-             cpu, nic_path, sharp, calibrated)"
+            "{path}: {KEY}: expected a mapping of system fields (base, boxes, nvlink, nic, \
+             nic_kind, cpu, nic_path, sharp, calibrated)"
         )));
     }
     let file: SystemFile = serde_yaml::from_value(body.clone())
@@ -86,7 +89,8 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
     };
     let mut system = GpuSystem::named(&base)?.ok_or_else(|| {
         Error::input(format!(
-            "{path}: {KEY}.base '{}': expected dgx-a100, hgx-h100, hgx-h200, hgx-b200, mi300x or pcie",
+            "{path}: {KEY}.base '{}': expected dgx-a100, hgx-h100, hgx-h200, hgx-b200, hgx-a800, \
+             hgx-h800, mi300x or pcie",
             file.base
         ))
     })?;
@@ -105,6 +109,11 @@ pub fn load(spec: &str) -> Result<Option<GpuSystem>, Error> {
             .expect("the base is a named system");
         system.boxes = resized.boxes;
         system.gpus_per_box = resized.gpus_per_box;
+    }
+    if let Some(links) = &file.nvlink {
+        system
+            .set_nvlinks(links)
+            .map_err(|e| Error::input(format!("{path}: {KEY}.nvlink: {e}")))?;
     }
     if let Some(nic) = &file.nic {
         system
@@ -181,7 +190,15 @@ fn check(c: &Calibration) -> Result<(), String> {
 /// The text of a GPU-system file: `base`'s kind, count and NICs with `calibration`, after a comment
 /// block (`notes`, one line each) saying where the figures came from.
 pub fn render(base: &GpuSystem, calibration: &Calibration, notes: &[String]) -> String {
+    let named = GpuSystem::named(base.kind)
+        .ok()
+        .flatten()
+        .expect("a system's kind is a name");
+    let links = (base.links_per_gpu, base.link_line_rate);
     let file = SystemFile {
+        // The NVLinks only where they are not the named system's.
+        nvlink: (links != (named.links_per_gpu, named.link_line_rate))
+            .then(|| format!("{}x{}GB/s", links.0, links.1.as_bytes_per_sec() / 1e9)),
         base: base.kind.to_string(),
         boxes: Some(if base.intra == super::Intra::Pcie {
             base.gpus_per_box
@@ -256,6 +273,7 @@ mod tests {
         base.set_nics("16x100Gb").unwrap();
         base.set_nic_kind("roce").unwrap();
         base.set_nic_path("phb").unwrap();
+        base.set_nvlinks("8x25GB/s").unwrap();
         let calibration = Calibration {
             intra_gbps: Some(201.5),
             latency_factor: PerProtocol {
@@ -274,6 +292,13 @@ mod tests {
         assert_eq!(read.nic_line_rate, base.nic_line_rate);
         assert_eq!(read.nic_kind, base.nic_kind);
         assert_eq!(read.nic_path, NicPath::Phb);
+        assert_eq!(
+            (read.links_per_gpu, read.link_line_rate),
+            (8, base.link_line_rate)
+        );
+        // The named system's own links are not written.
+        let plain = GpuSystem::named("dgx-a100:2").unwrap().unwrap();
+        assert!(!render(&plain, &calibration, &[]).contains("nvlink"));
         // FILE:N resizes it.
         let four = GpuSystem::parse(&format!("{spec}:4")).unwrap().unwrap();
         assert_eq!((four.boxes, four.nics_per_box), (4, 16));
@@ -299,6 +324,12 @@ mod tests {
             "gpu_system:\n  base: hgx-b200\n  boxs: 2\n",
         ));
         assert!(e.contains("boxs"), "{e}");
+        let e = refusal(&temp(
+            "mesh.yml",
+            "gpu_system:\n  base: mi300x\n  nvlink: 8x25GB/s\n",
+        ));
+        assert!(e.contains("gpu_system.nvlink: --nvlink '8x25GB/s'"), "{e}");
+        assert!(e.contains("xGMI full mesh"), "{e}");
         let e = refusal(&temp("list.yml", "gpu_system: [1, 2]\n"));
         assert!(e.contains("expected a mapping of system fields"), "{e}");
         let e = refusal(std::path::Path::new("no/such/system.yml"));

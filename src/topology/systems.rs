@@ -1,11 +1,12 @@
-//! GPU systems people own, by name: `dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N` (N
-//! boxes of 8 GPUs on NVSwitch, one NIC per GPU on a rail-optimised leaf/spine), `mi300x:N` (8
-//! GPUs a box on an xGMI full mesh) and `pcie:G` (G GPUs behind PCIe switches, one box).
+//! GPU systems people own, by name: `dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N` and
+//! the export parts' boxes `hgx-a800:N`, `hgx-h800:N` (N boxes of 8 GPUs on NVSwitch, one NIC per
+//! GPU on a rail-optimised leaf/spine), `mi300x:N` (8 GPUs a box on an xGMI full mesh) and
+//! `pcie:G` (G GPUs behind PCIe switches, one box).
 //!
 //! A [`GpuSystem`] holds the figures the NCCL model reads (GPU generation, links per GPU and their
 //! rate, NICs); [`GpuSystem::topology`] draws it as a network. Every default figure comes from the
-//! vendor's datasheet (cited on each constructor) and can be overridden (`--nic`, `--nic-kind`,
-//! `--sharp`).
+//! vendor's datasheet (cited on each constructor) and can be overridden (`--nvlink`, `--nic`,
+//! `--nic-kind`, `--cpu`, `--nic-path`, `--sharp`).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +17,9 @@ use crate::Error;
 /// GPU generations, as NCCL's tuning tables index them (by CUDA compute capability).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuArch {
-    /// SM 8.0 (A100).
+    /// SM 8.0 (A100, A800).
     Ampere,
-    /// SM 9.0 (H100, H200).
+    /// SM 9.0 (H100, H200, H800).
     Hopper,
     /// SM 10.0 (B200).
     Blackwell,
@@ -175,10 +176,12 @@ pub enum SwitchRelays {
     BoxesAndRails,
 }
 
-/// Figures of a named GPU system replaced as `--nic`, `--nic-kind`, `--cpu` and `--sharp` give
-/// them, by every command that takes a GPU system.
+/// Figures of a named GPU system replaced as `--nvlink`, `--nic`, `--nic-kind`, `--cpu`,
+/// `--nic-path` and `--sharp` give them, by every command that takes a GPU system.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SystemOverrides {
+    /// Each GPU's NVLinks to its box's NVSwitches as `COUNTxSPEED` ([`GpuSystem::set_nvlinks`]).
+    pub nvlink: Option<String>,
     /// NICs per box as `COUNTxSPEED` ([`GpuSystem::set_nics`]).
     pub nic: Option<String>,
     /// `ib` or `roce`.
@@ -195,6 +198,34 @@ impl SystemOverrides {
     pub fn is_empty(&self) -> bool {
         *self == SystemOverrides::default()
     }
+}
+
+/// `COUNTxSPEED` (`16x100Gb`, `8x25GB/s`) as a count of 1 to `most` and a rate a direction;
+/// `Gb` is read as bits, as NIC datasheets give it. `flag` and `example` name it in errors.
+fn count_and_speed(
+    flag: &str,
+    text: &str,
+    most: u32,
+    example: &str,
+) -> Result<(u32, Bandwidth), Error> {
+    let bad = |why: &str| Error::input(format!("{flag} '{text}': {why}"));
+    let (count, speed) = text
+        .split_once(['x', 'X'])
+        .ok_or_else(|| bad(&format!("expected COUNTxSPEED, e.g. {example}")))?;
+    let count: u32 = count
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&c| (1..=most).contains(&c))
+        .ok_or_else(|| bad(&format!("the count must be 1 to {most}")))?;
+    let speed = speed.trim();
+    let speed = if speed.ends_with("Gb") || speed.ends_with("gb") {
+        format!("{speed}ps")
+    } else {
+        speed.to_string()
+    };
+    let rate = parse_bandwidth(&speed).map_err(|e| bad(&e.to_string()))?;
+    Ok((count, rate))
 }
 
 /// A GPU system's figures.
@@ -319,8 +350,9 @@ impl GpuSystem {
     /// The system a name gives (`dgx-a100:2`), or None when `spec` names no GPU system.
     pub fn named(spec: &str) -> Result<Option<GpuSystem>, Error> {
         let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
-        const KINDS: [&str; 6] = [
-            "dgx-a100", "hgx-h100", "hgx-h200", "hgx-b200", "mi300x", "pcie",
+        const KINDS: [&str; 8] = [
+            "dgx-a100", "hgx-h100", "hgx-h200", "hgx-b200", "hgx-a800", "hgx-h800", "mi300x",
+            "pcie",
         ];
         let Some(kind) = KINDS.iter().copied().find(|k| *k == kind) else {
             return Ok(None);
@@ -370,6 +402,13 @@ impl GpuSystem {
             // datasheets).
             "hgx-h100" => boxed("h100", GpuArch::Hopper, 18, 25.0, 400.0, CpuVendor::Intel),
             "hgx-h200" => boxed("h200", GpuArch::Hopper, 18, 25.0, 400.0, CpuVendor::Intel),
+            // The export parts: the A100's and H100's chips with fewer NVLinks. A800 SXM4 80 GB
+            // datasheet: NVLink 400 GB/s bidirectional, 8 NVLink3 links at 25 GB/s a direction;
+            // H800 SXM5 datasheet: NVLink 400 GB/s, 8 NVLink4 links. Their boards vary; the
+            // defaults are the A100's and H100's boards (HDR and NDR, one NIC a GPU, the same
+            // hosts), which `--nic`, `--nic-kind` and `--cpu` replace.
+            "hgx-a800" => boxed("a800", GpuArch::Ampere, 8, 25.0, 200.0, CpuVendor::Amd),
+            "hgx-h800" => boxed("h800", GpuArch::Hopper, 8, 25.0, 400.0, CpuVendor::Intel),
             // HGX B200: 18 NVLink5 links at 50 GB/s a direction (1.8 TB/s bidirectional),
             // ConnectX-7 NDR 400 Gb/s, one per GPU, two Intel Xeon Platinum 8570 (DGX B200
             // datasheet).
@@ -408,6 +447,10 @@ impl GpuSystem {
     /// them (`dgx-a100:2 (nic 16x100Gb, roce)`), so that results carry what they ran on.
     pub fn apply(&mut self, overrides: &SystemOverrides) -> Result<(), Error> {
         let mut changed = Vec::new();
+        if let Some(links) = &overrides.nvlink {
+            self.set_nvlinks(links)?;
+            changed.push(format!("nvlink {links}"));
+        }
         if let Some(nic) = &overrides.nic {
             self.set_nics(nic)?;
             changed.push(format!("nic {nic}"));
@@ -436,25 +479,27 @@ impl GpuSystem {
 
     /// Replaces the NICs by `COUNTxSPEED` per box (`16x100Gb`, `8x400Gbps`, `8x50GB/s`).
     pub fn set_nics(&mut self, text: &str) -> Result<(), Error> {
-        let bad = |why: &str| Error::input(format!("--nic '{text}': {why}"));
-        let (count, speed) = text
-            .split_once(['x', 'X'])
-            .ok_or_else(|| bad("expected COUNTxSPEED, e.g. 16x100Gb"))?;
-        let count: u32 = count
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&c| (1..=64).contains(&c))
-            .ok_or_else(|| bad("the count must be 1 to 64"))?;
-        let speed = speed.trim();
-        // `100Gb` is read as bits, like a NIC's datasheet.
-        let speed = if speed.ends_with("Gb") || speed.ends_with("gb") {
-            format!("{speed}ps")
-        } else {
-            speed.to_string()
-        };
-        self.nic_line_rate = parse_bandwidth(&speed).map_err(|e| bad(&e.to_string()))?;
-        self.nics_per_box = count;
+        (self.nics_per_box, self.nic_line_rate) = count_and_speed("--nic", text, 64, "16x100Gb")?;
+        Ok(())
+    }
+
+    /// Replaces each GPU's NVLinks to its box's NVSwitches by `COUNTxSPEED` (`8x25GB/s`, a
+    /// direction). NCCL rates the links by their count and the GPU's NVLink generation
+    /// ([`GpuArch::nccl_link_gbps`]), as it reads them from the driver; the speed is the line
+    /// rate the datasheet network (`simulate`, `sweep`) gives them.
+    pub fn set_nvlinks(&mut self, text: &str) -> Result<(), Error> {
+        if self.intra != Intra::NvSwitch {
+            return Err(Error::input(format!(
+                "--nvlink '{text}': {} has no NVSwitch (its GPUs are {}); only NVLink boxes take it",
+                self.name,
+                match self.intra {
+                    Intra::FullMesh => "an xGMI full mesh",
+                    _ => "on PCIe",
+                }
+            )));
+        }
+        (self.links_per_gpu, self.link_line_rate) =
+            count_and_speed("--nvlink", text, 36, "8x25GB/s")?;
         Ok(())
     }
 
@@ -892,6 +937,47 @@ mod tests {
         assert!(s.set_nics("0x100Gb").is_err());
         assert!(s.set_nics("lots").is_err());
         assert!(s.set_nic_kind("roce").is_ok() && s.nic_kind == NicKind::RoCE);
+    }
+
+    /// The export parts' boxes are the A100's and H100's with 8 NVLinks a GPU (A800 and H800
+    /// datasheets: 400 GB/s bidirectional): NCCL rates them at 8 of its per-link figure, the
+    /// datasheet network at 8 x 25 GB/s; `--nvlink` gives any NVSwitch box its links.
+    #[test]
+    fn nvlinks_are_counted_per_gpu() {
+        let h800 = GpuSystem::parse("hgx-h800:2").unwrap().unwrap();
+        let h100 = GpuSystem::parse("hgx-h100:2").unwrap().unwrap();
+        assert_eq!(
+            (h800.arch, h800.gpu, h800.nvls),
+            (GpuArch::Hopper, "h800", true)
+        );
+        assert!((h800.nccl_intra_gbps() - 8.0 * 20.6).abs() < 1e-9);
+        assert_eq!(h800.nic_line_rate, h100.nic_line_rate);
+        let a800 = GpuSystem::parse("hgx-a800:1").unwrap().unwrap();
+        assert_eq!((a800.arch, a800.nvls), (GpuArch::Ampere, false));
+        assert!((a800.nccl_intra_gbps() - 160.0).abs() < 1e-9);
+        let t = a800.topology().unwrap();
+        let into_switch = t.link(t.link_between(0, 8).unwrap()).bandwidth;
+        assert_eq!(into_switch.as_bytes_per_sec(), 200e9);
+        let mut h100 = h100;
+        h100.apply(&SystemOverrides {
+            nvlink: Some("8x25GB/s".into()),
+            ..SystemOverrides::default()
+        })
+        .unwrap();
+        assert_eq!(
+            (h100.links_per_gpu, h100.link_line_rate),
+            (h800.links_per_gpu, h800.link_line_rate)
+        );
+        assert!(h100.name.ends_with("(nvlink 8x25GB/s)"), "{}", h100.name);
+        for bad in ["0x25GB/s", "37x25GB/s", "8", "8x25"] {
+            let e = h100.set_nvlinks(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--nvlink '{bad}': ")), "{e}");
+        }
+        for other in ["mi300x:1", "pcie:4"] {
+            let mut s = GpuSystem::parse(other).unwrap().unwrap();
+            let e = s.set_nvlinks("8x25GB/s").unwrap_err().to_string();
+            assert!(e.contains("only NVLink boxes take it"), "{e}");
+        }
     }
 
     /// Two boxes: 16 GPUs, 2 NVSwitches, 8 rail leaves and 8 spines; every GPU has one NVLink

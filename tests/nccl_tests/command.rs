@@ -129,6 +129,25 @@ fn nccl_tests_measurement_options_are_taken_or_refused() {
         let err = refused(&collsim(&args));
         assert!(err.contains(names), "{err}");
     }
+    // NVLinks only on an NVSwitch box, and as COUNTxSPEED.
+    for (system, links, names) in [
+        ("mi300x:1", "8x25GB/s", "xGMI full mesh"),
+        ("hgx-h100:1", "8", "expected COUNTxSPEED"),
+        ("hgx-h100:1", "40x25GB/s", "the count must be 1 to 36"),
+    ] {
+        let err = refused(&collsim(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            system,
+            "--nvlink",
+            links,
+        ]));
+        assert!(
+            err.contains(&format!("--nvlink '{links}'")) && err.contains(names),
+            "{err}"
+        );
+    }
     // One GPU: nothing to communicate, refused naming the system whatever the operation.
     for op in ["all_reduce", "all_gather", "alltoall", "broadcast"] {
         let err = refused(&collsim(&["nccl-tests", op, "--topology", "pcie:1"]));

@@ -9,7 +9,7 @@ mod common;
 mod measured;
 mod model;
 
-use common::{collsim, refused, scratch, stdout_of, Table};
+use common::{collsim, column, refused, scratch, stdout_of, Table};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests");
 
