@@ -518,7 +518,6 @@ impl Model {
         } else {
             (cut, bytes, None)
         };
-        // A call smaller than one byte a piece is simulated at that size (latency-bound).
         let p2p = (kind == CollectiveKind::AllToAll).then(|| self.p2p_send(bytes));
         let chunks = match p2p {
             Some(send) => self.p2p_chunks(simulated, send),
@@ -528,6 +527,9 @@ impl Model {
             CollectiveKind::Broadcast | CollectiveKind::Reduce => chunks as u64,
             _ => n as u64 * chunks as u64,
         };
+        // A call smaller than one byte a piece is simulated at that size (latency-bound), and
+        // its slices hold what its pieces then carry.
+        let size = simulated.max(per_buffer);
         let posts = match p2p {
             // Each peer's send posts per chunk on each of its channels; a GPU's link carries
             // the channels of the peers in its box.
@@ -544,7 +546,7 @@ impl Model {
                     _ => per_buffer,
                 };
                 Posts {
-                    slice_bytes: simulated.div_ceil(per_send.max(1)).max(1),
+                    slice_bytes: size.div_ceil(per_send.max(1)).max(1),
                     channels: cut.channels,
                     point_to_point: false,
                 }
@@ -556,7 +558,7 @@ impl Model {
         });
         let switches = self.system.reducing_switches(relays(choice.algo));
         let root = kind.is_rooted().then_some(root);
-        let collective = Collective::new(kind, npus, simulated.max(per_buffer), chunks, root)?;
+        let collective = Collective::new(kind, npus, size, chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
         let mut plan = Plan::validated(choice, collective, schedule, switches, posts, correction)?;
         plan.extrapolation = extrapolation;

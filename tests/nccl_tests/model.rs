@@ -76,6 +76,29 @@ fn simple_calls_take_longer_as_they_grow() {
     }
 }
 
+/// A call smaller than one byte a piece is simulated at that size, and its slices' posts are
+/// priced for what its pieces then carry: forced to NVLS in one box and NVLSTree across four,
+/// 4 B took 37.6 and 154.2 us where 32 B took 33.8 and 127.4 (the slice had been priced for
+/// the call's own bytes, the pieces carrying more).
+#[test]
+fn calls_of_a_few_bytes_take_no_longer_than_larger_ones() {
+    for (system, algo) in [("hgx-h100:1", "NVLS"), ("hgx-h100:4", "NVLSTree")] {
+        let table = growing_sweep(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            system,
+            "--nccl-algo",
+            algo,
+            "-b",
+            "4",
+            "-e",
+            "1K",
+        ]);
+        assert!(table.column("algorithm").iter().all(|&a| a == algo));
+    }
+}
+
 /// NVLS runs Simple's primitives: each loop a GPU's scatter posts one chunk of every head and
 /// waits NCCL's step latency (L = 3.4 us) before the next, so its link moves a loop of c us in
 /// c + L. On a B200 box (24 NVLS channels, 18 x 40.1 GB/s x 0.74 a GPU) the chunk is 64 KiB at
