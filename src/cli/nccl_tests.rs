@@ -212,6 +212,11 @@ impl NcclSystemArgs {
             ))
         })?;
         system.apply(&self.overrides.overrides())?;
+        if let Some(log) = log {
+            if let Some(note) = other_gpus(log, &system, &self.topology)? {
+                eprintln!("note: {note}");
+            }
+        }
         let mut allowed = Allowed::default();
         let setting = Setting {
             gpus: self.gpus,
@@ -236,6 +241,23 @@ impl NcclSystemArgs {
         };
         Ok((system, allowed, launch))
     }
+}
+
+/// What to say when a measured log ran on GPUs that `system` (named `topology`) does not hold,
+/// as its device list names them; None when it holds them or the log names none.
+fn other_gpus(log: &Path, system: &GpuSystem, topology: &str) -> Result<Option<String>, Error> {
+    let Some(name) = log::device_name(log)? else {
+        return Ok(None);
+    };
+    Ok(GpuSystem::kind_of_device(&name)
+        .filter(|&kind| kind != system.kind)
+        .map(|kind| {
+            format!(
+                "{}: its ranks ran on {name}, which {kind} models; {topology} holds {}s",
+                log.display(),
+                system.gpu.to_ascii_uppercase()
+            )
+        }))
 }
 
 /// A size flag in nccl-tests' notation ([`crate::units::parse_nccl_bytes`]).

@@ -120,6 +120,29 @@ fn gpus_per_thread_in(text: &str) -> Option<u32> {
     None
 }
 
+/// The GPU a raw nccl-tests log says its first rank ran on: the name after the bus id of its
+/// device list (`#  Rank  0 Group  0 Pid 1887 on host device  0 [0x8d] NVIDIA H100 80GB HBM3`);
+/// None when the log lists no devices (a table copied out of one).
+pub fn device_name(path: &Path) -> Result<Option<String>, Error> {
+    Ok(device_name_in(&crate::read_text(
+        path,
+        "cannot read the log",
+    )?))
+}
+
+/// [`device_name`] of a log's text.
+fn device_name_in(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let listed = line.trim_start_matches(|c: char| c == '#' || c.is_whitespace());
+        if !listed.starts_with("Rank") {
+            return None;
+        }
+        let device = &line[line.find(" device ")?..];
+        let name = device[device.find(']')? + 1..].trim();
+        (!name.is_empty()).then(|| name.to_string())
+    })
+}
+
 /// One measured size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Row {
@@ -704,6 +727,22 @@ mod tests {
             gpus_per_thread_in("| 1024 | 44.8 | 0.02 | 0.04 |\n-g 8"),
             None
         );
+    }
+
+    /// The device list's first GPU, in nccl-tests' layouts old and new; nothing without one.
+    #[test]
+    fn the_device_is_read_off_the_rank_list() {
+        let new = "# Using devices\n#  Rank  0 Group  0 Pid   1887 on   worker-1 device  0 \
+                   [0x8d] NVIDIA H100 80GB HBM3\n#  Rank  1 Group  0 Pid 1888 on worker-1 \
+                   device  1 [0x91] NVIDIA H100 80GB HBM3";
+        assert_eq!(
+            device_name_in(new).as_deref(),
+            Some("NVIDIA H100 80GB HBM3")
+        );
+        let old = "#   Rank  0 Pid  14926 on v100-gpu-1 device  0 [0x00] Tesla V100-PCIE-16GB";
+        assert_eq!(device_name_in(old).as_deref(), Some("Tesla V100-PCIE-16GB"));
+        assert_eq!(device_name_in(LOG), None);
+        assert_eq!(device_name_in("# Rank 0 device 0 [0x00]"), None);
     }
 
     /// A temporary file holding `text`, removed when dropped.

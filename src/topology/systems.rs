@@ -443,6 +443,32 @@ impl GpuSystem {
         Ok(Some(system))
     }
 
+    /// The named system whose GPUs a device name says, as the drivers print it (`NVIDIA H800`,
+    /// `NVIDIA A100-SXM4-80GB`, `AMD Instinct MI300X`); None for GPUs no named system holds
+    /// (H100 PCIe and NVL cards among them). An H20 box is an H100 box to NCCL: the same 18
+    /// NVLink4 links (H20 datasheet: NVLink 900 GB/s).
+    pub fn kind_of_device(name: &str) -> Option<&'static str> {
+        let upper = name.to_ascii_uppercase();
+        let words: Vec<&str> = upper
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let has = |w: &str| words.contains(&w);
+        let card = has("PCIE") || has("NVL");
+        Some(match () {
+            _ if has("MI300X") => "mi300x",
+            _ if has("H800") => "hgx-h800",
+            _ if has("A800") => "hgx-a800",
+            _ if has("H200") => "hgx-h200",
+            _ if has("B200") => "hgx-b200",
+            _ if has("H20") => "hgx-h100",
+            _ if has("H100") && !card => "hgx-h100",
+            _ if has("A100") && has("PCIE") => "pcie",
+            _ if has("A100") => "dgx-a100",
+            _ => return None,
+        })
+    }
+
     /// Applies the command line's (or a caller's) overrides of its figures; the name says
     /// them (`dgx-a100:2 (nic 16x100Gb, roce)`), so that results carry what they ran on.
     pub fn apply(&mut self, overrides: &SystemOverrides) -> Result<(), Error> {
@@ -977,6 +1003,31 @@ mod tests {
             let mut s = GpuSystem::parse(other).unwrap().unwrap();
             let e = s.set_nvlinks("8x25GB/s").unwrap_err().to_string();
             assert!(e.contains("only NVLink boxes take it"), "{e}");
+        }
+    }
+
+    #[test]
+    fn devices_name_their_systems() {
+        for (name, kind) in [
+            ("NVIDIA H100 80GB HBM3", Some("hgx-h100")),
+            ("NVIDIA H800", Some("hgx-h800")),
+            ("NVIDIA A800-SXM4-80GB", Some("hgx-a800")),
+            ("NVIDIA A100-SXM4-40GB", Some("dgx-a100")),
+            ("NVIDIA A100-PCIE-40GB", Some("pcie")),
+            ("NVIDIA H20", Some("hgx-h100")),
+            ("NVIDIA H200", Some("hgx-h200")),
+            ("NVIDIA B200", Some("hgx-b200")),
+            ("AMD Instinct MI300X", Some("mi300x")),
+            ("NVIDIA H100 NVL", None),
+            ("NVIDIA H100 PCIe", None),
+            ("Tesla V100-SXM2-32GB", None),
+        ] {
+            assert_eq!(GpuSystem::kind_of_device(name), kind, "{name}");
+        }
+        // Every kind it names is a system.
+        for name in ["NVIDIA H800", "NVIDIA A800", "AMD Instinct MI300X"] {
+            let kind = GpuSystem::kind_of_device(name).unwrap();
+            assert_eq!(GpuSystem::named(kind).unwrap().unwrap().kind, kind);
         }
     }
 

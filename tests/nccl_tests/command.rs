@@ -244,6 +244,48 @@ fn a_compared_log_gives_the_sizes() {
     );
 }
 
+/// A raw log that lists its devices and ran on GPUs the topology does not hold gets a note
+/// naming the system that holds them (the prediction is still made); on that system, none.
+#[test]
+fn a_log_of_other_gpus_is_noted() {
+    let dir = scratch("collsim-nccl", "devices");
+    let log = dir.join("h800.log");
+    let devices: String = (0..8)
+        .map(|r| {
+            format!("#  Rank  {r} Group  0 Pid {r} on host device  {r} [0x0{r}] NVIDIA H800\n")
+        })
+        .collect();
+    std::fs::write(
+        &log,
+        format!(
+            "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824\n# Using devices\n\
+             {devices}#       size         count      type   redop    root     time   algbw   \
+             busbw #wrong\n  1073741824     268435456     float     sum      -1   8900.0  120.64  \
+             211.12      0\n"
+        ),
+    )
+    .unwrap();
+    let run = |system: &str| {
+        let out = collsim(&[
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            system,
+            "--compare",
+            log.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run("hgx-h100:1");
+    assert!(
+        err.starts_with("note: ")
+            && err.contains("NVIDIA H800, which hgx-h800 models; hgx-h100:1 holds H100s"),
+        "{err}"
+    );
+    assert_eq!(run("hgx-h800:1"), "");
+}
+
 /// A results folder holding files of the user's is refused without --force, and --force keeps
 /// them (it replaces only what collsim wrote there).
 #[test]
