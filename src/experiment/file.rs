@@ -549,7 +549,7 @@ mod tests {
     #[test]
     fn a_gpu_systems_figures_are_overridden_per_topology() {
         let exp = Experiment::parse(
-            "topologies: [dgx-a100:2, {spec: dgx-a100:2, name: slow, nic: 2x25Gb, nic_kind: roce, nic_path: phb, sharp: true}]\n\
+            "topologies: [dgx-a100:2, {spec: dgx-a100:2, name: slow, nvlink: 8x25GB/s, nic: 2x25Gb, nic_kind: roce, nic_path: phb, sharp: true}]\n\
              collectives: [all-reduce]\nsizes: [1MiB]\nalgorithms: [ring]\n",
             "x.yaml",
         )
@@ -565,6 +565,10 @@ mod tests {
         assert!(systems[1].sharp && !systems[0].sharp);
         assert_eq!(systems[1].nic_path, crate::topology::NicPath::Phb);
         assert_eq!(systems[0].nic_path, crate::topology::NicPath::Pxb);
+        assert_eq!(
+            (systems[0].links_per_gpu, systems[1].links_per_gpu),
+            (12, 8)
+        );
     }
 
     #[test]

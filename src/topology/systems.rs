@@ -445,7 +445,7 @@ impl GpuSystem {
 
     /// The named system whose GPUs a device name says, as the drivers print it (`NVIDIA H800`,
     /// `NVIDIA A100-SXM4-80GB`, `AMD Instinct MI300X`); None for GPUs no named system holds
-    /// (H100 PCIe and NVL cards among them). An H20 box is an H100 box to NCCL: the same 18
+    /// (Hopper's PCIe and NVL cards among them). An H20 box is an H100 box to NCCL: the same 18
     /// NVLink4 links (H20 datasheet: NVLink 900 GB/s).
     pub fn kind_of_device(name: &str) -> Option<&'static str> {
         let upper = name.to_ascii_uppercase();
@@ -455,15 +455,16 @@ impl GpuSystem {
             .collect();
         let has = |w: &str| words.contains(&w);
         let card = has("PCIE") || has("NVL");
+        let ampere = has("A100") || has("A800");
         Some(match () {
             _ if has("MI300X") => "mi300x",
+            _ if ampere && has("PCIE") => "pcie",
+            _ if card => return None,
             _ if has("H800") => "hgx-h800",
             _ if has("A800") => "hgx-a800",
             _ if has("H200") => "hgx-h200",
             _ if has("B200") => "hgx-b200",
-            _ if has("H20") => "hgx-h100",
-            _ if has("H100") && !card => "hgx-h100",
-            _ if has("A100") && has("PCIE") => "pcie",
+            _ if has("H20") || has("H100") => "hgx-h100",
             _ if has("A100") => "dgx-a100",
             _ => return None,
         })
@@ -1020,6 +1021,9 @@ mod tests {
             ("AMD Instinct MI300X", Some("mi300x")),
             ("NVIDIA H100 NVL", None),
             ("NVIDIA H100 PCIe", None),
+            ("NVIDIA H800 PCIe", None),
+            ("NVIDIA H200 NVL", None),
+            ("NVIDIA A800 80GB PCIe", Some("pcie")),
             ("Tesla V100-SXM2-32GB", None),
         ] {
             assert_eq!(GpuSystem::kind_of_device(name), kind, "{name}");
