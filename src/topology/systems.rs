@@ -1,7 +1,8 @@
 //! GPU systems people own, by name: `dgx-a100:N`, `hgx-h100:N`, `hgx-h200:N`, `hgx-b200:N` and
 //! the export parts' boxes `hgx-a800:N`, `hgx-h800:N` (N boxes of 8 GPUs on NVSwitch, one NIC per
 //! GPU on a rail-optimised leaf/spine), `mi300x:N` (8 GPUs a box on an xGMI full mesh) and
-//! `pcie:G` (G GPUs behind PCIe switches, one box).
+//! `pcie:G` (G GPUs behind PCIe switches, one box); `dgx-h100`, `dgx-h200`, `dgx-b200` and
+//! `hgx-a100` name the same boxes as their HGX and DGX twins.
 //!
 //! A [`GpuSystem`] holds the figures the NCCL model reads (GPU generation, links per GPU and their
 //! rate, NICs); [`GpuSystem::topology`] draws it as a network. Every default figure comes from the
@@ -349,11 +350,23 @@ impl GpuSystem {
 
     /// The system a name gives (`dgx-a100:2`), or None when `spec` names no GPU system.
     pub fn named(spec: &str) -> Result<Option<GpuSystem>, Error> {
-        let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
+        let (given, arg) = spec.split_once(':').unwrap_or((spec, ""));
         const KINDS: [&str; 8] = [
             "dgx-a100", "hgx-h100", "hgx-h200", "hgx-b200", "hgx-a800", "hgx-h800", "mi300x",
             "pcie",
         ];
+        // The other names of the same boxes: NVIDIA sells each HGX board in a DGX (whose
+        // datasheet the defaults cite) and the DGX A100's board as HGX A100.
+        const ALIASES: [(&str, &str); 4] = [
+            ("dgx-h100", "hgx-h100"),
+            ("dgx-h200", "hgx-h200"),
+            ("dgx-b200", "hgx-b200"),
+            ("hgx-a100", "dgx-a100"),
+        ];
+        let kind = ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == given)
+            .map_or(given, |(_, named)| named);
         let Some(kind) = KINDS.iter().copied().find(|k| *k == kind) else {
             return Ok(None);
         };
@@ -365,7 +378,7 @@ impl GpuSystem {
                 .filter(|&n| (1..=4096).contains(&n))
                 .ok_or_else(|| {
                     Error::input(format!(
-                        "topology '{spec}': expected {kind}:N with 1 <= N <= 4096 ({})",
+                        "topology '{spec}': expected {given}:N with 1 <= N <= 4096 ({})",
                         if kind == "pcie" { "GPUs" } else { "boxes" }
                     ))
                 })?,
@@ -1004,6 +1017,27 @@ mod tests {
             let mut s = GpuSystem::parse(other).unwrap().unwrap();
             let e = s.set_nvlinks("8x25GB/s").unwrap_err().to_string();
             assert!(e.contains("only NVLink boxes take it"), "{e}");
+        }
+    }
+
+    /// A DGX is its HGX board's system, and the HGX A100 the DGX A100's, under either name.
+    #[test]
+    fn dgx_and_hgx_name_the_same_boxes() {
+        for (alias, named) in [
+            ("dgx-h100:2", "hgx-h100:2"),
+            ("dgx-b200:1", "hgx-b200:1"),
+            ("hgx-a100:4", "dgx-a100:4"),
+        ] {
+            let a = GpuSystem::parse(alias).unwrap().unwrap();
+            let n = GpuSystem::parse(named).unwrap().unwrap();
+            assert_eq!(a.name, alias);
+            assert_eq!(
+                GpuSystem {
+                    name: n.name.clone(),
+                    ..a
+                },
+                n
+            );
         }
     }
 
