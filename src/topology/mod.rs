@@ -11,6 +11,7 @@ mod file;
 mod routing;
 mod spec;
 pub mod system_file;
+mod system_network;
 mod systems;
 
 pub(crate) use build::strides as strides_of;
@@ -18,9 +19,10 @@ pub use build::{Dim, DimKind};
 pub use file::load_topology_file;
 pub use routing::{equal_cost_choices, Choices, Router, Routing};
 pub use spec::{parse_inline, TopologyOptions};
+pub use system_network::{ProxyHolds, SwitchRelays};
 pub use systems::{
-    Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, NicPath, PerProtocol, ProxyHolds,
-    SwitchRelays, SystemOverrides,
+    Calibration, CpuVendor, GpuArch, GpuSystem, Intra, NicKind, NicPath, PerProtocol,
+    SystemOverrides,
 };
 
 use crate::units::{Bandwidth, Time};
