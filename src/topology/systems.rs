@@ -5,9 +5,9 @@
 //! `hgx-a100` name the same boxes as their HGX and DGX twins.
 //!
 //! A [`GpuSystem`] holds the figures the NCCL model reads (GPU generation, links per GPU and their
-//! rate, NICs); [`GpuSystem::topology`] (`system_network.rs`) draws it as a network. Every default figure comes from the
-//! vendor's datasheet (cited on each constructor) and can be overridden (`--nvlink`, `--nic`,
-//! `--nic-kind`, `--cpu`, `--nic-path`, `--sharp`).
+//! rate, NICs); [`GpuSystem::topology`] (in `system_network.rs`) draws it as a network. Every
+//! default figure comes from the vendor's datasheet (cited on each constructor) and can be
+//! overridden (`--nvlink`, `--nic`, `--nic-kind`, `--cpu`, `--nic-path`, `--sharp`).
 
 use serde::{Deserialize, Serialize};
 
@@ -493,7 +493,8 @@ impl GpuSystem {
     pub fn set_nvlinks(&mut self, text: &str) -> Result<(), Error> {
         if self.intra != Intra::NvSwitch {
             return Err(Error::input(format!(
-                "--nvlink '{text}': {} has no NVSwitch (its GPUs are {}); only NVLink boxes take it",
+                "--nvlink '{text}': {} has no NVSwitch (its GPUs are {}); only NVLink boxes \
+                 take it",
                 self.name,
                 match self.intra {
                     Intra::FullMesh => "an xGMI full mesh",
