@@ -54,8 +54,8 @@ impl TopologyOptions {
                 Ok(Some(system))
             }
             None if !self.system.is_empty() => Err(Error::input(format!(
-                "--nic/--nic-kind/--cpu/--sharp change a GPU system (dgx-a100:N, hgx-h100:N, \
-                 ...); {} is none",
+                "--nvlink/--nic/--nic-kind/--cpu/--nic-path/--sharp change a GPU system \
+                 (dgx-a100:N, hgx-h100:N, ...); {} is none",
                 self.spec
             ))),
             None => Ok(None),
