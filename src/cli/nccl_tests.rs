@@ -184,8 +184,8 @@ pub struct NcclSystemArgs {
     /// as the measured log's own command line or header says (`-g N`, `nGpus N`), else 1]
     #[arg(short = 'g', long = "ngpus")]
     pub gpus_per_thread: Option<u32>,
-    /// GPUs taking part (nccl-tests' ranks: processes x threads x -g), the first N GPUs of a
-    /// single box [default: every GPU of the system]
+    /// GPUs taking part (nccl-tests' ranks: processes x threads x -g): the first N GPUs of one
+    /// box, or across boxes the first N/boxes of each [default: every GPU of the system]
     #[arg(long)]
     pub gpus: Option<u32>,
     /// Algorithms NCCL may use, as NCCL_ALGO takes them (Ring,Tree,NVLS,NVLSTree,CollNetDirect;

@@ -190,12 +190,14 @@ fn tree(system: &GpuSystem, ring: &Graph) -> Graph {
     Graph { bw_intra, ..*ring }
 }
 
-/// NVLS (Hopper and later NVSwitch boxes): one channel per GPU of the box (at most
-/// `NCCL_MAX_NVLS_ARITY`), at the fastest intra speed all of them fit; its network speed is then
-/// raised up to twice that (search.cc pass 2 for NVLS), capped by the NIC across boxes.
+/// NVLS (Hopper and later NVSwitch boxes of two GPUs or more: `ncclNvlsInit` leaves it off on
+/// one): one channel per GPU of the box (at most `NCCL_MAX_NVLS_ARITY`), at the fastest intra
+/// speed all of them fit; its network speed is then raised up to twice that (search.cc pass 2
+/// for NVLS), capped by the NIC across boxes.
 fn nvls(system: &GpuSystem) -> Option<Graph> {
     let capable = system.nvls
         && system.intra == Intra::NvSwitch
+        && system.gpus_per_box >= 2
         && matches!(system.arch, GpuArch::Hopper | GpuArch::Blackwell);
     if !capable {
         return None;

@@ -290,23 +290,33 @@ impl Calibration {
 }
 
 impl GpuSystem {
-    /// Runs on the first `n` GPUs of a single box (nccl-tests on part of a machine).
+    /// Runs on `n` GPUs (nccl-tests on part of a machine): the first `n` of a single box, or
+    /// across boxes the first `n / boxes` of each, each with its own share of the box's NICs
+    /// (a GPU's NICs are the ones beside it).
     pub fn use_first_gpus(&mut self, n: u32) -> Result<(), Error> {
-        if self.boxes != 1 {
-            return Err(Error::input(format!(
-                "--gpus {n}: a subset of GPUs is taken from a single box; {} has {} boxes",
-                self.name, self.boxes
-            )));
-        }
-        if n < 2 || n > self.gpus_per_box {
+        let boxes = self.boxes.max(1);
+        if boxes == 1 && (n < 2 || n > self.gpus_per_box) {
             return Err(Error::input(format!(
                 "--gpus {n}: between 2 and the box's {} GPUs",
                 self.gpus_per_box
             )));
         }
-        if n < self.gpus_per_box {
-            self.name = format!("{} ({n} of {} GPUs)", self.name, self.gpus_per_box);
-            self.gpus_per_box = n;
+        if boxes > 1 && (n % boxes != 0 || n < boxes || n > self.gpus()) {
+            return Err(Error::input(format!(
+                "--gpus {n}: the same number of GPUs from each of {}'s {boxes} boxes, a \
+                 multiple of {boxes} up to {}",
+                self.name,
+                self.gpus()
+            )));
+        }
+        let each = n / boxes;
+        if each < self.gpus_per_box {
+            let of = if boxes == 1 { "" } else { " a box" };
+            self.name = format!("{} ({each} of {} GPUs{of})", self.name, self.gpus_per_box);
+            if boxes > 1 {
+                self.nics_per_box = (self.nics_per_box * each / self.gpus_per_box).max(1);
+            }
+            self.gpus_per_box = each;
         }
         Ok(())
     }
@@ -652,6 +662,39 @@ mod tests {
         assert!(s.set_nics("0x100Gb").is_err());
         assert!(s.set_nics("lots").is_err());
         assert!(s.set_nic_kind("roce").is_ok() && s.nic_kind == NicKind::RoCE);
+    }
+
+    /// `--gpus` on one box takes its first GPUs; across boxes the same number from each, each
+    /// GPU keeping its own NICs; anything else is refused naming the flag.
+    #[test]
+    fn a_subset_of_gpus_is_taken_from_every_box() {
+        let named = |s: &str| GpuSystem::parse(s).unwrap().unwrap();
+        let mut one = named("hgx-h100:1");
+        one.use_first_gpus(4).unwrap();
+        assert_eq!((one.gpus_per_box, one.nics_per_box), (4, 8));
+        let mut pair = named("hgx-h100:2");
+        pair.use_first_gpus(2).unwrap();
+        assert_eq!(
+            (pair.boxes, pair.gpus_per_box, pair.nics_per_box),
+            (2, 1, 1)
+        );
+        assert!(pair.name.ends_with("(1 of 8 GPUs a box)"), "{}", pair.name);
+        let mut roce = named("dgx-a100:2");
+        roce.set_nics("16x100Gb").unwrap();
+        roce.use_first_gpus(8).unwrap();
+        assert_eq!((roce.gpus_per_box, roce.nics_per_box), (4, 8));
+        let mut whole = named("hgx-b200:4");
+        whole.use_first_gpus(32).unwrap();
+        assert_eq!(whole, named("hgx-b200:4"));
+        for (spec, n) in [
+            ("hgx-h100:1", 1),
+            ("hgx-h100:1", 9),
+            ("hgx-h100:2", 3),
+            ("hgx-h100:2", 18),
+        ] {
+            let e = named(spec).use_first_gpus(n).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--gpus {n}: ")), "{e}");
+        }
     }
 
     /// The export parts' boxes are the A100's and H100's with 8 NVLinks a GPU (A800 and H800

@@ -427,3 +427,47 @@ fn mi300x_calls_are_chosen_by_rccls_model() {
     // NVIDIA boxes keep NCCL's choice (LL at 512 KiB on eight A100s).
     assert_eq!(choice("all_gather", "dgx-a100:1", "512K"), "Ring LL");
 }
+
+/// `--gpus` across boxes takes the same GPUs from each: one GPU a box runs over its own NIC
+/// (its 50 GB/s bounds the two-box ring's bus rate), and NVLS, which needs two GPUs of a box
+/// (`ncclNvlsInit`), is neither chosen nor allowed there; with two a box it may run.
+#[test]
+fn gpus_across_boxes_take_each_boxes_first() {
+    let one = all_reduce_csv(
+        "hgx-h100:2",
+        &["--gpus", "2", "-b", "8", "-e", "4G", "-f", "8"],
+    );
+    let table = Table::parse(&one);
+    assert!(table
+        .column("algorithm")
+        .iter()
+        .all(|a| !a.starts_with("NVLS")));
+    let busbw = table.numbers("busbw");
+    let last = *busbw.last().unwrap();
+    assert!(last > 40.0 && last < 50.0, "{busbw:?}");
+    let err = refused(&collsim(&[
+        "nccl-tests",
+        "all_reduce",
+        "--topology",
+        "hgx-h100:4",
+        "--gpus",
+        "4",
+        "--nccl-algo",
+        "NVLSTree",
+    ]));
+    assert!(err.contains("(1 of 8 GPUs a box)"), "{err}");
+    let two = all_reduce_csv(
+        "hgx-h100:4",
+        &[
+            "--gpus",
+            "8",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+            "--nccl-algo",
+            "NVLSTree",
+        ],
+    );
+    assert_eq!(Table::parse(&two).cell(0, "algorithm"), "NVLSTree");
+}
