@@ -301,7 +301,7 @@ impl GpuSystem {
                 self.gpus_per_box
             )));
         }
-        if boxes > 1 && (n % boxes != 0 || n < boxes || n > self.gpus()) {
+        if boxes > 1 && (!n.is_multiple_of(boxes) || n < boxes || n > self.gpus()) {
             return Err(Error::input(format!(
                 "--gpus {n}: the same number of GPUs from each of {}'s {boxes} boxes, a \
                  multiple of {boxes} up to {}",
