@@ -179,9 +179,10 @@ fn ll_latency_on_two_to_eight_gpus_within_20_percent() {
         checked += 1;
     }
     assert_eq!(checked, 7);
-    // A subset is taken from one box only, and is at least two GPUs.
+    // A subset is at least two GPUs of one box, or the same number from each box.
     for (topology, gpus) in [
-        ("dgx-a100:2", "4"),
+        ("dgx-a100:2", "3"),
+        ("dgx-a100:2", "18"),
         ("dgx-a100:1", "1"),
         ("dgx-a100:1", "9"),
     ] {
