@@ -866,9 +866,13 @@ impl Model {
         } else {
             intra_gbps * scale
         };
-        let nic_gbps = measured
-            .nic_gbps
-            .unwrap_or_else(|| self.booked_nic_gbps(table_algo));
+        // A GPU's NICs share its PCIe link, which NCCL's search books each path through (a GPU
+        // with several NICs gets no more than the link: one H100 driving four 400 Gb/s NICs).
+        let nics_per_gpu = (s.nics_per_box as f64 / s.gpus_per_box.max(1) as f64).max(1.0);
+        let nic_gbps = measured.nic_gbps.unwrap_or_else(|| {
+            self.booked_nic_gbps(table_algo)
+                .min(s.arch.nccl_pcie_gbps() / nics_per_gpu)
+        });
         let nic = nic_gbps * scale;
         // LL's and LL128's lines are written by the GPU's threads at the rate NCCL's model books
         // the protocol (its per-channel caps: the GPU's, not the wire's), then posted by the

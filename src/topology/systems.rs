@@ -52,6 +52,16 @@ impl GpuArch {
             GpuArch::Cdna3 => 48.0,
         }
     }
+
+    /// NCCL's bandwidth of the GPU's PCIe link, GB/s (src/graph/topo.cc: lanes x speed / 80, the
+    /// speed 120 for 16 GT/s and 240 for 32 GT/s): 24 for the A100's Gen4 x16, 48 for the Gen5 x16
+    /// of Hopper, Blackwell and the MI300X. Every network path of the GPU crosses it.
+    pub fn nccl_pcie_gbps(self) -> f64 {
+        match self {
+            GpuArch::Ampere => 24.0,
+            GpuArch::Hopper | GpuArch::Blackwell | GpuArch::Cdna3 => 48.0,
+        }
+    }
 }
 
 /// How the GPUs of a box reach each other.

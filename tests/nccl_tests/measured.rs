@@ -237,3 +237,28 @@ fn h800_boxes_near_their_reported_bus_bandwidth() {
     // `--nvlink` makes an H100 box an H800 one.
     assert_eq!(one, busbw("hgx-h100:1", &["--nvlink", "8x25GB/s"]));
 }
+
+/// One H100 a box driving four 400 Gb/s NICs (nccl-tests issue 232, NVIDIA/nccl issue 1357:
+/// Tree all-reduce across two boxes, "busbw is 50, theoretical busbw should be 200"): the GPU's
+/// PCIe link, which NCCL's search books every network path through (48 GB/s for Gen5 x16),
+/// bounds it, not the four NICs' 200.
+#[test]
+fn a_gpus_nics_share_its_pcie_link() {
+    let csv = all_reduce_csv(
+        "hgx-h100:2",
+        &[
+            "--nic",
+            "32x400Gb",
+            "--gpus",
+            "2",
+            "--nccl-algo",
+            "Tree",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+        ],
+    );
+    let busbw = column(&csv, "busbw");
+    assert!(busbw > 35.0 && busbw <= 48.0, "{busbw} GB/s");
+}
