@@ -212,11 +212,18 @@ impl NcclSystemArgs {
             ))
         })?;
         system.apply(&self.overrides.overrides())?;
-        if let Some(log) = log {
-            if let Some(note) = other_gpus(log, &system, &self.topology)? {
-                eprintln!("note: {note}");
+        let header = match log {
+            Some(log) => {
+                let header = log::header(log)?;
+                if let Some(note) =
+                    other_gpus(log, header.device.as_deref(), &system, &self.topology)
+                {
+                    eprintln!("note: {note}");
+                }
+                header
             }
-        }
+            None => log::Header::default(),
+        };
         let mut allowed = Allowed::default();
         let setting = Setting {
             gpus: self.gpus,
@@ -225,10 +232,9 @@ impl NcclSystemArgs {
         };
         setting.apply(&mut system, &mut allowed)?;
         let gpus = system.gpus();
-        let gpus_per_thread = match (self.gpus_per_thread, log) {
-            (Some(g), _) => g,
-            (None, Some(log)) => log::gpus_per_thread(log)?.unwrap_or(1).min(gpus),
-            (None, None) => 1,
+        let gpus_per_thread = match self.gpus_per_thread {
+            Some(g) => g,
+            None => header.gpus_per_thread.unwrap_or(1).min(gpus),
         };
         if gpus_per_thread == 0 || gpus_per_thread > gpus {
             return Err(Error::input(format!(
@@ -243,13 +249,16 @@ impl NcclSystemArgs {
     }
 }
 
-/// What to say when a measured log ran on GPUs that `system` (named `topology`) does not hold,
-/// as its device list names them; None when it holds them or the log names none.
-fn other_gpus(log: &Path, system: &GpuSystem, topology: &str) -> Result<Option<String>, Error> {
-    let Some(name) = log::device_name(log)? else {
-        return Ok(None);
-    };
-    Ok(GpuSystem::kind_of_device(&name)
+/// What to say when a measured log ran on a `device` that `system` (named `topology`) does not
+/// hold; None when it holds it or the log names none.
+fn other_gpus(
+    log: &Path,
+    device: Option<&str>,
+    system: &GpuSystem,
+    topology: &str,
+) -> Option<String> {
+    let name = device?;
+    GpuSystem::kind_of_device(name)
         .filter(|&kind| kind != system.kind)
         .map(|kind| {
             format!(
@@ -257,7 +266,7 @@ fn other_gpus(log: &Path, system: &GpuSystem, topology: &str) -> Result<Option<S
                 log.display(),
                 system.gpu.to_ascii_uppercase()
             )
-        }))
+        })
 }
 
 /// A size flag in nccl-tests' notation ([`crate::units::parse_nccl_bytes`]).

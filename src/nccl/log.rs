@@ -85,17 +85,27 @@ pub fn ops(path: &Path) -> Result<Vec<&'static str>, Error> {
     Ok(found)
 }
 
+/// How a measured log says it was run, beside its rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// GPUs each thread drove ([`gpus_per_thread_in`]).
+    pub gpus_per_thread: Option<u32>,
+    /// The GPU its first rank ran on ([`device_name_in`]).
+    pub device: Option<String>,
+}
+
+/// The log at `path`'s [`Header`], its text read once.
+pub fn header(path: &Path) -> Result<Header, Error> {
+    let text = crate::read_text(path, "cannot read the log")?;
+    Ok(Header {
+        gpus_per_thread: gpus_per_thread_in(&text),
+        device: device_name_in(&text),
+    })
+}
+
 /// GPUs each thread drove when the log was taken, as its own text says: nccl-tests' header
 /// (`# nThread 1 nGpus 8 ...`) or the command quoted with it (`all_reduce_perf ... -g 8`); `None`
 /// when it says neither.
-pub fn gpus_per_thread(path: &Path) -> Result<Option<u32>, Error> {
-    Ok(gpus_per_thread_in(&crate::read_text(
-        path,
-        "cannot read the log",
-    )?))
-}
-
-/// [`gpus_per_thread`] of a log's text.
 fn gpus_per_thread_in(text: &str) -> Option<u32> {
     for line in text.lines() {
         let words: Vec<&str> = line
@@ -123,14 +133,6 @@ fn gpus_per_thread_in(text: &str) -> Option<u32> {
 /// The GPU a raw nccl-tests log says its first rank ran on: the name after the bus id of its
 /// device list (`#  Rank  0 Group  0 Pid 1887 on host device  0 [0x8d] NVIDIA H100 80GB HBM3`);
 /// None when the log lists no devices (a table copied out of one).
-pub fn device_name(path: &Path) -> Result<Option<String>, Error> {
-    Ok(device_name_in(&crate::read_text(
-        path,
-        "cannot read the log",
-    )?))
-}
-
-/// [`device_name`] of a log's text.
 fn device_name_in(text: &str) -> Option<String> {
     text.lines().find_map(|line| {
         let listed = line.trim_start_matches(|c: char| c == '#' || c.is_whitespace());
