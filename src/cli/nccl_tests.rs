@@ -269,6 +269,31 @@ fn other_gpus(
         })
 }
 
+/// What to say when NCCL's cost model would run, at some of `sizes`, an algorithm collsim does
+/// not model (PAT, for one GPU a box): those rows ran NCCL's next choice.
+fn unmodelled_note(model: &Model, kind: CollectiveKind, sizes: &[u64]) -> Option<String> {
+    let picked: Vec<(u64, Algo)> = sizes
+        .iter()
+        .filter_map(|&size| model.unmodelled_choice(kind, size).map(|a| (size, a)))
+        .collect();
+    let (&(first, algo), &(last, _)) = (picked.first()?, picked.last()?);
+    let sizes = if first == last {
+        format!("at {}", crate::units::format_bytes(first))
+    } else {
+        format!(
+            "at {} of the sizes from {} to {}",
+            picked.len(),
+            crate::units::format_bytes(first),
+            crate::units::format_bytes(last)
+        )
+    };
+    Some(format!(
+        "NCCL's cost model would run {} {sizes}, which collsim does not model; those rows \
+         run the algorithm NCCL ranks next",
+        algo.name()
+    ))
+}
+
 /// A size flag in nccl-tests' notation ([`crate::units::parse_nccl_bytes`]).
 fn nccl_size(text: &str, flag: &str) -> Result<u64, Error> {
     crate::units::parse_nccl_bytes(text).map_err(|e| Error::input(format!("{flag}: {e}")))
@@ -480,6 +505,9 @@ pub fn nccl_tests(args: NcclTestsArgs) -> Result<(), Error> {
             prediction,
             measured: measured_us,
         });
+    }
+    if let Some(note) = unmodelled_note(&model, kind, &sizes) {
+        eprintln!("note: {note}");
     }
     let factor = kind.busbw_factor(gpus);
     let root = if kind.is_rooted() {

@@ -21,7 +21,8 @@
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
 //! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
-//! GPU per node), user buffer registration, the proxy thread's network progress, and clocks that
+//! GPU per node; [`Model::unmodelled_choice`] says where NCCL would run it), user buffer
+//! registration, the proxy thread's network progress, and clocks that
 //! differ between GPUs.
 
 pub mod algo;
@@ -401,28 +402,7 @@ impl Model {
         let func = Func::of(kind).ok_or_else(|| {
             Error::input(format!("NCCL has no {kind} collective (nccl-tests: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce)"))
         })?;
-        let mut best: Option<(f64, Algo, Proto)> = None;
-        for algo in Algo::ALL {
-            if !self.runnable(algo, kind) {
-                continue;
-            }
-            for proto in Proto::ALL {
-                let time = tuning::algo_time(
-                    &self.tables,
-                    &self.system,
-                    self.comm_channels,
-                    func,
-                    algo,
-                    proto,
-                    bytes,
-                );
-                if let Some(t) = time {
-                    if best.is_none_or(|(b, _, _)| t < b) {
-                        best = Some((t, algo, proto));
-                    }
-                }
-            }
-        }
+        let best = self.cheapest(func, bytes, |algo| self.runnable(algo, kind));
         let (estimate_us, algo, proto) = best.ok_or_else(|| {
             let collnet = self.allowed.algos[Algo::CollNetDirect as usize]
                 || self.allowed.algos[Algo::CollNetChain as usize];
@@ -451,6 +431,49 @@ impl Model {
             threads,
             estimate_us,
         })
+    }
+
+    /// NCCL's cost model's cheapest (time, algorithm, protocol) for `bytes` of `func` among the
+    /// algorithms `among` admits.
+    fn cheapest(
+        &self,
+        func: Func,
+        bytes: u64,
+        among: impl Fn(Algo) -> bool,
+    ) -> Option<(f64, Algo, Proto)> {
+        let mut best: Option<(f64, Algo, Proto)> = None;
+        for algo in Algo::ALL.into_iter().filter(|&a| among(a)) {
+            for proto in Proto::ALL {
+                let time = tuning::algo_time(
+                    &self.tables,
+                    &self.system,
+                    self.comm_channels,
+                    func,
+                    algo,
+                    proto,
+                    bytes,
+                );
+                if let Some(t) = time {
+                    if best.is_none_or(|(b, _, _)| t < b) {
+                        best = Some((t, algo, proto));
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// The algorithm NCCL would run for a call of `bytes` of `kind` when collsim does not model
+    /// it (PAT, for one GPU a box), so that [`Model::choose`] runs NCCL's next choice instead;
+    /// None when NCCL's choice is modelled.
+    pub fn unmodelled_choice(&self, kind: CollectiveKind, bytes: u64) -> Option<Algo> {
+        let func = Func::of(kind)?;
+        if kind == CollectiveKind::AllToAll {
+            return None;
+        }
+        self.cheapest(func, bytes, |_| true)
+            .map(|(_, algo, _)| algo)
+            .filter(|&algo| !self.runnable(algo, kind))
     }
 
     /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct for

@@ -471,3 +471,38 @@ fn gpus_across_boxes_take_each_boxes_first() {
     );
     assert_eq!(Table::parse(&two).cell(0, "algorithm"), "NVLSTree");
 }
+
+/// With one GPU a box NCCL's cost model ranks PAT first for small all-gathers (its own latency
+/// grows with log2 of the boxes where a ring's grows with the ranks); collsim does not model
+/// PAT, and says so where NCCL would run it rather than pass NCCL's next choice off as NCCL's.
+#[test]
+fn calls_nccl_would_run_as_pat_are_named() {
+    let run = |gpus: &str| {
+        collsim(&[
+            "nccl-tests",
+            "all_gather",
+            "--topology",
+            "hgx-h100:8",
+            "--gpus",
+            gpus,
+            "-b",
+            "8K",
+            "-e",
+            "1G",
+            "-f",
+            "32",
+        ])
+    };
+    let one_a_box = run("8");
+    assert!(one_a_box.status.success());
+    let note = String::from_utf8_lossy(&one_a_box.stderr).to_string();
+    assert!(
+        note.contains("note: NCCL's cost model would run PAT")
+            && note.contains("from 8KiB")
+            && !note.contains("to 1GiB"),
+        "{note}"
+    );
+    let two_a_box = run("16");
+    assert!(two_a_box.status.success());
+    assert!(!String::from_utf8_lossy(&two_a_box.stderr).contains("PAT"));
+}
