@@ -11,6 +11,8 @@
 //!   shard's owner reads the sum (`multimem.ld_reduce`), then stores it into the switch, which
 //!   writes it to every GPU (`multimem.st`); across boxes (NVLSTree) the sum of each box travels a
 //!   binary tree of the channel's head GPUs before the switch spreads it.
+//! - PAT (one GPU a box): all-gather down a binomial tree rooted at each rank, reduce-scatter up
+//!   one into each rank, the trees of all ranks at once, so a part crosses at most log2(n) hops.
 //! - Point-to-point (all-to-all): every pair's data in p2p chunks, the pairs concurrently.
 //! - All-pairs (RCCL's MSCCL all-reduce on the MI300X): each rank's part summed at its owner
 //!   straight from every peer and sent back to every peer.
@@ -38,6 +40,8 @@ pub enum Kernel {
     Nvls,
     /// CollNet Direct: the sum across boxes made in the rails' switches (SHARP).
     CollNet,
+    /// PAT: all-gather down, reduce-scatter up, binomial trees of every rank (one GPU a box).
+    Pat,
     AllToAll,
 }
 
@@ -69,7 +73,7 @@ impl Kernel {
             }
             // Per share: into its box's head, up to the rail, back down, out to the box.
             Kernel::CollNet => n * 2 * n,
-            Kernel::AllToAll => n * (n - 1),
+            Kernel::Pat | Kernel::AllToAll => n * (n - 1),
         }
     }
 }
@@ -492,6 +496,65 @@ pub fn all_to_all(c: &Collective, channels: u32) -> Result<Schedule, Error> {
     Ok(b.finish())
 }
 
+/// NCCL's PAT ("parallel aggregated trees", src/include/collectives.h, `PatAGAlgorithm` and
+/// `PatRSAlgorithm`) all-gather or reduce-scatter of `c`, one GPU a box: ceil(log2 n) rounds
+/// over distances 1, 2, 4, ..., a rank sending in each the 2^k parts (fewer in the last round
+/// when n is not a power of two) it has gathered to the rank 2^k before it (all-gather), or,
+/// the rounds reversed, its sums of the parts 2^k after it to that rank (reduce-scatter). Each
+/// rank sends n - 1 parts a unit, as a ring does, over log2(n) levels where the ring has n - 1.
+/// A round's parts go one a message (`aggregate` 1), or, where NCCL packs small parts into one
+/// network step, `aggregate` consecutive parts a message; that needs one piece a part (a cut of
+/// one unit).
+pub fn pat(c: &Collective, cut: Cut, aggregate: u32) -> Result<Schedule, Error> {
+    let down = match c.kind {
+        CollectiveKind::AllGather => true,
+        CollectiveKind::ReduceScatter => false,
+        other => return Err(Error::Internal(format!("NCCL PAT kernel for {other}"))),
+    };
+    let aggregate = aggregate.max(1);
+    if aggregate > 1 && cut.chunks() != 1 {
+        return Err(Error::Internal(format!(
+            "PAT packs {aggregate} parts a message only with one piece a part"
+        )));
+    }
+    let n = c.ranks();
+    let dims = u32::BITS - (n - 1).leading_zeros();
+    let mut b = Builder::new(c)?;
+    let mut program = Program::new(n, cut.channels, 1, cut.window);
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            for i in 0..dims {
+                let k = if down { i } else { dims - 1 - i };
+                let step = 1 << k;
+                let parts = step.min(n - step);
+                for r in 0..n {
+                    let (first, dst, op) = if down {
+                        (r, (r + n - step) % n, Op::Copy)
+                    } else {
+                        ((r + step) % n, (r + step) % n, Op::Reduce)
+                    };
+                    for start in (0..parts).step_by(aggregate as usize) {
+                        let lo = (first + start) % n;
+                        let len = aggregate.min(parts - start);
+                        if aggregate == 1 {
+                            let pieces = cut.piece(c, lo, l, ch, 0);
+                            program.send(&mut b, (r, dst), pieces, op, (ch, 0));
+                            continue;
+                        }
+                        // One piece a part: the parts lo.. are pieces, split where they wrap.
+                        let hi = lo + len;
+                        program.send(&mut b, (r, dst), (lo, hi.min(n)), op, (ch, 0));
+                        if hi > n {
+                            program.send(&mut b, (r, dst), (0, hi - n), op, (ch, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
 /// RCCL's MSCCL all-pairs all-reduce: every rank sends each peer that peer's part of its
 /// buffer, the peer sums the parts it receives, and sends the sum to every rank; each part in
 /// `c.chunks` pieces (the algorithm's channels), every pair and piece concurrently, a piece's
@@ -578,6 +641,69 @@ mod tests {
         let c = collective(CollectiveKind::AllToAll, 4, 6);
         for channels in [1, 2, 4, 9] {
             crate::schedule::validate(&all_to_all(&c, channels).unwrap(), &c, 7).unwrap();
+        }
+        let cut = Cut { slices: 1, ..cut };
+        for n in [2, 3, 5, 8, 13] {
+            for kind in [CollectiveKind::AllGather, CollectiveKind::ReduceScatter] {
+                let c = collective(kind, n, cut.chunks());
+                crate::schedule::validate(&pat(&c, cut, 1).unwrap(), &c, 7).unwrap();
+                let one = collective(kind, n, 1);
+                let whole = Cut {
+                    channels: 1,
+                    loops: 1,
+                    ..cut
+                };
+                for aggregate in [2, 4] {
+                    let s = pat(&one, whole, aggregate).unwrap();
+                    crate::schedule::validate(&s, &one, 7).unwrap();
+                }
+            }
+        }
+    }
+
+    /// PAT's rounds: a rank's sends go 1, 2, 4, ... ranks away (all-gather back, reduce-scatter
+    /// forward), n - 1 a unit, and a part crosses at most ceil(log2 n) of them (the schedule's
+    /// longest chain of sends, one unit and enough slots that only data orders them); packed,
+    /// a round is one message a rank (two where its parts wrap past the last rank).
+    #[test]
+    fn pat_sends_along_its_trees_dimensions() {
+        let cut = Cut {
+            channels: 1,
+            loops: 1,
+            slices: 1,
+            window: 64,
+            loops_per_chunk: 1,
+        };
+        for (n, depth) in [(8, 3), (12, 4), (16, 4)] {
+            for (kind, sign) in [
+                (CollectiveKind::AllGather, -1),
+                (CollectiveKind::ReduceScatter, 1),
+            ] {
+                let c = collective(kind, n, 1);
+                let packed = pat(&c, cut, n).unwrap();
+                assert!(packed.len() as u32 >= n * depth && packed.len() as u32 <= 2 * n * depth);
+                let s = pat(&c, cut, 1).unwrap();
+                assert_eq!(s.len() as u32, n * (n - 1));
+                for t in s.transfers() {
+                    let away = (t.dst as i64 - t.src as i64) * sign;
+                    let away = away.rem_euclid(n as i64);
+                    assert!(away.count_ones() == 1, "{kind} {n}: {} -> {}", t.src, t.dst);
+                }
+                let mut chain = vec![0u32; s.len()];
+                for i in 0..s.len() {
+                    let after = s
+                        .deps(i as TransferIndex)
+                        .iter()
+                        .map(|&d| chain[d as usize]);
+                    chain[i] = 1 + after.max().unwrap_or(0);
+                }
+                let longest = *chain.iter().max().unwrap();
+                assert!(longest <= depth, "{kind} {n}: {longest}");
+                assert!(
+                    !n.is_power_of_two() || longest == depth,
+                    "{kind} {n}: {longest}"
+                );
+            }
         }
     }
 

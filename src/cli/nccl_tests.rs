@@ -270,7 +270,7 @@ fn other_gpus(
 }
 
 /// What to say when NCCL's cost model would run, at some of `sizes`, an algorithm collsim does
-/// not model (PAT, for one GPU a box): those rows ran NCCL's next choice.
+/// not model (CollNet Chain): those rows ran NCCL's next choice.
 fn unmodelled_note(model: &Model, kind: CollectiveKind, sizes: &[u64]) -> Option<String> {
     let picked: Vec<(u64, Algo)> = sizes
         .iter()

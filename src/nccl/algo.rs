@@ -65,7 +65,7 @@ impl Algo {
     /// NVLS and NVLSTree run only Simple; CollNet too.
     pub(super) fn takes(self, proto: Proto) -> bool {
         match self {
-            Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain => {
+            Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain | Algo::Pat => {
                 proto == Proto::Simple
             }
             _ => true,

@@ -200,6 +200,13 @@ pub const NVLS_THREADS: u64 = 640;
 /// 64); the ring's LL threshold is multiplied by the rank count (src/graph/tuning.cc).
 pub const THREAD_THRESHOLD: [u64; PROTOS] = [8, 8, 64];
 
+/// PAT's latency a rank, us (src/graph/tuning.cc: an all-gather's or reduce-scatter's PAT
+/// latency is its base latency, its network latency / 3.5 a level of log2(nodes), and 2.8 us a
+/// rank: the steps its kernel runs one part at a time).
+pub const PAT_RANK_LATENCY_US: f64 = 2.8;
+/// The divisor of the network latency a level of PAT's trees in NCCL's model.
+pub const PAT_LEVEL_LATENCY_DIVISOR: f64 = 3.5;
+
 /// The fixed cost of a call beyond NCCL's base latency, us: the maintainer's "~5 us
 /// launch/fixed overhead" (sjeaugey, nccl-tests#123) that nccl-tests' timing includes.
 pub const FIXED_OVERHEAD_US: f64 = 5.0;

@@ -20,9 +20,9 @@
 //! blocks directly. On MI300X boxes the other calls are chosen by RCCL's cost model ([`rccl`]).
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
-//! relays. What is not modelled: CollNet Chain and CollNet all-gather / reduce-scatter, PAT (one
-//! GPU per node; [`Model::unmodelled_choice`] says where NCCL would run it), user buffer
-//! registration, the proxy thread's network progress, and clocks that
+//! relays. PAT (one GPU a box) runs its rounds ([`nccl_kernels::pat`]). What is not modelled:
+//! CollNet Chain and CollNet all-gather / reduce-scatter ([`Model::unmodelled_choice`] says
+//! where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
 //! differ between GPUs.
 
 pub mod algo;
@@ -267,6 +267,7 @@ fn kernel_of(kind: CollectiveKind, algo: Algo) -> Kernel {
         (_, Algo::Nvls | Algo::NvlsTree) => Kernel::Nvls,
         (CollectiveKind::AllReduce, Algo::CollNetDirect) => Kernel::CollNet,
         (CollectiveKind::AllReduce, Algo::Tree) => Kernel::Tree,
+        (_, Algo::Pat) => Kernel::Pat,
         _ => Kernel::Ring,
     }
 }
@@ -350,6 +351,39 @@ impl Plan {
     pub fn choice(&self) -> Choice {
         self.choice
     }
+}
+
+/// Parts PAT packs into one network step (`aggFactor` as `PatAGAlgorithm` and `PatRSAlgorithm`
+/// first set it, their `postFreq`): doubled, up to half the ranks, while a chunk holds at least
+/// twice that many of a channel's parts.
+fn pat_aggregate(kind: CollectiveKind, bytes: u64, ranks: u32, channels: u32) -> u32 {
+    let chunk = pat_chunk(
+        kind,
+        bytes,
+        channels,
+        BUFFER_BYTES[Proto::Simple as usize] / STEPS,
+    );
+    let part = (bytes / ranks.max(1) as u64 / channels.max(1) as u64).max(1);
+    let mut aggregate = 1;
+    while chunk / (part * aggregate as u64) >= 2 && aggregate < ranks / 2 {
+        aggregate *= 2;
+    }
+    aggregate
+}
+
+/// PAT's chunk (src/enqueue.cc `calcCollChunking`): Simple's step, halved down to 64 KiB while
+/// the channels' chunks times 32 (all-gather) or 16 (reduce-scatter) exceed the call.
+fn pat_chunk(kind: CollectiveKind, bytes: u64, channels: u32, step: u64) -> u64 {
+    let times = if kind == CollectiveKind::AllGather {
+        32
+    } else {
+        16
+    };
+    let mut chunk = step;
+    while chunk * channels as u64 * times > bytes && chunk > 65536 {
+        chunk /= 2;
+    }
+    chunk
 }
 
 /// The switches that relay (and reduce) for an algorithm: each box's NVSwitch for NVLS and
@@ -464,7 +498,7 @@ impl Model {
     }
 
     /// The algorithm NCCL would run for a call of `bytes` of `kind` when collsim does not model
-    /// it (PAT, for one GPU a box), so that [`Model::choose`] runs NCCL's next choice instead;
+    /// it (CollNet Chain), so that [`Model::choose`] runs NCCL's next choice instead;
     /// None when NCCL's choice is modelled.
     pub fn unmodelled_choice(&self, kind: CollectiveKind, bytes: u64) -> Option<Algo> {
         let func = Func::of(kind)?;
@@ -477,12 +511,16 @@ impl Model {
     }
 
     /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct for
-    /// all-reduce only, not CollNet Chain nor PAT (NCCL's own disable rules are applied in
-    /// [`tuning::tune`]).
+    /// all-reduce only, PAT for all-gather and reduce-scatter, not CollNet Chain (NCCL's own
+    /// disable rules are applied in [`tuning::tune`]).
     fn runnable(&self, algo: Algo, kind: CollectiveKind) -> bool {
         match algo {
             Algo::CollNetDirect => kind == CollectiveKind::AllReduce,
-            Algo::CollNetChain | Algo::Pat => false,
+            Algo::Pat => matches!(
+                kind,
+                CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+            ),
+            Algo::CollNetChain => false,
             _ => true,
         }
     }
@@ -677,6 +715,12 @@ impl Model {
             Algo::Nvls | Algo::NvlsTree => HW_LATENCY[HW_NVLINK][a][p],
             // Not in the tuner's tables: the launch and fixed overhead alone.
             Algo::Msccl => 0.0,
+            // NCCL's model adds a step a rank to PAT's base latency: its kernel takes the parts
+            // one at a time whatever the network does.
+            Algo::Pat => {
+                tuning::base_latency(&self.system, choice.algo, choice.proto)
+                    + self.system.gpus() as f64 * PAT_RANK_LATENCY_US
+            }
             _ => tuning::base_latency(&self.system, choice.algo, choice.proto),
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
@@ -714,6 +758,7 @@ impl Model {
             }
             (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
             (Algo::Tree, Proto::LL128) => (self.tree_ll128_chunk(bytes, channels), 1),
+            (Algo::Pat, _) => (pat_chunk(kind, bytes, channels, step), 1),
             (_, Proto::Simple) if ring_like => (
                 step * RING_CHUNK_STEPS,
                 (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
@@ -772,6 +817,12 @@ impl Model {
         }
         while cut.chunks() as u64 > grains.max(1) && cut.channels > 1 {
             cut.channels -= 1;
+        }
+        // PAT packs a round's parts into one step where they are small: the channels' steps
+        // travel together, run here as one.
+        if choice.algo == Algo::Pat && pat_aggregate(kind, bytes, n as u32, channels) > 1 {
+            cut.channels = 1;
+            cut.loops = 1;
         }
         cut
     }
@@ -848,6 +899,12 @@ impl Model {
                 nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels, mesh)
             }
             Kernel::Ring => nccl_kernels::ring(c, &self.rings, cut),
+            Kernel::Pat => {
+                // Packed only where the call is one unit (`cut` merges its channels then).
+                let packed = cut.chunks() == 1;
+                let aggregate = pat_aggregate(c.kind, c.size, c.ranks(), choice.channels);
+                nccl_kernels::pat(c, cut, if packed { aggregate } else { 1 })
+            }
         }
     }
 
@@ -881,6 +938,9 @@ impl Model {
                 self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
                     * measured.rate_factor.get(p).unwrap_or(1.0)
             }
+            // NCCL's model gives PAT three quarters of the ring's bandwidth (the same for
+            // all-gather and reduce-scatter).
+            Algo::Pat => self.tables.share[Func::AllGather as usize][a][p].clamp(0.01, 1.0),
             _ => 1.0,
         } * tree_correction;
         let intra_gbps = measured.intra_gbps.unwrap_or_else(|| s.nccl_intra_gbps());
@@ -930,6 +990,13 @@ impl Model {
         }
         let net_lat =
             HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo as usize][lat_proto as usize]);
+        // NCCL's model charges PAT's levels across boxes at its network latency over 3.5
+        // (src/graph/tuning.cc).
+        let net_lat = if choice.algo == Algo::Pat {
+            net_lat / PAT_LEVEL_LATENCY_DIVISOR
+        } else {
+            net_lat
+        };
         let factor = measured
             .latency_factor
             .get(lat_proto as usize)

@@ -294,7 +294,8 @@ fn latency(comm: &Comm, func: Func, algo: Algo, proto: Proto, nsteps: f64) -> f6
         Algo::Msccl => f64::INFINITY,
         Algo::Pat => {
             if matches!(func, Func::AllGather | Func::ReduceScatter) {
-                base + log_nodes * (inter_lat / 3.5) + ranks as f64 * 2.8
+                base + log_nodes * (inter_lat / PAT_LEVEL_LATENCY_DIVISOR)
+                    + ranks as f64 * PAT_RANK_LATENCY_US
             } else {
                 base
             }

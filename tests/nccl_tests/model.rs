@@ -472,37 +472,101 @@ fn gpus_across_boxes_take_each_boxes_first() {
     assert_eq!(Table::parse(&two).cell(0, "algorithm"), "NVLSTree");
 }
 
-/// With one GPU a box NCCL's cost model ranks PAT first for small all-gathers (its own latency
-/// grows with log2 of the boxes where a ring's grows with the ranks); collsim does not model
-/// PAT, and says so where NCCL would run it rather than pass NCCL's next choice off as NCCL's.
+/// Where NCCL's cost model ranks first an algorithm collsim does not run (CollNet Chain, on a
+/// SHARP network of H100 boxes at tens of MiB), the table says so rather than pass NCCL's next
+/// choice off as NCCL's; without SHARP there is nothing to say.
 #[test]
-fn calls_nccl_would_run_as_pat_are_named() {
-    let run = |gpus: &str| {
-        collsim(&[
+fn calls_nccl_would_run_unmodelled_are_named() {
+    let run = |sharp: bool| {
+        let mut args = vec![
             "nccl-tests",
-            "all_gather",
+            "all_reduce",
             "--topology",
-            "hgx-h100:8",
-            "--gpus",
-            gpus,
+            "hgx-h100:4",
             "-b",
-            "8K",
+            "1M",
             "-e",
             "1G",
             "-f",
-            "32",
-        ])
+            "4",
+        ];
+        if sharp {
+            args.push("--sharp");
+        }
+        let out = collsim(&args);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
     };
-    let one_a_box = run("8");
-    assert!(one_a_box.status.success());
-    let note = String::from_utf8_lossy(&one_a_box.stderr).to_string();
+    let note = run(true);
     assert!(
-        note.contains("note: NCCL's cost model would run PAT")
-            && note.contains("from 8KiB")
-            && !note.contains("to 1GiB"),
+        note.contains("note: NCCL's cost model would run CollNetChain")
+            && !note.contains("from 1MiB"),
         "{note}"
     );
-    let two_a_box = run("16");
-    assert!(two_a_box.status.success());
-    assert!(!String::from_utf8_lossy(&two_a_box.stderr).contains("PAT"));
+    assert!(!run(false).contains("note:"));
+}
+
+/// PAT, NCCL's all-gather and reduce-scatter for one GPU a box, runs where NCCL's model picks
+/// it: small calls from four boxes. Its latency is NCCL's (a base, 2.8 us a rank, a level of
+/// its trees a doubling of the boxes at the network latency over 3.5), so 16 more boxes add
+/// 16 x 2.8 us and one level; forced on a large call it moves at three quarters of the ring's
+/// bus bandwidth, as NCCL's model rates it.
+#[test]
+fn pat_runs_one_gpu_a_box_at_nccls_cost() {
+    let small = |op: &str, boxes: u32| {
+        let n = boxes.to_string();
+        let out = stdout_of(&[
+            "nccl-tests",
+            op,
+            "--topology",
+            &format!("hgx-h100:{boxes}"),
+            "--gpus",
+            &n,
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+            "--format",
+            "csv",
+        ]);
+        let table = Table::parse(&out);
+        assert_eq!(table.cell(0, "algorithm"), "PAT", "{op} on {boxes} boxes");
+        table.number(0, "time_us")
+    };
+    for op in ["all_gather", "reduce_scatter"] {
+        let more = small(op, 32) - small(op, 16);
+        // One more level: NCCL's 14 us network latency over 3.5, and the proxies' 1 us each
+        // way for its message.
+        let level = 14.0 / 3.5 + 2.0;
+        assert!(
+            more >= 16.0 * 2.8 && more <= 16.0 * 2.8 + 2.0 * level,
+            "{op}: 16 to 32 boxes adds {more} us"
+        );
+    }
+    let busbw = |algo: &str| {
+        let out = stdout_of(&[
+            "nccl-tests",
+            "reduce_scatter",
+            "--topology",
+            "dgx-a100:5",
+            "--gpus",
+            "5",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+            "--nccl-algo",
+            algo,
+            "--nccl-proto",
+            "Simple",
+            "--format",
+            "csv",
+        ]);
+        Table::parse(&out).number(0, "busbw")
+    };
+    let ratio = busbw("PAT") / busbw("Ring");
+    assert!(
+        (ratio - 0.75).abs() < 0.02,
+        "PAT / ring bus bandwidth {ratio}"
+    );
 }
