@@ -11,8 +11,8 @@
 //!   shard's owner reads the sum (`multimem.ld_reduce`), then stores it into the switch, which
 //!   writes it to every GPU (`multimem.st`); across boxes (NVLSTree) the sum of each box travels a
 //!   binary tree of the channel's head GPUs before the switch spreads it.
-//! - PAT (one GPU a box): all-gather down a binomial tree rooted at each rank, reduce-scatter up
-//!   one into each rank, the trees of all ranks at once, so a part crosses at most log2(n) hops.
+//! - PAT (one GPU a box): Bruck's rounds, a rank sending what it has gathered 1, 2, 4, ... ranks
+//!   away (reduce-scatter: its sums, the rounds reversed), so a part crosses at most log2(n) hops.
 //! - Point-to-point (all-to-all): every pair's data in p2p chunks, the pairs concurrently.
 //! - All-pairs (RCCL's MSCCL all-reduce on the MI300X): each rank's part summed at its owner
 //!   straight from every peer and sent back to every peer.
@@ -504,7 +504,11 @@ pub fn all_to_all(c: &Collective, channels: u32) -> Result<Schedule, Error> {
 /// rank sends n - 1 parts a unit, as a ring does, over log2(n) levels where the ring has n - 1.
 /// A round's parts go one a message (`aggregate` 1), or, where NCCL packs small parts into one
 /// network step, `aggregate` consecutive parts a message; that needs one piece a part (a cut of
-/// one unit).
+/// one unit). NCCL runs Bruck's rounds with the dimensions reversed, the farthest first, so that
+/// the largest round goes to the nearest ranks (Jeaugey, "PAT: a new algorithm for all-gather
+/// and reduce-scatter operations at scale", arXiv 2506.20252); on collsim's rail-optimised
+/// fabric every two boxes are equally far apart, so the rounds run nearest first, where a
+/// round's parts are consecutive and pack into one message as NCCL's packed ones do.
 pub fn pat(c: &Collective, cut: Cut, aggregate: u32) -> Result<Schedule, Error> {
     let down = match c.kind {
         CollectiveKind::AllGather => true,
