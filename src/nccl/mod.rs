@@ -27,10 +27,12 @@
 
 pub mod algo;
 pub mod calibrate;
+mod chunking;
 pub mod constants;
 pub mod graph;
 pub mod log;
 pub mod msccl;
+mod network;
 pub mod nvls;
 pub mod p2p;
 pub mod rccl;
@@ -351,39 +353,6 @@ impl Plan {
     pub fn choice(&self) -> Choice {
         self.choice
     }
-}
-
-/// Parts PAT packs into one network step (`aggFactor` as `PatAGAlgorithm` and `PatRSAlgorithm`
-/// first set it, their `postFreq`): doubled, up to half the ranks, while a chunk holds at least
-/// twice that many of a channel's parts.
-fn pat_aggregate(kind: CollectiveKind, bytes: u64, ranks: u32, channels: u32) -> u32 {
-    let chunk = pat_chunk(
-        kind,
-        bytes,
-        channels,
-        BUFFER_BYTES[Proto::Simple as usize] / STEPS,
-    );
-    let part = (bytes / ranks.max(1) as u64 / channels.max(1) as u64).max(1);
-    let mut aggregate = 1;
-    while chunk / (part * aggregate as u64) >= 2 && aggregate < ranks / 2 {
-        aggregate *= 2;
-    }
-    aggregate
-}
-
-/// PAT's chunk (src/enqueue.cc `calcCollChunking`): Simple's step, halved down to 64 KiB while
-/// the channels' chunks times 32 (all-gather) or 16 (reduce-scatter) exceed the call.
-fn pat_chunk(kind: CollectiveKind, bytes: u64, channels: u32, step: u64) -> u64 {
-    let times = if kind == CollectiveKind::AllGather {
-        32
-    } else {
-        16
-    };
-    let mut chunk = step;
-    while chunk * channels as u64 * times > bytes && chunk > 65536 {
-        chunk /= 2;
-    }
-    chunk
 }
 
 /// The switches that relay (and reduce) for an algorithm: each box's NVSwitch for NVLS and
@@ -732,135 +701,6 @@ impl Model {
         base + fixed + others * LAUNCH_US
     }
 
-    /// How NCCL cuts the call: channels, loops of `channels x ranks x chunk` bytes, slices.
-    /// With a `budget` of transfers, the call's loops are merged to fit it (`plan` then keeps
-    /// a tree's or chain's own chunks instead, when it can extrapolate them).
-    fn cut(&self, kind: CollectiveKind, bytes: u64, choice: Choice, budget: Option<u64>) -> Cut {
-        let p = choice.proto as usize;
-        let n = self.system.gpus() as u64;
-        let channels = choice.channels.max(1);
-        let step = BUFFER_BYTES[p] / STEPS;
-        let heads = self.system.gpus_per_box;
-        let ring_like = matches!(
-            kind,
-            CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
-        ) && choice.algo == Algo::Ring;
-        let (chunk, slices) = match (choice.algo, choice.proto) {
-            (Algo::Nvls, _) => (self.nvls.call_chunk(bytes, channels, heads), 1),
-            // A loop moves one chunk a head, each a share of every rank's part: a piece is
-            // the chunk over the boxes.
-            (Algo::NvlsTree, _) => {
-                let boxes = self.system.boxes.max(1) as u64;
-                (
-                    (self.nvls.tree_call_chunk(bytes, channels, heads) / boxes).max(1),
-                    1,
-                )
-            }
-            (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
-            (Algo::Tree, Proto::LL128) => (self.tree_ll128_chunk(bytes, channels), 1),
-            (Algo::Pat, _) => (pat_chunk(kind, bytes, channels, step), 1),
-            (_, Proto::Simple) if ring_like => (
-                step * RING_CHUNK_STEPS,
-                (RING_CHUNK_STEPS / RING_SLICE_STEPS) as u32,
-            ),
-            (_, proto) => (step_data_bytes(proto as usize), 1),
-        };
-        // LL's and LL128's chains and trees pass each line on as it arrives, a trip of the
-        // channel's threads at a time, between GPUs of a box; across boxes the proxy posts a
-        // chunk's lines once the GPU has written them all. (A ring's links carry its chunks one
-        // after another however they are cut, so its pieces stay chunks.)
-        let kernel = kernel_of(kind, choice.algo);
-        let lines = matches!(choice.proto, Proto::LL | Proto::LL128)
-            && matches!(kernel, Kernel::Chain | Kernel::Tree);
-        let trips = if lines {
-            chunk.div_ceil(trip_data_bytes(choice.proto, choice.threads))
-        } else {
-            1
-        };
-        let piece = chunk.div_ceil(trips);
-        // Data a loop of one channel moves per rank part.
-        // (A tree unit carries the whole chunk; a ring or NVLS unit one chunk per rank.)
-        let per_part = match (kind, choice.algo) {
-            (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) | (_, Algo::Tree) => bytes,
-            _ => bytes.div_ceil(n),
-        };
-        let mut loops = per_part.div_ceil(channels as u64 * piece).max(1);
-        let g = self.system.gpus_per_box as u64;
-        let steps_per_loop = kernel.sends_per_unit(kind, n, n / g);
-        let per_loop = channels as u64 * slices as u64 * steps_per_loop;
-        if let Some(budget) = budget.filter(|&b| loops * per_loop > b) {
-            loops = (budget / per_loop).max(1);
-        }
-        // At least one of the protocol's grains per piece (NCCL cuts chunks in whole grains,
-        // and a slice with nothing to move posts without its fence).
-        let grains = per_part.div_ceil(GRAIN_BYTES[p]).max(1);
-        let pieces_per_part = |loops: u64| loops * channels as u64 * slices as u64;
-        while loops > 1 && pieces_per_part(loops) > grains {
-            loops /= 2;
-        }
-        // A send fills `slice steps` of the receiver's NCCL_STEPS slots.
-        let steps_per_send = if slices > 1 { RING_SLICE_STEPS } else { 1 };
-        // Loops a chunk spans, sent across boxes together; a slot holds a chunk of them.
-        let per_chunk = {
-            let piece = per_part.div_ceil(channels as u64 * loops).max(1);
-            (chunk / piece).clamp(1, trips.min(loops))
-        };
-        let mut cut = Cut {
-            channels,
-            loops: loops as u32,
-            slices,
-            window: (STEPS * per_chunk / steps_per_send) as u32,
-            loops_per_chunk: per_chunk as u32,
-        };
-        while cut.chunks() as u64 > grains.max(1) && cut.slices > 1 {
-            cut.slices -= 1;
-        }
-        while cut.chunks() as u64 > grains.max(1) && cut.channels > 1 {
-            cut.channels -= 1;
-        }
-        // PAT packs a round's parts into one step where they are small: the channels' steps
-        // travel together, run here as one.
-        if choice.algo == Algo::Pat && pat_aggregate(kind, bytes, n as u32, channels) > 1 {
-            cut.channels = 1;
-            cut.loops = 1;
-        }
-        cut
-    }
-
-    /// Tree LL128's chunk (src/enqueue.cc `computeCollChunkInfo`): LL128's step of data, halved
-    /// while each channel gets fewer chunks than `64 / ppn` (down to 128 KiB) and `16 / ppn`
-    /// (down to 32 KiB) times the tree's steps, `1 + log2(boxes) + ppn / 10`.
-    fn tree_ll128_chunk(&self, bytes: u64, channels: u32) -> u64 {
-        let boxes = self.system.boxes.max(1);
-        let ppn = self.system.gpus() as f64 / boxes as f64;
-        let nsteps = 1.0 + boxes.ilog2() as f64 + 0.1 * ppn;
-        let per_channel = |chunk: u64| (bytes / (channels as u64 * chunk)) as f64;
-        let mut chunk = step_data_bytes(Proto::LL128 as usize);
-        for (times, floor) in [(64.0, 131072), (16.0, 32768)] {
-            while per_channel(chunk) < nsteps * times / ppn && chunk > floor {
-                chunk /= 2;
-            }
-        }
-        chunk
-    }
-
-    /// CollNet Direct's chunk (src/enqueue.cc `calcCollChunking`): Simple's step per channel and
-    /// network head, halved (to 128, 64, 32 KiB) while the call gives each fewer chunks than
-    /// 64, 8, 8 times the depth (2 across boxes). A head carries one share of every box, so a
-    /// rank's share is that chunk over the boxes.
-    fn collnet_chunk(&self, bytes: u64, channels: u32, step: u64) -> u64 {
-        let heads = self.system.gpus_per_box as u64;
-        let depth = 2;
-        let per_head = |chunk: u64| bytes / (channels as u64 * heads * chunk);
-        let mut chunk = step;
-        for (times, floor) in [(64, 131072), (8, 65536), (8, 32768)] {
-            while per_head(chunk) < depth * times && chunk > floor {
-                chunk /= 2;
-            }
-        }
-        (chunk / self.system.boxes as u64).max(1)
-    }
-
     /// How each send of an all-to-all of `bytes` per rank runs (NCCL's p2p plan).
     fn p2p_send(&self, bytes: u64) -> P2pSend {
         let per_pair = bytes / self.system.gpus().max(1) as u64;
@@ -902,185 +742,10 @@ impl Model {
             Kernel::Pat => {
                 // Packed only where the call is one unit (`cut` merges its channels then).
                 let packed = cut.chunks() == 1;
-                let aggregate = pat_aggregate(c.kind, c.size, c.ranks(), choice.channels);
+                let aggregate = chunking::pat_aggregate(c.kind, c.size, c.ranks(), choice.channels);
                 nccl_kernels::pat(c, cut, if packed { aggregate } else { 1 })
             }
         }
-    }
-
-    /// The system's network as the chosen algorithm and protocol see it, with the switches that
-    /// relay for it ([`relays`]) as NPUs. A tree's rates are taken down by `tree_correction`, the
-    /// share of its modelled bandwidth NCCL's maintainers find it delivers at the call's size
-    /// ([`tuning::tree_correction`]).
-    fn network(
-        &self,
-        choice: Choice,
-        posts: Posts,
-        tree_correction: f64,
-    ) -> Result<Topology, Error> {
-        let s = &self.system;
-        let msccl = choice.algo == Algo::Msccl;
-        // MSCCL's channels run the ring's primitives; its rows of NCCL's tables are the ring's.
-        let table_algo = if msccl { Algo::Ring } else { choice.algo };
-        let (a, p) = (table_algo as usize, choice.proto as usize);
-        let nvls = matches!(choice.algo, Algo::Nvls | Algo::NvlsTree);
-        let measured = &s.calibration;
-        // The protocol's share of the channels' bandwidth in NCCL's model (times what was
-        // measured of it).
-        let point_to_point = posts.point_to_point;
-        let scale = match choice.algo {
-            // Point-to-point sends are not priced by the tuning model, nor are MSCCL's direct
-            // sends: their protocol's wire efficiency ([`DATA_SHARE`]).
-            _ if point_to_point || msccl => {
-                DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0)
-            }
-            Algo::Ring | Algo::Tree => {
-                self.tables.share[Func::AllReduce as usize][a][p].clamp(0.01, 1.0)
-                    * measured.rate_factor.get(p).unwrap_or(1.0)
-            }
-            // NCCL's model gives PAT three quarters of the ring's bandwidth (the same for
-            // all-gather and reduce-scatter).
-            Algo::Pat => self.tables.share[Func::AllGather as usize][a][p].clamp(0.01, 1.0),
-            _ => 1.0,
-        } * tree_correction;
-        let intra_gbps = measured.intra_gbps.unwrap_or_else(|| s.nccl_intra_gbps());
-        let intra = if nvls {
-            intra_gbps * NVLS_EFFICIENCY[s.arch.table_index()] * tree_correction
-        } else {
-            intra_gbps * scale
-        };
-        // A GPU's NICs share its PCIe link, which NCCL's search books each path through (a GPU
-        // with several NICs gets no more than the link: one H100 driving four 400 Gb/s NICs).
-        let nics_per_gpu = (s.nics_per_box as f64 / s.gpus_per_box.max(1) as f64).max(1.0);
-        let nic_gbps = measured.nic_gbps.unwrap_or_else(|| {
-            self.booked_nic_gbps(table_algo)
-                .min(s.arch.nccl_pcie_gbps() / nics_per_gpu)
-        });
-        let nic = nic_gbps * scale;
-        // LL's and LL128's lines are written by the GPU's threads at the rate NCCL's model books
-        // the protocol (its per-channel caps: the GPU's, not the wire's), then posted by the
-        // proxy; the NIC carries them at their wire share. (Simple's GPU copies at its own rate.)
-        let lines = matches!(choice.proto, Proto::LL | Proto::LL128)
-            && matches!(choice.algo, Algo::Ring | Algo::Tree)
-            && !point_to_point;
-        let (nic_link, gpu_to_network) = if lines {
-            let wire = nic_gbps * DATA_SHARE[p] * measured.rate_factor.get(p).unwrap_or(1.0);
-            (wire.max(nic), Some(Bandwidth::gb_per_sec(nic)))
-        } else {
-            (nic, None)
-        };
-        let hw_intra = if s.intra == Intra::Pcie {
-            HW_PCI
-        } else {
-            HW_NVLINK
-        };
-        // NVLS's steps synchronise as the Simple ring's do.
-        let (lat_algo, lat_proto) = if nvls {
-            (Algo::Ring, Proto::Simple)
-        } else {
-            (table_algo, choice.proto)
-        };
-        // The library's per-step latency inside the box (RCCL's on the MI300X, whose MSCCL
-        // channels run the ring's primitives); across boxes NCCL's network figures, which RCCL's
-        // model replaces by values that steer its choice rather than measure the network.
-        let mut intra_lat = tuning::hw_latency(s, hw_intra, lat_algo, lat_proto);
-        // As NCCL's model has it, for rings only.
-        if s.boxes > 1 && choice.algo == Algo::Ring {
-            intra_lat = intra_lat.max(tuning::ring_overhead_floor_us(s.cpu, choice.proto));
-        }
-        let net_lat =
-            HW_LATENCY[HW_NET][a][p].max(HW_LATENCY[HW_NET][lat_algo as usize][lat_proto as usize]);
-        // NCCL's model charges PAT's levels across boxes at its network latency over 3.5
-        // (src/graph/tuning.cc).
-        let net_lat = if choice.algo == Algo::Pat {
-            net_lat / PAT_LEVEL_LATENCY_DIVISOR
-        } else {
-            net_lat
-        };
-        let factor = measured
-            .latency_factor
-            .get(lat_proto as usize)
-            .unwrap_or(1.0);
-        let (mut intra_lat, net_lat) = (intra_lat * factor, net_lat * factor);
-        // Simple's post per slice: a ring or tree channel waits for its slice, copies it, then
-        // fences and posts it before the next (src/device/prims_simple.h), so inside a box it
-        // moves a slice of c us (at its share of the GPU's rate) in c + L, L NCCL's per-step
-        // latency of the protocol. The GPU's sending side runs at c / (c + L) of its rate and
-        // the hop carries no latency of its own (it is in the c + L). NVLS and NVLSTree run
-        // Simple's primitives too: their scatter group posts one chunk of every head a loop,
-        // the reduce and gather groups theirs in step (src/device/all_reduce.h), so a GPU's
-        // slice is a loop's chunks. Network hops are driven by the proxy with NCCL_STEPS in
-        // flight.
-        let posting = choice.proto == Proto::Simple
-            && matches!(
-                choice.algo,
-                Algo::Ring | Algo::Tree | Algo::Nvls | Algo::NvlsTree | Algo::Msccl
-            );
-        let mut send_share = 1.0;
-        if posting {
-            // A channel's share of the one link it copies over: the GPU's link to its NVSwitch,
-            // or on a full mesh one of its g - 1 links (its channels spread over them).
-            let (link_gbps, channels_per_link) = if s.intra == Intra::FullMesh {
-                let links = s.gpus_per_box.saturating_sub(1).max(1);
-                (intra / links as f64, posts.channels.max(1).div_ceil(links))
-            } else {
-                (intra, posts.channels.max(1))
-            };
-            let per_channel_gbps = link_gbps / channels_per_link as f64;
-            let copy_us = posts.slice_bytes as f64 / (per_channel_gbps * 1e3);
-            send_share = copy_us / (copy_us + intra_lat);
-            // A point-to-point receiver copies each chunk out of its buffer after the post
-            // (src/device/sendrecv.h, `directRecv`): a second stage of the channel's pipeline,
-            // one chunk's copy after the last post.
-            intra_lat = if point_to_point { copy_us } else { 0.0 };
-        }
-        // A hop's latency over the links it crosses: two (GPU - switch - GPU), or one GPU to GPU
-        // on a full mesh.
-        let hop = |x: f64, links: f64| Time::from_ps((x * 1e6 / links).round() as u64);
-        let intra_links = if s.intra == Intra::FullMesh { 1.0 } else { 2.0 };
-        let gb = Bandwidth::gb_per_sec;
-        // One proxy thread a GPU posts every network step of its channels in turn (NCCL's
-        // `proxy.cc`), at NCCL's per-step network overhead (`getNetOverhead`) each way. NCCL's
-        // model triples it for Simple as a latency floor (kept so above); held that long a
-        // step, a 64 KiB NVLSTree step would cap a NIC at a third of NCCL's own rate.
-        let hold = Time::from_ps((s.cpu.net_overhead_us() * 1e6).round() as u64);
-        // LL's and LL128's receivers read each line's flag as the NIC writes it
-        // (src/device/prims_ll.h, prims_ll128.h): the receive proxy only reposts buffers, off
-        // the data's path (src/transport/net.cc even lets it skip their completions,
-        // NCCL_NET_OPTIONAL_RECV_COMPLETION); Simple's receiver waits for the proxy to see the
-        // step arrive (and flush it) before it may read.
-        let lines_read_directly = matches!(choice.proto, Proto::LL | Proto::LL128);
-        let proxy = ProxyHolds {
-            send: hold,
-            receive: if lines_read_directly {
-                Time::ZERO
-            } else {
-                hold
-            },
-        };
-        s.network_sending_at(
-            relays(choice.algo),
-            (gb(intra), hop(intra_lat, intra_links)),
-            send_share,
-            (gb(nic_link), hop(net_lat, 2.0)),
-            proxy,
-            gpu_to_network,
-        )
-    }
-
-    /// One NIC's rate as NCCL's search books it for `algo`: its channels' `bwInter` spread
-    /// over the NICs, GB/s.
-    pub fn booked_nic_gbps(&self, algo: Algo) -> f64 {
-        self.graphs[algo as usize].bw_inter.max(0.1) * self.nic_channels_per_nic()
-    }
-
-    /// NIC link rate per search channel: the search books `channels x bwInter` over the NICs.
-    fn nic_channels_per_nic(&self) -> f64 {
-        let ring = &self.graphs[Algo::Ring as usize];
-        if self.system.nics_per_box == 0 {
-            return 1.0;
-        }
-        (ring.channels as f64 / self.system.nics_per_box as f64).max(1.0)
     }
 }
 
