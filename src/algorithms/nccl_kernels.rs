@@ -311,14 +311,25 @@ pub fn tree_all_reduce(
     Ok(b.finish())
 }
 
+/// How NVLS's box sums meet across boxes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Across {
+    /// NVLSTree: on a binary tree of each share's head GPUs.
+    Tree,
+    /// NVLS with CollNet (IB SHARP): in the head's rail leaf switch, which sends the total back.
+    Network,
+}
+
 /// NVLS all-reduce, all-gather or reduce-scatter inside boxes whose NVSwitches are the relays
-/// `switches` (one per box); across boxes (all-reduce only) the box sums meet on a binary tree of
-/// each channel's head GPUs. Each unit of the cut carries one shard per rank.
+/// `switches` (one per box, then with [`Across::Network`] the rails' leaf switches); across
+/// boxes (all-reduce only) the box sums meet as `across` says. Each unit of the cut carries one
+/// shard per rank.
 pub fn nvls(
     c: &Collective,
     gpus_per_box: u32,
     switches: &[NodeId],
     cut: Cut,
+    across: Across,
 ) -> Result<Schedule, Error> {
     let n = c.ranks();
     let g = gpus_per_box;
@@ -336,7 +347,15 @@ pub fn nvls(
                 if boxes > 1 {
                     // All-reduce: any pieces may travel together; a unit's are contiguous.
                     let unit = (l * cut.channels + ch) * cut.slices + s;
-                    nvls_tree_unit(&mut b, &mut program, (g, boxes), unit * n, ch);
+                    match across {
+                        Across::Tree => {
+                            nvls_tree_unit(&mut b, &mut program, (g, boxes), unit * n, ch)
+                        }
+                        Across::Network => {
+                            let rails = switches.len() as u32 - boxes;
+                            nvls_network_unit(&mut b, &mut program, (g, boxes, rails), unit * n, ch)
+                        }
+                    }
                     continue;
                 }
                 for owner in 0..n {
@@ -411,6 +430,88 @@ pub fn collnet_direct(
     Ok(b.finish())
 }
 
+/// One unit of NVLS all-reduce across boxes with CollNet (IB SHARP; NCCL's NVLS kernel with
+/// `nvls.out`, `RunWorkColl<ncclFuncAllReduce, ..., NCCL_ALGO_NVLS, ...>`): pieces `first ..
+/// first + n`, every GPU of a box the head of an equal share of them (its NIC's), as in
+/// [`nvls_tree_unit`]. Each box's GPUs reduce the unit into their switch; each head reads its
+/// share's sum and sends it up to its rail's leaf switch (relay `boxes + rail`), which sums the
+/// boxes and sends the total back down to every box's head; the heads store it into their
+/// switch, which spreads it to the box.
+fn nvls_network_unit(
+    b: &mut Builder,
+    program: &mut Program,
+    (g, boxes, rails): (u32, u32, u32),
+    first: u32,
+    ch: u32,
+) {
+    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
+    reduce_into_heads(b, program, (g, boxes), first, ch);
+    for h in 0..g {
+        let leaf = b.relay_rank(boxes + h % rails.max(1));
+        for bx in 0..boxes {
+            program.send(b, (bx * g + h, leaf), share(h), Op::Reduce, (ch, 2));
+        }
+        for bx in 0..boxes {
+            b.send(leaf, bx * g + h, share(h), Op::Copy);
+        }
+    }
+    spread_from_heads(b, program, (g, boxes), first, ch);
+}
+
+/// NVLS's first half across boxes, on pieces `first .. first + G boxes`: each box's GPUs reduce
+/// them into their switch and each head `h` reads the sum of its share (`boxes` pieces).
+fn reduce_into_heads(
+    b: &mut Builder,
+    program: &mut Program,
+    (g, boxes): (u32, u32),
+    first: u32,
+    ch: u32,
+) {
+    let unit = (first, first + g * boxes);
+    for bx in 0..boxes {
+        let sw = b.relay_rank(bx);
+        for r in bx * g..(bx + 1) * g {
+            program.send(b, (r, sw), unit, Op::Reduce, (ch, 0));
+        }
+        for h in 0..g {
+            b.send(
+                sw,
+                bx * g + h,
+                (first + h * boxes, first + (h + 1) * boxes),
+                Op::Copy,
+            );
+        }
+    }
+}
+
+/// NVLS's last half across boxes: each head stores its share's total into its box's switch,
+/// which brings every GPU the shares it does not head.
+fn spread_from_heads(
+    b: &mut Builder,
+    program: &mut Program,
+    (g, boxes): (u32, u32),
+    first: u32,
+    ch: u32,
+) {
+    let unit = (first, first + g * boxes);
+    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
+    for bx in 0..boxes {
+        let sw = b.relay_rank(bx);
+        for h in 0..g {
+            program.send(b, (bx * g + h, sw), share(h), Op::Copy, (ch, 1));
+        }
+        // Every GPU holds its own share; the switch brings it the others'.
+        for h in 0..g {
+            let (lo, hi) = share(h);
+            for part in [(unit.0, lo), (hi, unit.1)] {
+                if part.0 < part.1 {
+                    b.send(sw, bx * g + h, part, Op::Copy);
+                }
+            }
+        }
+    }
+}
+
 /// One unit of NVLSTree all-reduce (NCCL's `RunWorkElement<..., NCCL_ALGO_NVLS_TREE, ...>` with
 /// `connectNvls`'s trees): pieces `first .. first + n`, every GPU of a box the head of an equal
 /// share of them (its NIC's). Each box's GPUs reduce the unit into their switch; each head reads
@@ -424,19 +525,9 @@ fn nvls_tree_unit(
     first: u32,
     ch: u32,
 ) {
-    let n = g * boxes;
-    let unit = (first, first + n);
-    // Head `h` of every box carries pieces `share(h)`: `boxes` of the unit's `n`.
+    // Head `h` of every box carries pieces `share(h)`: `boxes` of the unit's `G boxes`.
     let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
-    for bx in 0..boxes {
-        let sw = b.relay_rank(bx);
-        for r in bx * g..(bx + 1) * g {
-            program.send(b, (r, sw), unit, Op::Reduce, (ch, 0));
-        }
-        for h in 0..g {
-            b.send(sw, bx * g + h, share(h), Op::Copy);
-        }
-    }
+    reduce_into_heads(b, program, (g, boxes), first, ch);
     let mut across = boxes_tree(boxes as usize, ch % 2 == 1);
     across
         .children
@@ -456,21 +547,7 @@ fn nvls_tree_unit(
             }
         }
     }
-    for bx in 0..boxes {
-        let sw = b.relay_rank(bx);
-        for h in 0..g {
-            program.send(b, (bx * g + h, sw), share(h), Op::Copy, (ch, 1));
-        }
-        // Every GPU holds its own share; the switch brings it the others'.
-        for h in 0..g {
-            let (lo, hi) = share(h);
-            for part in [(unit.0, lo), (hi, unit.1)] {
-                if part.0 < part.1 {
-                    b.send(sw, bx * g + h, part, Op::Copy);
-                }
-            }
-        }
-    }
+    spread_from_heads(b, program, (g, boxes), first, ch);
 }
 
 /// Point-to-point all-to-all: every pair's block striped over `channels` channels, each
@@ -625,14 +702,18 @@ mod tests {
             let c = collective(kind, 8, cut.chunks());
             let s = ring(&c, &rings, cut).unwrap();
             crate::schedule::validate(&s, &c, 7).unwrap();
-            let s = nvls(&c, 8, &[8], cut).unwrap();
+            let s = nvls(&c, 8, &[8], cut, Across::Tree).unwrap();
             validate_with_relays(&s, &c, &[8], 7).unwrap();
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels, false).unwrap();
         crate::schedule::validate(&s, &c, 7).unwrap();
-        let s = nvls(&c, 8, &[16, 17], cut).unwrap();
+        let s = nvls(&c, 8, &[16, 17], cut, Across::Tree).unwrap();
         validate_with_relays(&s, &c, &[16, 17], 7).unwrap();
+        // Two boxes' switches, then eight rails' leaves summing the boxes (SHARP).
+        let relays: Vec<NodeId> = (16..26).collect();
+        let s = nvls(&c, 8, &relays, cut, Across::Network).unwrap();
+        validate_with_relays(&s, &c, &relays, 7).unwrap();
         // Four boxes of four, the rails' leaves 20..24 summing in the network.
         let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
         validate_with_relays(&s, &c, &[20, 21, 22, 23], 7).unwrap();
@@ -755,7 +836,7 @@ mod tests {
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let switches: Vec<NodeId> = (16..24).collect();
-        let s = nvls(&c, 2, &switches, cut).unwrap();
+        let s = nvls(&c, 2, &switches, cut, Across::Tree).unwrap();
         validate_with_relays(&s, &c, &switches, 7).unwrap();
         let mut across = [0u32; 16];
         for t in s.transfers() {
@@ -797,13 +878,13 @@ mod tests {
                 ring(&c, &rings, cut).unwrap().len(),
                 count(Kernel::Ring, &c, 1)
             );
-            let s = nvls(&c, 8, &[8], cut).unwrap();
+            let s = nvls(&c, 8, &[8], cut, Across::Tree).unwrap();
             assert_eq!(s.len(), count(Kernel::Nvls, &c, 1), "{kind}");
         }
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let s = tree_all_reduce(&c, 4, cut, 2 * cut.channels, false).unwrap();
         assert_eq!(s.len(), count(Kernel::Tree, &c, 4));
-        let s = nvls(&c, 4, &[16, 17, 18, 19], cut).unwrap();
+        let s = nvls(&c, 4, &[16, 17, 18, 19], cut, Across::Tree).unwrap();
         assert_eq!(s.len(), count(Kernel::Nvls, &c, 4));
         let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
         assert_eq!(s.len(), count(Kernel::CollNet, &c, 4));

@@ -127,7 +127,8 @@ pub struct SystemOverrideArgs {
     /// pxb, a NIC on each GPU's PCIe switch]
     #[arg(long)]
     pub nic_path: Option<String>,
-    /// GPU systems: the network's switches reduce (IB SHARP), so NCCL may run CollNet
+    /// GPU systems: the network's switches reduce (IB SHARP), so NCCL may run CollNet and NVLS
+    /// across boxes
     #[arg(long)]
     pub sharp: bool,
 }

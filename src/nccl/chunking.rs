@@ -24,7 +24,17 @@ impl Model {
             CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter
         ) && choice.algo == Algo::Ring;
         let (chunk, slices) = match (choice.algo, choice.proto) {
-            (Algo::Nvls, _) => (self.nvls.call_chunk(bytes, channels, heads), 1),
+            (Algo::Nvls, _) if self.system.boxes > 1 => {
+                // Across boxes (with CollNet) NCCL caps the chunk at 32 KiB where its model
+                // rates NVLS under 150 GB/s; a piece is a head's chunk over the boxes.
+                let f = Func::AllReduce as usize;
+                let slow = self.tables.bandwidth[f][Algo::Nvls as usize][p] < 150.0;
+                let max = if slow { 32768 } else { u64::MAX };
+                let boxes = self.system.boxes as u64;
+                let chunk = self.nvls.call_chunk(bytes, channels, heads, max);
+                ((chunk / boxes).max(1), 1)
+            }
+            (Algo::Nvls, _) => (self.nvls.call_chunk(bytes, channels, heads, u64::MAX), 1),
             // A loop moves one chunk a head, each a share of every rank's part: a piece is
             // the chunk over the boxes.
             (Algo::NvlsTree, _) => {

@@ -20,9 +20,10 @@
 //! blocks directly. On MI300X boxes the other calls are chosen by RCCL's cost model ([`rccl`]).
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
-//! relays. PAT (one GPU a box) runs its rounds ([`nccl_kernels::pat`]). What is not modelled:
-//! CollNet Chain and CollNet all-gather / reduce-scatter ([`Model::unmodelled_choice`] says
-//! where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
+//! relays, and so does NVLS's all-reduce across boxes there (NCCL's NVLS with CollNet). PAT (one
+//! GPU a box) runs its rounds ([`nccl_kernels::pat`]). What is not modelled: CollNet Chain and
+//! CollNet's and NVLS's all-gather / reduce-scatter across boxes ([`Model::unmodelled_choice`]
+//! says where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
 //! differ between GPUs.
 
 pub mod algo;
@@ -38,7 +39,7 @@ pub mod p2p;
 pub mod rccl;
 pub mod tuning;
 
-use crate::algorithms::nccl_kernels::{self, Cut, Kernel};
+use crate::algorithms::nccl_kernels::{self, Across, Cut, Kernel};
 use crate::collective::{Collective, CollectiveKind};
 use crate::schedule::{validate_with_relays, Schedule};
 use crate::sim::{simulate, SimOptions};
@@ -357,9 +358,11 @@ impl Plan {
 
 /// The switches that relay (and reduce) for an algorithm: each box's NVSwitch for NVLS and
 /// NVLSTree, the rails' leaves too for CollNet Direct.
-fn relays(algo: Algo) -> SwitchRelays {
+fn relays(algo: Algo, boxes: u32) -> SwitchRelays {
     match algo {
         Algo::CollNetDirect => SwitchRelays::BoxesAndRails,
+        // NVLS across boxes sums the boxes in the network (SHARP).
+        Algo::Nvls if boxes > 1 => SwitchRelays::BoxesAndRails,
         Algo::Nvls | Algo::NvlsTree => SwitchRelays::Boxes,
         _ => SwitchRelays::None,
     }
@@ -479,12 +482,13 @@ impl Model {
             .filter(|&algo| !self.runnable(algo, kind))
     }
 
-    /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct for
-    /// all-reduce only, PAT for all-gather and reduce-scatter, not CollNet Chain (NCCL's own
-    /// disable rules are applied in [`tuning::tune`]).
+    /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct, and NVLS
+    /// across boxes (with SHARP), for all-reduce only, PAT for all-gather and reduce-scatter,
+    /// not CollNet Chain (NCCL's own disable rules are applied in [`tuning::tune`]).
     fn runnable(&self, algo: Algo, kind: CollectiveKind) -> bool {
         match algo {
             Algo::CollNetDirect => kind == CollectiveKind::AllReduce,
+            Algo::Nvls if self.system.boxes > 1 => kind == CollectiveKind::AllReduce,
             Algo::Pat => matches!(
                 kind,
                 CollectiveKind::AllGather | CollectiveKind::ReduceScatter
@@ -586,7 +590,9 @@ impl Model {
         let correction = Func::of(kind).map_or(1.0, |func| {
             tuning::tree_correction(&self.system, func, choice.algo, choice.proto, bytes)
         });
-        let switches = self.system.reducing_switches(relays(choice.algo));
+        let switches = self
+            .system
+            .reducing_switches(relays(choice.algo, self.system.boxes));
         let root = kind.is_rooted().then_some(root);
         let collective = Collective::new(kind, npus, size, chunks, root)?;
         let schedule = self.kernel(&collective, choice, cut, &switches)?;
@@ -664,7 +670,9 @@ impl Model {
             channels: (n - 1) * channels,
             point_to_point: false,
         };
-        let switches = self.system.reducing_switches(relays(choice.algo));
+        let switches = self
+            .system
+            .reducing_switches(relays(choice.algo, self.system.boxes));
         let collective =
             Collective::new(kind, (0..n).collect(), bytes.max(pieces), per_part, None)?;
         let schedule = match kind {
@@ -732,8 +740,19 @@ impl Model {
         match kernel_of(c.kind, choice.algo) {
             Kernel::AllToAll => nccl_kernels::all_to_all(c, choice.channels),
             Kernel::Chain => nccl_kernels::chain(c, &self.rings, cut, g),
-            Kernel::Nvls => nccl_kernels::nvls(c, g, switches, cut),
-            Kernel::CollNet => nccl_kernels::collnet_direct(c, g, switches, cut),
+            Kernel::Nvls => {
+                let across = if choice.algo == Algo::Nvls {
+                    Across::Network
+                } else {
+                    Across::Tree
+                };
+                nccl_kernels::nvls(c, g, switches, cut, across)
+            }
+            // The rails' leaves come after the boxes' switches.
+            Kernel::CollNet => {
+                let leaves = switches.len() - self.system.rails() as usize;
+                nccl_kernels::collnet_direct(c, g, &switches[leaves..], cut)
+            }
             Kernel::Tree => {
                 let mesh = self.system.intra == Intra::FullMesh;
                 nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels, mesh)

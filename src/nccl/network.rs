@@ -156,7 +156,7 @@ impl Model {
             },
         };
         s.network_sending_at(
-            relays(choice.algo),
+            relays(choice.algo, s.boxes),
             (gb(intra), hop(intra_lat, intra_links)),
             send_share,
             (gb(nic_link), hop(net_lat, 2.0)),

@@ -81,11 +81,11 @@ impl NvlsTuning {
     }
 
     /// NVLS's chunk for a call of `bytes` over `channels` x `heads` concurrent operations: the
-    /// communicator's chunk, halved to 64, 32 and 16 KiB while the call is under 64, 8 and 2
-    /// times the operations' chunks.
-    pub fn call_chunk(&self, bytes: u64, channels: u32, heads: u32) -> u64 {
+    /// communicator's chunk (at most `max`), halved to 64, 32 and 16 KiB while the call is under
+    /// 64, 8 and 2 times the operations' chunks.
+    pub fn call_chunk(&self, bytes: u64, channels: u32, heads: u32, max: u64) -> u64 {
         let ops = channels as u64 * heads as u64;
-        let mut chunk = self.chunk;
+        let mut chunk = self.chunk.min(max);
         for (times, to) in [(64, 65536), (8, 32768), (2, 16384)] {
             if bytes < times * ops * chunk && chunk > to {
                 chunk = to;
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn call_chunks_shrink_with_the_call() {
         let h100 = tuning("hgx-h100:1");
-        let chunk = |bytes: u64| h100.call_chunk(bytes, 16, 8);
+        let chunk = |bytes: u64| h100.call_chunk(bytes, 16, 8, u64::MAX);
         assert_eq!(chunk(1 << 30), 128 << 10);
         assert_eq!(chunk(64 << 20), 64 << 10);
         assert_eq!(chunk(16 << 20), 32 << 10);

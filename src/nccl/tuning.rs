@@ -125,10 +125,10 @@ pub fn tune(
             let a = algo as usize;
             let graph = &graphs[a];
             // NCCL's disable rules: NVLSTree needs several boxes, NVLS across boxes needs
-            // CollNet (not enabled here), PAT one GPU per box.
+            // CollNet (a SHARP network), PAT one GPU per box.
             let disabled = match algo {
                 Algo::NvlsTree => nodes == 1,
-                Algo::Nvls => nodes > 1,
+                Algo::Nvls => nodes > 1 && !system.sharp,
                 Algo::Pat => ranks != nodes,
                 _ => false,
             };
@@ -393,6 +393,9 @@ pub fn channels_and_threads(
     }
     let mut channels = comm_channels;
     match algo {
+        // NVLS across boxes (with CollNet) takes no more than the communicator's channels
+        // (src/enqueue.cc `topoGetAlgoInfo`).
+        Algo::Nvls if system.boxes > 1 => channels = nvls_channels.min(comm_channels),
         Algo::Nvls | Algo::NvlsTree => channels = nvls_channels,
         _ => {
             while bytes < channels as u64 * threads * threshold && channels >= 2 {

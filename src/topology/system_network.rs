@@ -76,7 +76,7 @@ impl GpuSystem {
     }
 
     /// Rail leaf switches (one per NIC of a box, at most one per GPU), with more than one box.
-    fn rails(&self) -> u32 {
+    pub fn rails(&self) -> u32 {
         if self.boxes > 1 && self.nics_per_box > 0 {
             self.nics_per_box.min(self.gpus_per_box)
         } else {
@@ -85,15 +85,15 @@ impl GpuSystem {
     }
 
     /// The switches that reduce when the network is drawn with `relays`
-    /// ([`Self::network_at`]): each box's NVSwitch, or for in-network reduction (SHARP) the
-    /// rails' leaves.
+    /// ([`Self::network_at`]): each box's NVSwitch, and with in-network reduction (SHARP) the
+    /// rails' leaves after them.
     pub fn reducing_switches(&self, relays: SwitchRelays) -> Vec<NodeId> {
         let first_box = self.gpus();
         let first_rail = first_box + self.box_switches();
         match relays {
             SwitchRelays::None => Vec::new(),
             SwitchRelays::Boxes => (first_box..first_rail).collect(),
-            SwitchRelays::BoxesAndRails => (first_rail..first_rail + self.rails()).collect(),
+            SwitchRelays::BoxesAndRails => (first_box..first_rail + self.rails()).collect(),
         }
     }
 
@@ -363,7 +363,7 @@ mod tests {
         assert!(sharp.link_between(3, 21).is_some() && sharp.link_between(11, 21).is_some());
         assert_eq!(
             s.reducing_switches(SwitchRelays::BoxesAndRails),
-            (18..26).collect::<Vec<_>>()
+            (16..26).collect::<Vec<_>>()
         );
         assert_eq!(s.reducing_switches(SwitchRelays::Boxes), [16, 17]);
         let mesh = GpuSystem::parse("mi300x:1").unwrap().unwrap();

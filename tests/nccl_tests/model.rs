@@ -472,17 +472,17 @@ fn gpus_across_boxes_take_each_boxes_first() {
     assert_eq!(Table::parse(&two).cell(0, "algorithm"), "NVLSTree");
 }
 
-/// Where NCCL's cost model ranks first an algorithm collsim does not run (CollNet Chain, on a
-/// SHARP network of H100 boxes at tens of MiB), the table says so rather than pass NCCL's next
-/// choice off as NCCL's; without SHARP there is nothing to say.
+/// Where NCCL's cost model ranks first an algorithm collsim does not run (CollNet Direct's
+/// all-gather, on a SHARP network of two H100 boxes at a few MiB), the table says so rather than
+/// pass NCCL's next choice off as NCCL's; without SHARP there is nothing to say.
 #[test]
 fn calls_nccl_would_run_unmodelled_are_named() {
     let run = |sharp: bool| {
         let mut args = vec![
             "nccl-tests",
-            "all_reduce",
+            "all_gather",
             "--topology",
-            "hgx-h100:4",
+            "hgx-h100:2",
             "-b",
             "1M",
             "-e",
@@ -499,8 +499,9 @@ fn calls_nccl_would_run_unmodelled_are_named() {
     };
     let note = run(true);
     assert!(
-        note.contains("note: NCCL's cost model would run CollNetChain")
-            && !note.contains("from 1MiB"),
+        note.contains(
+            "note: NCCL's cost model would run CollNetDirect at 3 of the sizes from 1MiB to 16MiB"
+        ),
         "{note}"
     );
     assert!(!run(false).contains("note:"));
@@ -569,4 +570,46 @@ fn pat_runs_one_gpu_a_box_at_nccls_cost() {
         (ratio - 0.75).abs() < 0.02,
         "PAT / ring bus bandwidth {ratio}"
     );
+}
+
+/// With SHARP, NCCL runs NVLS across boxes (its NVLS kernel with CollNet): each box's GPUs sum
+/// into their NVSwitch, each GPU sends its share of the box's sum up its rail, whose leaf switch
+/// sums the boxes and sends the total back down. Each NIC then carries a share once each way,
+/// so four H100 boxes move a large all-reduce at about one box's NVLS rate (its algbw), where
+/// without SHARP NCCL's NVLSTree is held to the NICs' rate.
+#[test]
+fn nvls_with_sharp_sums_the_boxes_in_the_network() {
+    let run = |system: &str, sharp: bool| {
+        let mut args = vec![
+            "nccl-tests",
+            "all_reduce",
+            "--topology",
+            system,
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+            "--format",
+            "csv",
+        ];
+        if sharp {
+            args.push("--sharp");
+        }
+        let table = Table::parse(&stdout_of(&args));
+        (
+            table.cell(0, "algorithm").to_string(),
+            table.number(0, "algbw"),
+        )
+    };
+    let (one_box, box_rate) = run("hgx-h100:1", false);
+    assert_eq!(one_box, "NVLS");
+    let (algo, sharp_rate) = run("hgx-h100:4", true);
+    assert_eq!(algo, "NVLS");
+    assert!(
+        sharp_rate >= 0.9 * box_rate && sharp_rate <= box_rate * 1.001,
+        "NVLS with SHARP {sharp_rate} GB/s against one box's {box_rate}"
+    );
+    let (tree, tree_rate) = run("hgx-h100:4", false);
+    assert_eq!(tree, "NVLSTree");
+    assert!(tree_rate < 0.8 * sharp_rate, "NVLSTree {tree_rate} GB/s");
 }
