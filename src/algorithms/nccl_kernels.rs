@@ -71,8 +71,9 @@ impl Kernel {
                 };
                 reduce + spread
             }
-            // Per share: into its box's head, up to the rail, back down, out to the box.
-            Kernel::CollNet => n * 2 * n,
+            // Per head's share: into its head in each box, up to the rail, back down, out to
+            // the box.
+            Kernel::CollNet => 2 * n * (n / boxes.max(1)),
             Kernel::Pat | Kernel::AllToAll => n * (n - 1),
         }
     }
@@ -346,16 +347,21 @@ pub fn nvls(
             for s in 0..cut.slices {
                 if boxes > 1 {
                     // All-reduce: any pieces may travel together; a unit's are contiguous.
-                    let unit = (l * cut.channels + ch) * cut.slices + s;
+                    let unit = HeadedUnit {
+                        g,
+                        boxes,
+                        first: ((l * cut.channels + ch) * cut.slices + s) * n,
+                        ch,
+                    };
+                    unit.reduce_into_heads(&mut b, &mut program);
                     match across {
-                        Across::Tree => {
-                            nvls_tree_unit(&mut b, &mut program, (g, boxes), unit * n, ch)
-                        }
+                        Across::Tree => unit.sum_on_trees(&mut b, &mut program),
                         Across::Network => {
                             let rails = switches.len() as u32 - boxes;
-                            nvls_network_unit(&mut b, &mut program, (g, boxes, rails), unit * n, ch)
+                            unit.sum_in_the_network(&mut b, &mut program, rails);
                         }
                     }
+                    unit.spread_from_heads(&mut b, &mut program);
                     continue;
                 }
                 for owner in 0..n {
@@ -380,11 +386,13 @@ pub fn nvls(
     Ok(b.finish())
 }
 
-/// CollNet Direct all-reduce (NCCL's in-network reduction, IB SHARP): each rank's share of a
-/// unit has a head in every box, the box's GPU on the share's rail (share `o` on rail `o % G`);
-/// the box's other GPUs reduce their copies into it over NVLink, the heads send the box sums up
-/// to their rail's leaf switch `leaves[rail % leaves.len()]`, which sums the boxes in the
-/// network and sends the total back down, and each head copies it to the rest of its box.
+/// CollNet Direct all-reduce (NCCL's in-network reduction, IB SHARP): each unit of the cut
+/// (pieces `unit n .. (unit + 1) n`) has a head in every box for each GPU's share of it (GPU
+/// `h` of each box heads share `h`, `boxes` pieces, on rail `h`); the box's other GPUs reduce
+/// their copies of the share into its head over NVLink, the heads send the box sums up to their
+/// rail's leaf switch `leaves[h % leaves.len()]`, which sums the boxes in the network and sends
+/// the total back down, and each head copies it to the rest of its box. A head's share of a
+/// unit is one network message, as NCCL's collnet step is.
 pub fn collnet_direct(
     c: &Collective,
     gpus_per_box: u32,
@@ -397,30 +405,31 @@ pub fn collnet_direct(
     let n = c.ranks();
     let g = gpus_per_box;
     let boxes = n / g;
-    let mut b = Builder::with_relays(c, leaves)?;
+    // All-reduce: any pieces may travel together; a unit's are contiguous.
+    let mut b = Builder::with_grain(c, leaves, boxes)?;
     // Groups: 0 reduces into the heads, 1 goes up to the network, 2 spreads from the heads.
     let mut program = Program::new(n, cut.channels, 3, cut.window);
     for l in 0..cut.loops {
         for ch in 0..cut.channels {
             for s in 0..cut.slices {
-                for owner in 0..n {
-                    let pieces = cut.piece(c, owner, l, ch, s);
-                    let rail = owner % g;
-                    // With fewer NICs than GPUs a box, GPU `i` is on leaf `i % leaves`.
-                    let leaf = b.relay_rank(rail % leaves.len() as u32);
-                    let head = |bx: u32| bx * g + rail;
+                let first = ((l * cut.channels + ch) * cut.slices + s) * n;
+                for h in 0..g {
+                    let share = (first + h * boxes, first + (h + 1) * boxes);
+                    // With fewer NICs than GPUs a box, GPU `h` is on leaf `h % leaves`.
+                    let leaf = b.relay_rank(h % leaves.len() as u32);
+                    let head = |bx: u32| bx * g + h;
                     for bx in 0..boxes {
                         for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
-                            program.send(&mut b, (r, head(bx)), pieces, Op::Reduce, (ch, 0));
+                            program.send(&mut b, (r, head(bx)), share, Op::Reduce, (ch, 0));
                         }
-                        program.send(&mut b, (head(bx), leaf), pieces, Op::Reduce, (ch, 1));
+                        program.send(&mut b, (head(bx), leaf), share, Op::Reduce, (ch, 1));
                     }
                     for bx in 0..boxes {
-                        b.send(leaf, head(bx), pieces, Op::Copy);
+                        b.send(leaf, head(bx), share, Op::Copy);
                     }
                     for bx in 0..boxes {
                         for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
-                            program.send(&mut b, (head(bx), r), pieces, Op::Copy, (ch, 2));
+                            program.send(&mut b, (head(bx), r), share, Op::Copy, (ch, 2));
                         }
                     }
                 }
@@ -430,124 +439,111 @@ pub fn collnet_direct(
     Ok(b.finish())
 }
 
-/// One unit of NVLS all-reduce across boxes with CollNet (IB SHARP; NCCL's NVLS kernel with
-/// `nvls.out`, `RunWorkColl<ncclFuncAllReduce, ..., NCCL_ALGO_NVLS, ...>`): pieces `first ..
-/// first + n`, every GPU of a box the head of an equal share of them (its NIC's), as in
-/// [`nvls_tree_unit`]. Each box's GPUs reduce the unit into their switch; each head reads its
-/// share's sum and sends it up to its rail's leaf switch (relay `boxes + rail`), which sums the
-/// boxes and sends the total back down to every box's head; the heads store it into their
-/// switch, which spreads it to the box.
-fn nvls_network_unit(
-    b: &mut Builder,
-    program: &mut Program,
-    (g, boxes, rails): (u32, u32, u32),
+/// One unit of NVLS all-reduce across boxes: pieces `first .. first + G boxes` on channel
+/// `ch`, every GPU of a box the head of an equal share of them (its NIC's): head `h` of every
+/// box carries share `h`, `boxes` pieces.
+#[derive(Clone, Copy)]
+struct HeadedUnit {
+    g: u32,
+    boxes: u32,
     first: u32,
     ch: u32,
-) {
-    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
-    reduce_into_heads(b, program, (g, boxes), first, ch);
-    for h in 0..g {
-        let leaf = b.relay_rank(boxes + h % rails.max(1));
-        for bx in 0..boxes {
-            program.send(b, (bx * g + h, leaf), share(h), Op::Reduce, (ch, 2));
-        }
-        for bx in 0..boxes {
-            b.send(leaf, bx * g + h, share(h), Op::Copy);
-        }
-    }
-    spread_from_heads(b, program, (g, boxes), first, ch);
 }
 
-/// NVLS's first half across boxes, on pieces `first .. first + G boxes`: each box's GPUs reduce
-/// them into their switch and each head `h` reads the sum of its share (`boxes` pieces).
-fn reduce_into_heads(
-    b: &mut Builder,
-    program: &mut Program,
-    (g, boxes): (u32, u32),
-    first: u32,
-    ch: u32,
-) {
-    let unit = (first, first + g * boxes);
-    for bx in 0..boxes {
-        let sw = b.relay_rank(bx);
-        for r in bx * g..(bx + 1) * g {
-            program.send(b, (r, sw), unit, Op::Reduce, (ch, 0));
-        }
-        for h in 0..g {
-            b.send(
-                sw,
-                bx * g + h,
-                (first + h * boxes, first + (h + 1) * boxes),
-                Op::Copy,
-            );
+impl HeadedUnit {
+    fn pieces(self) -> (u32, u32) {
+        (self.first, self.first + self.g * self.boxes)
+    }
+
+    fn share(self, h: u32) -> (u32, u32) {
+        (
+            self.first + h * self.boxes,
+            self.first + (h + 1) * self.boxes,
+        )
+    }
+
+    fn head(self, bx: u32, h: u32) -> u32 {
+        bx * self.g + h
+    }
+
+    /// NVLS's first half: each box's GPUs reduce the unit into their switch and each head reads
+    /// the sum of its share.
+    fn reduce_into_heads(self, b: &mut Builder, program: &mut Program) {
+        for bx in 0..self.boxes {
+            let sw = b.relay_rank(bx);
+            for h in 0..self.g {
+                let r = self.head(bx, h);
+                program.send(b, (r, sw), self.pieces(), Op::Reduce, (self.ch, 0));
+            }
+            for h in 0..self.g {
+                b.send(sw, self.head(bx, h), self.share(h), Op::Copy);
+            }
         }
     }
-}
 
-/// NVLS's last half across boxes: each head stores its share's total into its box's switch,
-/// which brings every GPU the shares it does not head.
-fn spread_from_heads(
-    b: &mut Builder,
-    program: &mut Program,
-    (g, boxes): (u32, u32),
-    first: u32,
-    ch: u32,
-) {
-    let unit = (first, first + g * boxes);
-    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
-    for bx in 0..boxes {
-        let sw = b.relay_rank(bx);
-        for h in 0..g {
-            program.send(b, (bx * g + h, sw), share(h), Op::Copy, (ch, 1));
-        }
-        // Every GPU holds its own share; the switch brings it the others'.
-        for h in 0..g {
-            let (lo, hi) = share(h);
-            for part in [(unit.0, lo), (hi, unit.1)] {
-                if part.0 < part.1 {
-                    b.send(sw, bx * g + h, part, Op::Copy);
+    /// NVLS's last half: each head stores its share's total into its box's switch, which brings
+    /// every GPU the shares it does not head.
+    fn spread_from_heads(self, b: &mut Builder, program: &mut Program) {
+        let (first, end) = self.pieces();
+        for bx in 0..self.boxes {
+            let sw = b.relay_rank(bx);
+            for h in 0..self.g {
+                let head = self.head(bx, h);
+                program.send(b, (head, sw), self.share(h), Op::Copy, (self.ch, 1));
+            }
+            // Every GPU holds its own share; the switch brings it the others'.
+            for h in 0..self.g {
+                let (lo, hi) = self.share(h);
+                for part in [(first, lo), (hi, end)] {
+                    if part.0 < part.1 {
+                        b.send(sw, self.head(bx, h), part, Op::Copy);
+                    }
                 }
             }
         }
     }
-}
 
-/// One unit of NVLSTree all-reduce (NCCL's `RunWorkElement<..., NCCL_ALGO_NVLS_TREE, ...>` with
-/// `connectNvls`'s trees): pieces `first .. first + n`, every GPU of a box the head of an equal
-/// share of them (its NIC's). Each box's GPUs reduce the unit into their switch; each head reads
-/// its share's sum, sends it up its share's tree across boxes (NCCL's binary tree on even
-/// channels, its mirror on odd ones) and, in a thread group of its own, passes the total down,
-/// stores it into the switch, and the switch spreads it to the box.
-fn nvls_tree_unit(
-    b: &mut Builder,
-    program: &mut Program,
-    (g, boxes): (u32, u32),
-    first: u32,
-    ch: u32,
-) {
-    // Head `h` of every box carries pieces `share(h)`: `boxes` of the unit's `G boxes`.
-    let share = |h: u32| (first + h * boxes, first + (h + 1) * boxes);
-    reduce_into_heads(b, program, (g, boxes), first, ch);
-    let mut across = boxes_tree(boxes as usize, ch % 2 == 1);
-    across
-        .children
-        .iter_mut()
-        .for_each(|kids| kids.sort_unstable());
-    let order = post_ordered(&across);
-    for h in 0..g {
-        let head = |bx: usize| bx as u32 * g + h;
-        for &at in &order {
-            for &kid in &across.children[at] {
-                program.send(b, (head(kid), head(at)), share(h), Op::Reduce, (ch, 2));
+    /// NVLS with CollNet (IB SHARP; NCCL's NVLS kernel with `nvls.out`): each head sends its
+    /// share's box sum up to its rail's leaf switch (relay `boxes + rail` of `rails`), which
+    /// sums the boxes and sends the total back down to every box's head.
+    fn sum_in_the_network(self, b: &mut Builder, program: &mut Program, rails: u32) {
+        for h in 0..self.g {
+            let leaf = b.relay_rank(self.boxes + h % rails.max(1));
+            for bx in 0..self.boxes {
+                let head = self.head(bx, h);
+                program.send(b, (head, leaf), self.share(h), Op::Reduce, (self.ch, 2));
             }
-        }
-        for &at in order.iter().rev() {
-            for &kid in &across.children[at] {
-                program.send(b, (head(at), head(kid)), share(h), Op::Copy, (ch, 3));
+            for bx in 0..self.boxes {
+                b.send(leaf, self.head(bx, h), self.share(h), Op::Copy);
             }
         }
     }
-    spread_from_heads(b, program, (g, boxes), first, ch);
+
+    /// NVLSTree (`connectNvls`'s trees): each head sends its share's box sum up its share's tree
+    /// across boxes (NCCL's binary tree on even channels, its mirror on odd ones) and, in a
+    /// thread group of its own, passes the total down.
+    fn sum_on_trees(self, b: &mut Builder, program: &mut Program) {
+        let mut across = boxes_tree(self.boxes as usize, self.ch % 2 == 1);
+        across
+            .children
+            .iter_mut()
+            .for_each(|kids| kids.sort_unstable());
+        let order = post_ordered(&across);
+        for h in 0..self.g {
+            let head = |bx: usize| self.head(bx as u32, h);
+            let share = self.share(h);
+            for &at in &order {
+                for &kid in &across.children[at] {
+                    program.send(b, (head(kid), head(at)), share, Op::Reduce, (self.ch, 2));
+                }
+            }
+            for &at in order.iter().rev() {
+                for &kid in &across.children[at] {
+                    program.send(b, (head(at), head(kid)), share, Op::Copy, (self.ch, 3));
+                }
+            }
+        }
+    }
 }
 
 /// Point-to-point all-to-all: every pair's block striped over `channels` channels, each

@@ -580,22 +580,12 @@ fn pat_runs_one_gpu_a_box_at_nccls_cost() {
 #[test]
 fn nvls_with_sharp_sums_the_boxes_in_the_network() {
     let run = |system: &str, sharp: bool| {
-        let mut args = vec![
-            "nccl-tests",
-            "all_reduce",
-            "--topology",
-            system,
-            "-b",
-            "1G",
-            "-e",
-            "1G",
-            "--format",
-            "csv",
-        ];
-        if sharp {
-            args.push("--sharp");
-        }
-        let table = Table::parse(&stdout_of(&args));
+        let args: &[&str] = if sharp {
+            &["-b", "1G", "-e", "1G", "--sharp"]
+        } else {
+            &["-b", "1G", "-e", "1G"]
+        };
+        let table = Table::parse(&all_reduce_csv(system, args));
         (
             table.cell(0, "algorithm").to_string(),
             table.number(0, "algbw"),
