@@ -73,7 +73,9 @@ impl Kernel {
             }
             // Per head's share: into its head in each box, up to the rail, back down, out to
             // the box.
-            Kernel::CollNet => 2 * n * (n / boxes.max(1)),
+            Kernel::CollNet if kind == CollectiveKind::AllReduce => 2 * n * (n / boxes.max(1)),
+            // A part up its rail, down to the rail's other boxes, out to each box; or back.
+            Kernel::CollNet => n * n + n * boxes,
             Kernel::Pat | Kernel::AllToAll => n * (n - 1),
         }
     }
@@ -386,21 +388,33 @@ pub fn nvls(
     Ok(b.finish())
 }
 
-/// CollNet Direct all-reduce (NCCL's in-network reduction, IB SHARP): each unit of the cut
-/// (pieces `unit n .. (unit + 1) n`) has a head in every box for each GPU's share of it (GPU
-/// `h` of each box heads share `h`, `boxes` pieces, on rail `h`); the box's other GPUs reduce
-/// their copies of the share into its head over NVLink, the heads send the box sums up to their
-/// rail's leaf switch `leaves[h % leaves.len()]`, which sums the boxes in the network and sends
-/// the total back down, and each head copies it to the rest of its box. A head's share of a
-/// unit is one network message, as NCCL's collnet step is.
+/// CollNet Direct (NCCL's in-network collectives, IB SHARP) of `c`, GPU `h` of every box on rail
+/// `h`, whose leaf switch is `leaves[h % leaves.len()]`.
+///
+/// All-reduce: each unit of the cut (pieces `unit n .. (unit + 1) n`) has a head in every box for
+/// each GPU's share of it (GPU `h` of each box heads share `h`, `boxes` pieces); the box's other
+/// GPUs reduce their copies of the share into its head over NVLink, the heads send the box sums
+/// up to their rail's leaf, which sums the boxes in the network and sends the total back down,
+/// and each head copies it to the rest of its box. A head's share of a unit is one network
+/// message, as NCCL's collnet step is.
+///
+/// All-gather (src/device/all_gather.h, `NCCL_ALGO_COLLNET_DIRECT`): each GPU sends its part up
+/// its rail, the leaf sends it down to the GPU on that rail in every other box, and each GPU
+/// copies its rail's parts (its own and the other boxes') to the rest of its box over NVLink.
+/// Reduce-scatter is that run backwards: each GPU sums its box's copies of its rail's parts, sends
+/// each box sum up the rail, and the leaf sends each part's total down to the part's owner.
 pub fn collnet_direct(
     c: &Collective,
     gpus_per_box: u32,
     leaves: &[NodeId],
     cut: Cut,
 ) -> Result<Schedule, Error> {
-    if c.kind != CollectiveKind::AllReduce {
-        return Err(Error::Internal(format!("CollNet kernel for {}", c.kind)));
+    match c.kind {
+        CollectiveKind::AllReduce => {}
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
+            return collnet_direct_rails(c, gpus_per_box, leaves, cut)
+        }
+        other => return Err(Error::Internal(format!("CollNet kernel for {other}"))),
     }
     let n = c.ranks();
     let g = gpus_per_box;
@@ -430,6 +444,69 @@ pub fn collnet_direct(
                     for bx in 0..boxes {
                         for r in (bx * g..(bx + 1) * g).filter(|&r| r != head(bx)) {
                             program.send(&mut b, (head(bx), r), share, Op::Copy, (ch, 2));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+/// CollNet Direct's all-gather or reduce-scatter ([`collnet_direct`]): every part travels
+/// along its owner's rail, a piece a transfer.
+fn collnet_direct_rails(
+    c: &Collective,
+    g: u32,
+    leaves: &[NodeId],
+    cut: Cut,
+) -> Result<Schedule, Error> {
+    let n = c.ranks();
+    let boxes = n / g;
+    let gather = c.kind == CollectiveKind::AllGather;
+    let mut b = Builder::with_relays(c, leaves)?;
+    // Groups: 0 reduces into the heads, 1 goes up to the network, 2 spreads from the heads.
+    let mut program = Program::new(n, cut.channels, 3, cut.window);
+    for l in 0..cut.loops {
+        for ch in 0..cut.channels {
+            for s in 0..cut.slices {
+                for h in 0..g {
+                    let leaf = b.relay_rank(h % leaves.len() as u32);
+                    let rail = |bx: u32| bx * g + h;
+                    let piece = |owner: u32| cut.piece(c, owner, l, ch, s);
+                    let box_of = |bx: u32| bx * g..(bx + 1) * g;
+                    if gather {
+                        for owner in (0..boxes).map(rail) {
+                            program.send(&mut b, (owner, leaf), piece(owner), Op::Copy, (ch, 1));
+                            for to in (0..boxes).map(rail).filter(|&to| to != owner) {
+                                b.send(leaf, to, piece(owner), Op::Copy);
+                            }
+                        }
+                        for bx in 0..boxes {
+                            for owner in (0..boxes).map(rail) {
+                                for r in box_of(bx).filter(|&r| r != rail(bx)) {
+                                    let p = piece(owner);
+                                    program.send(&mut b, (rail(bx), r), p, Op::Copy, (ch, 2));
+                                }
+                            }
+                        }
+                    } else {
+                        for bx in 0..boxes {
+                            for owner in (0..boxes).map(rail) {
+                                for r in box_of(bx).filter(|&r| r != rail(bx)) {
+                                    let p = piece(owner);
+                                    program.send(&mut b, (r, rail(bx)), p, Op::Reduce, (ch, 0));
+                                }
+                            }
+                        }
+                        for bx in 0..boxes {
+                            for owner in (0..boxes).map(rail) {
+                                let p = piece(owner);
+                                program.send(&mut b, (rail(bx), leaf), p, Op::Reduce, (ch, 1));
+                            }
+                        }
+                        for owner in (0..boxes).map(rail) {
+                            b.send(leaf, owner, piece(owner), Op::Copy);
                         }
                     }
                 }
@@ -713,6 +790,14 @@ mod tests {
         // Four boxes of four, the rails' leaves 20..24 summing in the network.
         let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
         validate_with_relays(&s, &c, &[20, 21, 22, 23], 7).unwrap();
+        for kind in [CollectiveKind::AllGather, CollectiveKind::ReduceScatter] {
+            let c = collective(kind, 16, cut.chunks());
+            let s = collnet_direct(&c, 4, &[20, 21, 22, 23], cut).unwrap();
+            validate_with_relays(&s, &c, &[20, 21, 22, 23], 7).unwrap();
+            // Two rails' leaves for four GPUs a box.
+            let s = collnet_direct(&c, 4, &[20, 21], cut).unwrap();
+            validate_with_relays(&s, &c, &[20, 21], 7).unwrap();
+        }
         for kind in [CollectiveKind::Broadcast, CollectiveKind::Reduce] {
             let c =
                 Collective::new(kind, (0..8).collect(), 1 << 20, cut.chunks(), Some(3)).unwrap();

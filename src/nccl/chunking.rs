@@ -44,7 +44,7 @@ impl Model {
                     1,
                 )
             }
-            (Algo::CollNetDirect, _) => (self.collnet_chunk(bytes, channels, step), 1),
+            (Algo::CollNetDirect, _) => (self.collnet_chunk(kind, bytes, channels, step), 1),
             (Algo::Tree, Proto::LL128) => (self.tree_ll128_chunk(bytes, channels), 1),
             (Algo::Pat, _) => (pat_chunk(kind, bytes, channels, step), 1),
             (_, Proto::Simple) if ring_like => (
@@ -132,11 +132,13 @@ impl Model {
         chunk
     }
 
-    /// CollNet Direct's chunk (src/enqueue.cc `calcCollChunking`): Simple's step per channel and
-    /// network head, halved (to 128, 64, 32 KiB) while the call gives each fewer chunks than
-    /// 64, 8, 8 times the depth (2 across boxes). A head carries one share of every box, so a
-    /// rank's share is that chunk over the boxes.
-    fn collnet_chunk(&self, bytes: u64, channels: u32, step: u64) -> u64 {
+    /// CollNet Direct's piece of a rank's part (src/enqueue.cc `calcCollChunking`): Simple's step
+    /// per channel and network head, halved (to 128, 64, 32 KiB) while the call gives each fewer
+    /// chunks than 64, 8, 8 times the depth (2 across boxes). An all-reduce's head carries one
+    /// share of every box in a chunk, so a rank's piece is that chunk over the boxes; an
+    /// all-gather's or reduce-scatter's rail step carries one box's part (the rail's buffer holds
+    /// the boxes' parts one after another), so a rank's piece is the chunk.
+    fn collnet_chunk(&self, kind: CollectiveKind, bytes: u64, channels: u32, step: u64) -> u64 {
         let heads = self.system.gpus_per_box as u64;
         let depth = 2;
         let per_head = |chunk: u64| bytes / (channels as u64 * heads * chunk);
@@ -146,7 +148,11 @@ impl Model {
                 chunk /= 2;
             }
         }
-        (chunk / self.system.boxes as u64).max(1)
+        if kind == CollectiveKind::AllReduce {
+            (chunk / self.system.boxes as u64).max(1)
+        } else {
+            chunk
+        }
     }
 }
 

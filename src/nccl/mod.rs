@@ -20,10 +20,10 @@
 //! blocks directly. On MI300X boxes the other calls are chosen by RCCL's cost model ([`rccl`]).
 //!
 //! CollNet Direct all-reduce runs on a SHARP network with the rails' leaf switches as reducing
-//! relays, and so does NVLS's all-reduce across boxes there (NCCL's NVLS with CollNet). PAT (one
-//! GPU a box) runs its rounds ([`nccl_kernels::pat`]). What is not modelled: CollNet Chain and
-//! CollNet's and NVLS's all-gather / reduce-scatter across boxes ([`Model::unmodelled_choice`]
-//! says where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
+//! relays, as do its all-gather and reduce-scatter along the rails and NVLS's all-reduce across
+//! boxes there (NCCL's NVLS with CollNet). PAT (one GPU a box) runs its rounds
+//! ([`nccl_kernels::pat`]). What is not modelled: CollNet Chain and NVLS's all-gather /
+//! reduce-scatter across boxes ([`Model::unmodelled_choice`] says where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
 //! differ between GPUs.
 
 pub mod algo;
@@ -268,7 +268,7 @@ fn kernel_of(kind: CollectiveKind, algo: Algo) -> Kernel {
         (CollectiveKind::AllToAll, _) => Kernel::AllToAll,
         (CollectiveKind::Broadcast | CollectiveKind::Reduce, _) => Kernel::Chain,
         (_, Algo::Nvls | Algo::NvlsTree) => Kernel::Nvls,
-        (CollectiveKind::AllReduce, Algo::CollNetDirect) => Kernel::CollNet,
+        (_, Algo::CollNetDirect) => Kernel::CollNet,
         (CollectiveKind::AllReduce, Algo::Tree) => Kernel::Tree,
         (_, Algo::Pat) => Kernel::Pat,
         _ => Kernel::Ring,
@@ -482,12 +482,18 @@ impl Model {
             .filter(|&algo| !self.runnable(algo, kind))
     }
 
-    /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct, and NVLS
-    /// across boxes (with SHARP), for all-reduce only, PAT for all-gather and reduce-scatter,
-    /// not CollNet Chain (NCCL's own disable rules are applied in [`tuning::tune`]).
+    /// Whether collsim models the algorithm's execution for `kind`: CollNet Direct for
+    /// all-reduce, all-gather and reduce-scatter, NVLS across boxes (with SHARP) for all-reduce
+    /// only, PAT for all-gather and reduce-scatter, not CollNet Chain (NCCL's own disable rules
+    /// are applied in [`tuning::tune`]).
     fn runnable(&self, algo: Algo, kind: CollectiveKind) -> bool {
         match algo {
-            Algo::CollNetDirect => kind == CollectiveKind::AllReduce,
+            Algo::CollNetDirect => matches!(
+                kind,
+                CollectiveKind::AllReduce
+                    | CollectiveKind::AllGather
+                    | CollectiveKind::ReduceScatter
+            ),
             Algo::Nvls if self.system.boxes > 1 => kind == CollectiveKind::AllReduce,
             Algo::Pat => matches!(
                 kind,

@@ -85,7 +85,12 @@ fn within(rows: &[Row], from: u64, tolerance: f64) -> (usize, usize) {
 
 /// `nccl-tests all_reduce` on `system` with `args` (sizes, forced algorithms), as CSV.
 fn all_reduce_csv(system: &str, args: &[&str]) -> String {
-    let mut all = vec!["nccl-tests", "all_reduce", "--topology", system];
+    op_csv("all_reduce", system, args)
+}
+
+/// `nccl-tests OP --topology SYSTEM ARGS --format csv`.
+fn op_csv(op: &str, system: &str, args: &[&str]) -> String {
+    let mut all = vec!["nccl-tests", op, "--topology", system];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--format", "csv"]);
     stdout_of(&all)

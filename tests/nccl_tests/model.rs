@@ -472,9 +472,9 @@ fn gpus_across_boxes_take_each_boxes_first() {
     assert_eq!(Table::parse(&two).cell(0, "algorithm"), "NVLSTree");
 }
 
-/// Where NCCL's cost model ranks first an algorithm collsim does not run (CollNet Direct's
-/// all-gather, on a SHARP network of two H100 boxes at a few MiB), the table says so rather than
-/// pass NCCL's next choice off as NCCL's; without SHARP there is nothing to say.
+/// Where NCCL's cost model ranks first an algorithm collsim does not run (NVLS's all-gather
+/// across boxes, on a SHARP network of four H100 boxes at small sizes), the table says so rather
+/// than pass NCCL's next choice off as NCCL's; without SHARP there is nothing to say.
 #[test]
 fn calls_nccl_would_run_unmodelled_are_named() {
     let run = |sharp: bool| {
@@ -482,11 +482,11 @@ fn calls_nccl_would_run_unmodelled_are_named() {
             "nccl-tests",
             "all_gather",
             "--topology",
-            "hgx-h100:2",
+            "hgx-h100:4",
             "-b",
-            "1M",
+            "4K",
             "-e",
-            "1G",
+            "1M",
             "-f",
             "4",
         ];
@@ -499,12 +499,32 @@ fn calls_nccl_would_run_unmodelled_are_named() {
     };
     let note = run(true);
     assert!(
-        note.contains(
-            "note: NCCL's cost model would run CollNetDirect at 3 of the sizes from 1MiB to 16MiB"
-        ),
+        note.contains("note: NCCL's cost model would run NVLS at ") && note.contains("from 16KiB"),
         "{note}"
     );
     assert!(!run(false).contains("note:"));
+}
+
+/// CollNet Direct's all-gather and reduce-scatter move each part along its owner's rail: on
+/// four DGX A100 boxes with the NICs slowed until they bind, an all-gather's NIC carries the
+/// other three boxes' parts down (3 S / 32) where a ring's carries 31 S / 256, so it is 31/24
+/// times faster; a reduce-scatter's carries all four boxes' sums up (4 S / 32), 32/31 times the
+/// ring's.
+#[test]
+fn collnet_all_gather_and_reduce_scatter_go_along_the_rails() {
+    let time = |op: &str, algo: &str| {
+        let slowed = ["--sharp", "--nic", "8x50Gb", "-b", "1G", "-e", "1G"];
+        let out = op_csv(
+            op,
+            "dgx-a100:4",
+            &[&slowed[..], &["--nccl-algo", algo]].concat(),
+        );
+        Table::parse(&out).number(0, "time_us")
+    };
+    let gather = time("all_gather", "Ring") / time("all_gather", "CollNetDirect");
+    assert!((gather / (31.0 / 24.0) - 1.0).abs() < 0.03, "{gather}");
+    let scatter = time("reduce_scatter", "CollNetDirect") / time("reduce_scatter", "Ring");
+    assert!((scatter / (32.0 / 31.0) - 1.0).abs() < 0.03, "{scatter}");
 }
 
 /// PAT, NCCL's all-gather and reduce-scatter for one GPU a box, runs where NCCL's model picks
