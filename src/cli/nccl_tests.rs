@@ -276,7 +276,13 @@ fn unmodelled_note(model: &Model, kind: CollectiveKind, sizes: &[u64]) -> Option
         .iter()
         .filter_map(|&size| model.unmodelled_choice(kind, size).map(|a| (size, a)))
         .collect();
-    let (&(first, algo), &(last, _)) = (picked.first()?, picked.last()?);
+    let (&(first, _), &(last, _)) = (picked.first()?, picked.last()?);
+    let mut algos: Vec<&str> = Vec::new();
+    for &(_, algo) in &picked {
+        if !algos.contains(&algo.name()) {
+            algos.push(algo.name());
+        }
+    }
     let sizes = if first == last {
         format!("at {}", crate::units::format_bytes(first))
     } else {
@@ -290,7 +296,7 @@ fn unmodelled_note(model: &Model, kind: CollectiveKind, sizes: &[u64]) -> Option
     Some(format!(
         "NCCL's cost model would run {} {sizes}, which collsim does not model; those rows \
          run the algorithm NCCL ranks next",
-        algo.name()
+        algos.join(" or ")
     ))
 }
 

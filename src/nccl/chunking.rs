@@ -99,6 +99,7 @@ impl Model {
             slices,
             window: (STEPS * per_chunk / steps_per_send) as u32,
             loops_per_chunk: per_chunk as u32,
+            pack: 1,
         };
         while cut.chunks() as u64 > grains.max(1) && cut.slices > 1 {
             cut.slices -= 1;
@@ -108,9 +109,13 @@ impl Model {
         }
         // PAT packs a round's parts into one step where they are small: the channels' steps
         // travel together, run here as one.
-        if choice.algo == Algo::Pat && pat_aggregate(kind, bytes, n as u32, channels) > 1 {
-            cut.channels = 1;
-            cut.loops = 1;
+        if choice.algo == Algo::Pat {
+            let pack = pat_aggregate(kind, bytes, n as u32, channels);
+            if pack > 1 {
+                cut.channels = 1;
+                cut.loops = 1;
+                cut.pack = pack;
+            }
         }
         cut
     }
@@ -159,7 +164,7 @@ impl Model {
 /// Parts PAT packs into one network step (`aggFactor` as `PatAGAlgorithm` and `PatRSAlgorithm`
 /// first set it, their `postFreq`): doubled, up to half the ranks, while a chunk holds at least
 /// twice that many of a channel's parts.
-pub(super) fn pat_aggregate(kind: CollectiveKind, bytes: u64, ranks: u32, channels: u32) -> u32 {
+fn pat_aggregate(kind: CollectiveKind, bytes: u64, ranks: u32, channels: u32) -> u32 {
     let chunk = pat_chunk(
         kind,
         bytes,

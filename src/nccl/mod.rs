@@ -23,8 +23,9 @@
 //! relays, as do its all-gather and reduce-scatter along the rails and NVLS's all-reduce across
 //! boxes there (NCCL's NVLS with CollNet). PAT (one GPU a box) runs its rounds
 //! ([`nccl_kernels::pat`]). What is not modelled: CollNet Chain and NVLS's all-gather /
-//! reduce-scatter across boxes ([`Model::unmodelled_choice`] says where NCCL would run one), user buffer registration, the proxy thread's network progress, and clocks that
-//! differ between GPUs.
+//! reduce-scatter across boxes ([`Model::unmodelled_choice`] says where NCCL would run one),
+//! user buffer registration, the proxy thread's network progress, and clocks that differ
+//! between GPUs.
 
 pub mod algo;
 pub mod calibrate;
@@ -473,10 +474,8 @@ impl Model {
     /// it (CollNet Chain), so that [`Model::choose`] runs NCCL's next choice instead;
     /// None when NCCL's choice is modelled.
     pub fn unmodelled_choice(&self, kind: CollectiveKind, bytes: u64) -> Option<Algo> {
+        // (An all-to-all has no NCCL function: point-to-point sends, no choice.)
         let func = Func::of(kind)?;
-        if kind == CollectiveKind::AllToAll {
-            return None;
-        }
         self.cheapest(func, bytes, |_| true)
             .map(|(_, algo, _)| algo)
             .filter(|&algo| !self.runnable(algo, kind))
@@ -698,13 +697,14 @@ impl Model {
             Algo::Nvls | Algo::NvlsTree => HW_LATENCY[HW_NVLINK][a][p],
             // Not in the tuner's tables: the launch and fixed overhead alone.
             Algo::Msccl => 0.0,
-            // NCCL's model adds a step a rank to PAT's base latency: its kernel takes the parts
-            // one at a time whatever the network does.
-            Algo::Pat => {
-                tuning::base_latency(&self.system, choice.algo, choice.proto)
-                    + self.system.gpus() as f64 * PAT_RANK_LATENCY_US
-            }
             _ => tuning::base_latency(&self.system, choice.algo, choice.proto),
+        };
+        // NCCL's model adds a step a rank to PAT's base latency: its kernel takes the parts one
+        // at a time whatever the network does.
+        let steps = if choice.algo == Algo::Pat {
+            self.system.gpus() as f64 * PAT_RANK_LATENCY_US
+        } else {
+            0.0
         };
         let others = launch.gpus_per_thread.saturating_sub(1) as f64;
         let fixed = self
@@ -712,7 +712,7 @@ impl Model {
             .calibration
             .fixed_us
             .unwrap_or(FIXED_OVERHEAD_US);
-        base + fixed + others * LAUNCH_US
+        base + steps + fixed + others * LAUNCH_US
     }
 
     /// How each send of an all-to-all of `bytes` per rank runs (NCCL's p2p plan).
@@ -764,12 +764,7 @@ impl Model {
                 nccl_kernels::tree_all_reduce(c, g, cut, self.comm_channels, mesh)
             }
             Kernel::Ring => nccl_kernels::ring(c, &self.rings, cut),
-            Kernel::Pat => {
-                // Packed only where the call is one unit (`cut` merges its channels then).
-                let packed = cut.chunks() == 1;
-                let aggregate = chunking::pat_aggregate(c.kind, c.size, c.ranks(), choice.channels);
-                nccl_kernels::pat(c, cut, if packed { aggregate } else { 1 })
-            }
+            Kernel::Pat => nccl_kernels::pat(c, cut),
         }
     }
 }

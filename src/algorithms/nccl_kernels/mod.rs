@@ -98,6 +98,9 @@ pub struct Cut {
     /// forward each loop's lines inside a box, but cross boxes a chunk at a time (one slice a
     /// step only).
     pub loops_per_chunk: u32,
+    /// Parts one send carries where the kernel packs a round's parts into one step (PAT's, with
+    /// one piece a part); 1 elsewhere.
+    pub pack: u32,
 }
 
 impl Cut {
@@ -346,23 +349,23 @@ pub fn all_to_all(c: &Collective, channels: u32) -> Result<Schedule, Error> {
 /// when n is not a power of two) it has gathered to the rank 2^k before it (all-gather), or,
 /// the rounds reversed, its sums of the parts 2^k after it to that rank (reduce-scatter). Each
 /// rank sends n - 1 parts a unit, as a ring does, over log2(n) levels where the ring has n - 1.
-/// A round's parts go one a message (`aggregate` 1), or, where NCCL packs small parts into one
-/// network step, `aggregate` consecutive parts a message; that needs one piece a part (a cut of
+/// A round's parts go one a message (`cut.pack` 1), or, where NCCL packs small parts into one
+/// network step, `cut.pack` consecutive parts a message; that needs one piece a part (a cut of
 /// one unit). NCCL runs Bruck's rounds with the dimensions reversed, the farthest first, so that
 /// the largest round goes to the nearest ranks (Jeaugey, "PAT: a new algorithm for all-gather
 /// and reduce-scatter operations at scale", arXiv 2506.20252); on collsim's rail-optimised
 /// fabric every two boxes are equally far apart, so the rounds run nearest first, where a
 /// round's parts are consecutive and pack into one message as NCCL's packed ones do.
-pub fn pat(c: &Collective, cut: Cut, aggregate: u32) -> Result<Schedule, Error> {
+pub fn pat(c: &Collective, cut: Cut) -> Result<Schedule, Error> {
     let down = match c.kind {
         CollectiveKind::AllGather => true,
         CollectiveKind::ReduceScatter => false,
         other => return Err(Error::Internal(format!("NCCL PAT kernel for {other}"))),
     };
-    let aggregate = aggregate.max(1);
-    if aggregate > 1 && cut.chunks() != 1 {
+    let pack = cut.pack.max(1);
+    if pack > 1 && cut.chunks() != 1 {
         return Err(Error::Internal(format!(
-            "PAT packs {aggregate} parts a message only with one piece a part"
+            "PAT packs {pack} parts a message only with one piece a part"
         )));
     }
     let n = c.ranks();
@@ -381,19 +384,19 @@ pub fn pat(c: &Collective, cut: Cut, aggregate: u32) -> Result<Schedule, Error> 
                     } else {
                         ((r + step) % n, (r + step) % n, Op::Reduce)
                     };
-                    for start in (0..parts).step_by(aggregate as usize) {
+                    for start in (0..parts).step_by(pack as usize) {
+                        // Parts lo..hi, split where they wrap past the last rank (a packed
+                        // range is one piece range: one piece a part).
                         let lo = (first + start) % n;
-                        let len = aggregate.min(parts - start);
-                        if aggregate == 1 {
-                            let pieces = cut.piece(c, lo, l, ch, 0);
-                            program.send(&mut b, (r, dst), pieces, op, (ch, 0));
-                            continue;
-                        }
-                        // One piece a part: the parts lo.. are pieces, split where they wrap.
-                        let hi = lo + len;
-                        program.send(&mut b, (r, dst), (lo, hi.min(n)), op, (ch, 0));
-                        if hi > n {
-                            program.send(&mut b, (r, dst), (0, hi - n), op, (ch, 0));
+                        let hi = lo + pack.min(parts - start);
+                        for (from, to) in [(lo, hi.min(n)), (0, hi.saturating_sub(n))] {
+                            if from < to {
+                                let pieces = (
+                                    cut.piece(c, from, l, ch, 0).0,
+                                    cut.piece(c, to - 1, l, ch, 0).1,
+                                );
+                                program.send(&mut b, (r, dst), pieces, op, (ch, 0));
+                            }
                         }
                     }
                 }
@@ -432,6 +435,7 @@ mod tests {
             slices: 1,
             window: 8,
             loops_per_chunk: 1,
+            pack: 1,
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let edges_across = |comm_channels: u32| {
@@ -460,6 +464,7 @@ mod tests {
             slices: 2,
             window: 4,
             loops_per_chunk: 1,
+            pack: 1,
         };
         let rings: Vec<Vec<u32>> = vec![(0..8).collect(), (0..8).rev().collect()];
         for kind in [
@@ -507,15 +512,15 @@ mod tests {
         for n in [2, 3, 5, 8, 13] {
             for kind in [CollectiveKind::AllGather, CollectiveKind::ReduceScatter] {
                 let c = collective(kind, n, cut.chunks());
-                crate::schedule::validate(&pat(&c, cut, 1).unwrap(), &c, 7).unwrap();
+                crate::schedule::validate(&pat(&c, cut).unwrap(), &c, 7).unwrap();
                 let one = collective(kind, n, 1);
                 let whole = Cut {
                     channels: 1,
                     loops: 1,
                     ..cut
                 };
-                for aggregate in [2, 4] {
-                    let s = pat(&one, whole, aggregate).unwrap();
+                for pack in [2, 4] {
+                    let s = pat(&one, Cut { pack, ..whole }).unwrap();
                     crate::schedule::validate(&s, &one, 7).unwrap();
                 }
             }
@@ -534,6 +539,7 @@ mod tests {
             slices: 1,
             window: 64,
             loops_per_chunk: 1,
+            pack: 1,
         };
         for (n, depth) in [(8, 3), (12, 4), (16, 4)] {
             for (kind, sign) in [
@@ -541,9 +547,9 @@ mod tests {
                 (CollectiveKind::ReduceScatter, 1),
             ] {
                 let c = collective(kind, n, 1);
-                let packed = pat(&c, cut, n).unwrap();
+                let packed = pat(&c, Cut { pack: n, ..cut }).unwrap();
                 assert!(packed.len() as u32 >= n * depth && packed.len() as u32 <= 2 * n * depth);
-                let s = pat(&c, cut, 1).unwrap();
+                let s = pat(&c, cut).unwrap();
                 assert_eq!(s.len() as u32, n * (n - 1));
                 for t in s.transfers() {
                     let away = (t.dst as i64 - t.src as i64) * sign;
@@ -609,6 +615,7 @@ mod tests {
             slices: 1,
             window: 8,
             loops_per_chunk: 1,
+            pack: 1,
         };
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let switches: Vec<NodeId> = (16..24).collect();
@@ -638,6 +645,7 @@ mod tests {
             slices: 2,
             window: 4,
             loops_per_chunk: 1,
+            pack: 1,
         };
         let units = cut.chunks() as usize;
         let rings: Vec<Vec<u32>> = vec![(0..8).collect()];
@@ -684,6 +692,7 @@ mod tests {
             slices: 1,
             window: 16,
             loops_per_chunk: 2,
+            pack: 1,
         };
         let rings = vec![(0..8).collect::<Vec<u32>>()];
         let c = collective(CollectiveKind::Broadcast, 8, cut.chunks());
@@ -729,6 +738,7 @@ mod tests {
             slices: 1,
             window: 1,
             loops_per_chunk: 1,
+            pack: 1,
         };
         let c = collective(CollectiveKind::AllGather, 4, cut.chunks());
         let s = ring(&c, &[(0..4).collect()], cut).unwrap();

@@ -266,6 +266,7 @@ fn atoms_give_the_verdicts_of_every_piece() {
         slices: 1,
         window: 4,
         loops_per_chunk: 1,
+        pack: 1,
     };
     let tree = crate::algorithms::nccl_kernels::tree_all_reduce(&c, 4, cut, 2, false).unwrap();
     check(&tree, &c, "NCCL tree");
