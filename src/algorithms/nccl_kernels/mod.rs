@@ -420,6 +420,19 @@ mod tests {
     use crate::schedule::validate_with_relays;
     use crate::topology::NodeId;
 
+    /// A cut of `channels` x `loops` units of `slices` slices, `window` sends in flight, a chunk
+    /// a loop, nothing packed.
+    fn cut_of(channels: u32, loops: u32, slices: u32, window: u32) -> Cut {
+        Cut {
+            channels,
+            loops,
+            slices,
+            window,
+            loops_per_chunk: 1,
+            pack: 1,
+        }
+    }
+
     fn collective(kind: CollectiveKind, n: u32, chunks: u32) -> Collective {
         Collective::new(kind, (0..n).collect(), 1 << 20, chunks, None).unwrap()
     }
@@ -429,14 +442,7 @@ mod tests {
     /// (when every channel is in the first half, one tree's).
     #[test]
     fn tree_channel_halves_run_both_trees() {
-        let cut = Cut {
-            channels: 8,
-            loops: 1,
-            slices: 1,
-            window: 8,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(8, 1, 1, 8);
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let edges_across = |comm_channels: u32| {
             let s = tree_all_reduce(&c, 4, cut, comm_channels, false).unwrap();
@@ -458,14 +464,7 @@ mod tests {
     /// Every kernel implements its collective (symbolic validation), relays included.
     #[test]
     fn kernels_implement_their_collectives() {
-        let cut = Cut {
-            channels: 2,
-            loops: 2,
-            slices: 2,
-            window: 4,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(2, 2, 2, 4);
         let rings: Vec<Vec<u32>> = vec![(0..8).collect(), (0..8).rev().collect()];
         for kind in [
             CollectiveKind::AllReduce,
@@ -533,14 +532,7 @@ mod tests {
     /// a round is one message a rank (two where its parts wrap past the last rank).
     #[test]
     fn pat_sends_along_its_trees_dimensions() {
-        let cut = Cut {
-            channels: 1,
-            loops: 1,
-            slices: 1,
-            window: 64,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(1, 1, 1, 64);
         for (n, depth) in [(8, 3), (12, 4), (16, 4)] {
             for (kind, sign) in [
                 (CollectiveKind::AllGather, -1),
@@ -609,14 +601,7 @@ mod tests {
     /// over four channels every GPU sends 4 to 8 times (with one tree only, inner GPUs send 12).
     #[test]
     fn nvls_tree_heads_run_both_trees() {
-        let cut = Cut {
-            channels: 4,
-            loops: 1,
-            slices: 1,
-            window: 8,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(4, 1, 1, 8);
         let c = collective(CollectiveKind::AllReduce, 16, cut.chunks());
         let switches: Vec<NodeId> = (16..24).collect();
         let s = nvls(&c, 2, &switches, cut, Across::Tree).unwrap();
@@ -639,14 +624,7 @@ mod tests {
     /// `units x sends_per_unit` transfers.
     #[test]
     fn sends_per_unit_counts_the_kernels_sends() {
-        let cut = Cut {
-            channels: 3,
-            loops: 2,
-            slices: 2,
-            window: 4,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(3, 2, 2, 4);
         let units = cut.chunks() as usize;
         let rings: Vec<Vec<u32>> = vec![(0..8).collect()];
         let count = |k: Kernel, c: &Collective, boxes: u64| {
@@ -687,12 +665,8 @@ mod tests {
     #[test]
     fn lines_cross_boxes_a_chunk_at_a_time() {
         let cut = Cut {
-            channels: 1,
-            loops: 4,
-            slices: 1,
-            window: 16,
             loops_per_chunk: 2,
-            pack: 1,
+            ..cut_of(1, 4, 1, 16)
         };
         let rings = vec![(0..8).collect::<Vec<u32>>()];
         let c = collective(CollectiveKind::Broadcast, 8, cut.chunks());
@@ -732,14 +706,7 @@ mod tests {
     /// second send depends on its first.
     #[test]
     fn a_channel_sends_in_program_order() {
-        let cut = Cut {
-            channels: 1,
-            loops: 2,
-            slices: 1,
-            window: 1,
-            loops_per_chunk: 1,
-            pack: 1,
-        };
+        let cut = cut_of(1, 2, 1, 1);
         let c = collective(CollectiveKind::AllGather, 4, cut.chunks());
         let s = ring(&c, &[(0..4).collect()], cut).unwrap();
         let from_zero: Vec<TransferIndex> = (0..s.len() as TransferIndex)
